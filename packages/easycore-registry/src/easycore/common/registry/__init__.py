@@ -1,0 +1,5 @@
+"""easycore.common.registry."""
+
+from ._version import __version__
+
+__all__ = ["__version__"]
