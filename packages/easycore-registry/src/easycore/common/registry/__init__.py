@@ -1,5 +1,6 @@
-"""easycore.common.registry."""
+"""A tiny, thread-safe name -> object registry (see :class:`Registry`)."""
 
 from ._version import __version__
+from .registry import Registry
 
-__all__ = ["__version__"]
+__all__ = ["Registry", "__version__"]

@@ -1,0 +1,170 @@
+"""Registry: a thread-safe name -> object mapping, usable as a decorator."""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable, Optional, TypeVar
+
+__all__ = ["Registry"]
+
+_T = TypeVar("_T")
+
+
+class Registry:
+    """The registry that provides name -> object mapping.
+
+    To create a registry::
+
+        MODEL_REGISTRY = Registry("MODEL")
+
+    To register an object with its ``__name__``::
+
+        @MODEL_REGISTRY.register()
+        class ResNet50:
+            pass
+
+        # or
+
+        MODEL_REGISTRY.register(obj=ResNet50)
+
+    To register an object with a given name::
+
+        @MODEL_REGISTRY.register("resnet")
+        class ResNet50:
+            pass
+
+        # or
+
+        MODEL_REGISTRY.register("resnet", ResNet50)
+
+    To get a registered object from registry::
+
+        model_class = MODEL_REGISTRY.get("ResNet50")
+
+    Registering a taken name, or getting an unknown one, raises ``KeyError``
+    naming the registry (and, for unknown names, the closest registered one).
+    ``"name" in registry``, ``len(registry)`` and iteration over the names work
+    too. Registration is thread-safe.
+    """
+
+    def __init__(self, name: str) -> None:
+        """
+        Args:
+            name (str): name of this registry
+        """
+        self._name = name
+        self._objects: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        """str: name of this registry."""
+        return self._name
+
+    def _do_register(self, name: str, obj: Any) -> None:
+        # Every public path ends here, so the duplicate check cannot be skipped.
+        if not isinstance(name, str):
+            raise TypeError(f"registry {self._name!r}: names must be str, got {name!r}")
+        with self._lock:
+            if name in self._objects:
+                raise KeyError(
+                    f"an object named {name!r} is already registered in registry {self._name!r}"
+                )
+            self._objects[name] = obj
+
+    def register(
+        self, name: Optional[str] = None, obj: Any = None
+    ) -> Optional[Callable[[_T], _T]]:
+        """Register the given object with given name.
+
+        If the object is not given, it will act as a decorator.
+
+        Args:
+            name (str, optional): if not given, it will use ``obj.__name__`` as the name.
+            obj (object, optional): if not given, this method will return a decorator.
+
+        Returns:
+            Optional[object]: None or a decorator.
+        """
+        if obj is None:
+
+            def decorator(func_or_class: _T) -> _T:
+                key = name if name is not None else _name_of(func_or_class)
+                self._do_register(key, func_or_class)
+                return func_or_class
+
+            return decorator
+        self._do_register(name if name is not None else _name_of(obj), obj)
+        return None
+
+    def unregister(self, name: str) -> None:
+        """Remove registered object.
+
+        Args:
+            name (str): registered name
+        """
+        with self._lock:
+            if name not in self._objects:
+                raise KeyError(self._missing_message(name))
+            del self._objects[name]
+
+    def is_registered(self, name: str) -> bool:
+        """Get whether the given name has been registered.
+
+        Args:
+            name (str):
+
+        Returns:
+            bool: whether the name has been registered.
+        """
+        return name in self._objects
+
+    def get(self, name: str) -> Any:
+        """Get a registered object from registry by its name.
+
+        Args:
+            name (str): registered name.
+
+        Returns:
+            object: registered object.
+        """
+        try:
+            return self._objects[name]
+        except KeyError:
+            raise KeyError(self._missing_message(name)) from None
+
+    def registered_names(self) -> list[str]:
+        """Get all registered names.
+
+        Returns:
+            list[str]: list of registered names.
+        """
+        return list(self._objects)
+
+    def _missing_message(self, name: str) -> str:
+        message = f"no object named {name!r} in registry {self._name!r}"
+        close = difflib.get_close_matches(str(name), list(self._objects), n=1)
+        return message + (f"; did you mean {close[0]!r}?" if close else "")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._objects
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._objects))
+
+    def __repr__(self) -> str:
+        return f"Registry({self._name!r}, names={sorted(self._objects)})"
+
+
+def _name_of(obj: Any) -> str:
+    try:
+        return obj.__name__
+    except AttributeError:
+        raise TypeError(
+            f"{obj!r} has no __name__; pass a name: register(name, obj)"
+        ) from None
