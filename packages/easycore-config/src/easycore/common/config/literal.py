@@ -29,8 +29,8 @@ def decode_literal(value: str) -> Any:
     Returns:
         Any: ``ast.literal_eval(value)`` when that succeeds, else ``value``.
     """
-    if not value or value[0] not in _LITERAL_START:
-        return value
+    if not value or (value[0] not in _LITERAL_START and value != "set()"):
+        return value  # "set()" is how the empty set is written
     try:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

@@ -95,9 +95,15 @@ class CfgNode(dict):
                 f"invalid config key {self._path_of(key)!r}: keys must be valid Python identifiers"
             )
         if isinstance(value, Mapping) and not isinstance(value, CfgNode):
-            value = CfgNode(value, copy=False)
-        if isinstance(value, CfgNode):
-            object.__setattr__(value, "_key_path", self._path_of(key))
+            # Give the new node its path before its children are set, so that
+            # their paths (used in every error message) are full dotted paths.
+            node = CfgNode()
+            object.__setattr__(node, "_key_path", self._path_of(key))
+            for child_key, child in value.items():
+                node._set(child_key, child)
+            value = node
+        elif isinstance(value, CfgNode):
+            _set_key_path(value, self._path_of(key))
         dict.__setitem__(self, key, value)
         if key not in _RESERVED:
             self.__dict__[key] = value
@@ -210,9 +216,9 @@ class CfgNode(dict):
     def __deepcopy__(self: _T, memo: dict[int, Any]) -> _T:
         new = type(self)()
         memo[id(self)] = new
+        object.__setattr__(new, "_key_path", self._key_path)
         for key, value in dict.items(self):
             new._set(key, deepcopy(value, memo))
-        object.__setattr__(new, "_key_path", self._key_path)
         object.__setattr__(new, "_frozen", self._frozen)
         return new
 
@@ -404,12 +410,22 @@ _RESERVED = frozenset(dir(CfgNode))
 
 def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
     node = cls()
+    object.__setattr__(node, "_key_path", key_path)
     for key, value in items.items():
         node._set(key, value)
-    object.__setattr__(node, "_key_path", key_path)
     if frozen:
         node.freeze()
     return node
+
+
+def _set_key_path(node: CfgNode, path: str) -> None:
+    """Give an existing node (moved under a new key) and its subtree their dotted paths."""
+    if node._key_path == path:
+        return  # already in place: its subtree was keyed when it was built
+    object.__setattr__(node, "_key_path", path)
+    for key, value in dict.items(node):
+        if isinstance(value, CfgNode):
+            _set_key_path(value, f"{path}.{key}" if path else key)
 
 
 def _decode_tree(value: Any) -> Any:
