@@ -18,6 +18,8 @@ __all__ = ["decode_literal", "encode_literal"]
 # the first character skips the (slow) parser for ordinary words like "res3".
 _LITERAL_START = frozenset("0123456789+-.([{'\"TFN")
 _REPR_TYPES = (tuple, set, complex, bytes)
+# Literals that start otherwise: the empty set is written "set()", bytes b'...'.
+_BYTES_START = ("b'", 'b"')
 
 
 def decode_literal(value: str) -> Any:
@@ -29,8 +31,10 @@ def decode_literal(value: str) -> Any:
     Returns:
         Any: ``ast.literal_eval(value)`` when that succeeds, else ``value``.
     """
-    if not value or (value[0] not in _LITERAL_START and value != "set()"):
-        return value  # "set()" is how the empty set is written
+    if not value or (
+        value[0] not in _LITERAL_START and value != "set()" and value[:2] not in _BYTES_START
+    ):
+        return value
     try:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
