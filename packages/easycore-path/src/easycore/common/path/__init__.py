@@ -1,5 +1,26 @@
-"""easycore.common.path."""
+"""easycore.common.path: local paths, URLs and redirected prefixes behind one API.
+
+Importing this package is cheap: ``requests`` and ``tqdm`` are imported only when a URL
+is actually downloaded.
+"""
+
+from easycore.common.network.errors import DownloadError
 
 from ._version import __version__
+from .http import HTTPURLHandler
+from .lock import file_lock
+from .manager import PathManager
+from .native import NativePathHandler
+from .path_handler import PathHandler
+from .redirect import RedirectPathHandler
 
-__all__ = ["__version__"]
+__all__ = [
+    "DownloadError",
+    "HTTPURLHandler",
+    "NativePathHandler",
+    "PathHandler",
+    "PathManager",
+    "RedirectPathHandler",
+    "__version__",
+    "file_lock",
+]

@@ -1,0 +1,234 @@
+"""``HTTPURLHandler``: read-only ``http://`` and ``https://`` URLs, cached on disk.
+
+A URL is downloaded once into ``get_cache_dir(<protocol>)`` (see :mod:`.cache` for the
+layout) and then served from disk: a cache hit is one ``stat``, with no import of
+``requests`` and no network traffic.
+"""
+
+import errno
+import os
+from typing import IO, Any, List
+
+from easycore.common.network.transfer import DEFAULT_TIMEOUT, Timeout, fetch, probe
+
+from .cache import check_inside, lock_target, url_to_cache_path
+from .lock import file_lock
+from .path_handler import PathHandler
+
+__all__ = ["HTTPURLHandler"]
+
+_WRITE_MODES = frozenset("wax+")
+
+
+class HTTPURLHandler(PathHandler):
+    """Download URLs and cache them to disk.
+
+    Concurrent requests for one URL, from threads or processes, download it once: the
+    download runs under :func:`file_lock` and whoever waited finds the finished file. A
+    file appears in the cache only complete; failures raise
+    :class:`~easycore.common.network.DownloadError` and leave nothing but lock files.
+
+    Remote URLs are read-only here: writing, removing or creating them raises
+    ``PermissionError``.
+
+    Args:
+        timeout (float or tuple): ``(connect, read)`` timeouts in seconds.
+        max_attempts (int): tries in all for transient failures (connection errors,
+            timeouts, truncated bodies, 5xx), with exponential backoff between them.
+        backoff (float): seconds before the first retry; doubles each time.
+        progress (bool): draw a tqdm progress bar while downloading.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        max_attempts: int = 3,
+        backoff: float = 0.5,
+        progress: bool = True,
+    ) -> None:
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.progress = progress
+
+    def get_supported_prefixes(self) -> List[str]:
+        """
+        Returns:
+            List[str]: ``["http://", "https://"]``.
+        """
+        return ["http://", "https://"]
+
+    def get_local_path(self, path: str) -> str:
+        """Get a file path which is compatible with native Python I/O such as ``open`` and
+        ``os.path``, downloading the URL into the cache on first use.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            local_path (str): a file path which exists on the local file system.
+
+        Raises:
+            DownloadError: the download failed (HTTP error, timeout, cut connection).
+            ValueError: the URL cannot be mapped safely into the cache.
+        """
+        local = self._cache_path(path)
+        if os.path.isfile(local):
+            return local
+        return self._download(path, local)
+
+    def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
+        """Open a stream to a URI, similar to the built-in ``open``; read modes only.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+            mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
+            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+
+        Returns:
+            IO: a file-like object reading the cached copy.
+
+        Raises:
+            PermissionError: ``mode`` writes.
+        """
+        if _WRITE_MODES.intersection(mode):
+            raise self._read_only(f"open with mode {mode!r}", path)
+        return open(self.get_local_path(path), mode, **kwargs)
+
+    def exists(self, path: str) -> bool:
+        """Checks if there is a resource at the given URI.
+
+        A cached URL exists without asking; otherwise the server is asked (``HEAD``).
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path exists (cached, or the server answers below 400).
+
+        Raises:
+            DownloadError: the server could not be reached or kept failing (5xx).
+        """
+        if os.path.isfile(self._cache_path(path)):
+            return True
+        status = probe(
+            path, timeout=self.timeout, max_attempts=self.max_attempts, backoff=self.backoff
+        )
+        return status < 400
+
+    def isfile(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a file; every existing URL is one.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path is a file.
+        """
+        return self.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a directory; a URL never is.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: False.
+        """
+        return False
+
+    def listdir(self, path: str) -> List[str]:
+        """Not supported: HTTP has no directory listing.
+
+        Args:
+            path (str): A URI supported by the PathHandler.
+
+        Raises:
+            NotImplementedError: always, naming the URL.
+        """
+        raise NotImplementedError(f"HTTPURLHandler cannot list directories: {path!r}")
+
+    def makedirs(self, path: str) -> None:
+        """Not supported: remote URLs are read-only.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Raises:
+            PermissionError: always, naming the URL.
+        """
+        raise self._read_only("makedirs", path)
+
+    def remove(self, path: str) -> None:
+        """Not supported: remote URLs are read-only.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Raises:
+            PermissionError: always, naming the URL.
+        """
+        raise self._read_only("remove", path)
+
+    def removedirs(self, path: str) -> None:
+        """Not supported: remote URLs are read-only.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Raises:
+            PermissionError: always, naming the URL.
+        """
+        raise self._read_only("removedirs", path)
+
+    def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        """Not supported: remote URLs are read-only.
+
+        Args:
+            local_path (str): a local file path
+            dst_path (str): A URI supported by this PathHandler.
+            overwrite (bool): forcing overwrite of existing URI.
+
+        Raises:
+            PermissionError: always, naming the URL.
+        """
+        raise self._read_only("copy_from_local to", dst_path)
+
+    def _cache_path(self, url: str) -> str:
+        return url_to_cache_path(self.get_cache_dir(self._protocol(url)), url)
+
+    def _download(self, url: str, local: str) -> str:
+        cache_dir = self.get_cache_dir(self._protocol(url))
+        check_inside(cache_dir, local, url)
+        if os.path.isdir(local):
+            raise IsADirectoryError(
+                errno.EISDIR, f"cannot cache {url}: a directory holds its place", local
+            )
+        try:
+            lock = file_lock(lock_target(local))
+        except (FileExistsError, NotADirectoryError) as exc:
+            # e.g. ".../a" is a cached file and this URL is ".../a/b".
+            raise type(exc)(exc.errno, f"cannot cache {url}: {exc.strerror}", local) from None
+        with lock:
+            if not os.path.isfile(local):
+                fetch(
+                    url,
+                    local,
+                    progress=self.progress,
+                    timeout=self.timeout,
+                    max_attempts=self.max_attempts,
+                    backoff=self.backoff,
+                )
+        return local
+
+    @staticmethod
+    def _protocol(url: str) -> str:
+        return url.split(":", 1)[0].lower()
+
+    @staticmethod
+    def _read_only(operation: str, path: str) -> PermissionError:
+        return PermissionError(
+            errno.EACCES, f"HTTPURLHandler is read-only, cannot {operation}", path
+        )

@@ -1,0 +1,237 @@
+"""``PathManager``: one API for every registered kind of path."""
+
+import os
+import re
+from typing import IO, Any, Dict, List, Tuple, Union
+
+from .http import HTTPURLHandler
+from .native import NativePathHandler
+from .path_handler import PathHandler
+
+__all__ = ["PathManager"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_handlers: Dict[str, PathHandler] = {}
+_prefixes: Tuple[str, ...] = ()  # longest first, so the longest match wins
+_native = NativePathHandler()
+_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://")  # 2+ letters: "c://" is a drive
+
+
+def _handler_for(path: str) -> PathHandler:
+    for prefix in _prefixes:
+        if path.startswith(prefix):
+            return _handlers[prefix]
+    if _scheme.match(path):
+        known = ", ".join(sorted(_handlers)) or "none"
+        raise ValueError(
+            f"no PathHandler registered for {path!r} (registered prefixes: {known}); "
+            "register one with PathManager.register()"
+        )
+    return _native
+
+
+class PathManager:
+    """A general path manager for URI.
+
+    Each path goes to the registered :class:`PathHandler` with the longest prefix that
+    matches it (``http://`` and ``https://`` are registered by default); paths matching
+    no prefix are local. An unregistered ``scheme://`` is an error rather than a local
+    path.
+
+    Example:
+    ::
+
+        with PathManager.open("http://xxx.com/yyy.txt", "r", encoding="utf-8") as f:
+            print(f.read())
+        PathManager.register(RedirectPathHandler("dataset://", "/data/"))
+        PathManager.exists("dataset://MNIST/train.npz")
+    """
+
+    @staticmethod
+    def register(handler: PathHandler, override: bool = False) -> None:
+        """Register a path handler.
+
+        Args:
+            handler (PathHandler):
+            override (bool): allow overriding existing handler for prefix.
+
+        Raises:
+            TypeError: ``handler`` is not a :class:`PathHandler`.
+            ValueError: a prefix is already registered and ``override`` is False; nothing
+                is registered then.
+        """
+        global _prefixes
+        if not isinstance(handler, PathHandler):
+            raise TypeError(f"expected a PathHandler, got {type(handler).__name__}")
+        prefixes = handler._prefixes()
+        if not override:
+            for prefix in prefixes:
+                if prefix in _handlers:
+                    raise ValueError(
+                        f"prefix {prefix!r} is already registered to "
+                        f"{type(_handlers[prefix]).__name__}; pass override=True to replace it"
+                    )
+        for prefix in prefixes:
+            _handlers[prefix] = handler
+        _prefixes = tuple(sorted(_handlers, key=len, reverse=True))
+
+    @staticmethod
+    def open(path: PathLike, mode: str = "r", **kwargs: Any) -> IO:
+        """Open a stream to a URI, similar to the built-in ``open``.
+
+        Args:
+            path (str): A URI supported by registered ``PathHandler``.
+            mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
+            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+
+        Returns:
+            IO: a file-like object.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).open(path, mode, **kwargs)
+
+    @staticmethod
+    def copy(src_path: PathLike, dst_path: PathLike, overwrite: bool = False) -> bool:
+        """Copy a source path to a destination path.
+
+        The source is made local first (a URL is downloaded into the cache), then copied
+        with the destination handler's :meth:`~PathHandler.copy_from_local`, which for
+        local paths writes a temporary file and renames it into place.
+
+        Args:
+            src_path (str): A URI or local path supported by registered PathHandler.
+            dst_path (str): A URI or local path supported by registered PathHandler.
+            overwrite (bool): forcing overwrite of existing URI.
+
+        Returns:
+            bool: True on success.
+
+        Raises:
+            FileExistsError: ``dst_path`` exists and ``overwrite`` is False.
+        """
+        local_path = PathManager.get_local_path(src_path)
+        return PathManager.copy_from_local(local_path, dst_path, overwrite)
+
+    @staticmethod
+    def copy_from_local(local_path: PathLike, dst_path: PathLike, overwrite: bool = False) -> bool:
+        """Copy a resource from local path to destination path.
+
+        Note:
+            This interface is for custom PathHandler, it is preferred to use ``copy()``
+            instead.
+
+        Args:
+            local_path (str): a local path.
+            dst_path (str): A URI supported by registered PathHandler.
+            overwrite (bool): forcing overwrite of existing URI.
+
+        Returns:
+            bool: True on success.
+        """
+        dst_path = os.fspath(dst_path)
+        return _handler_for(dst_path).copy_from_local(os.fspath(local_path), dst_path, overwrite)
+
+    @staticmethod
+    def get_local_path(path: PathLike) -> str:
+        """Get a file path which is compatible with native Python I/O such as ``open`` and
+        ``os.path``.
+
+        Note:
+            If URI points to a remote resource, this function may download and cache the
+            resource to local disk.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+
+        Returns:
+            str: a file path which exists on the local file system.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).get_local_path(path)
+
+    @staticmethod
+    def exists(path: PathLike) -> bool:
+        """Checks if there is a resource at the given URI.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+
+        Returns:
+            bool: True if the path exists.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).exists(path)
+
+    @staticmethod
+    def isfile(path: PathLike) -> bool:
+        """Checks if the resource at the given URI is a file.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+
+        Returns:
+            bool: True if the path is a file.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).isfile(path)
+
+    @staticmethod
+    def isdir(path: PathLike) -> bool:
+        """Checks if the resource at the given URI is a directory.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+
+        Returns:
+            bool: True if the path is a directory.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).isdir(path)
+
+    @staticmethod
+    def listdir(path: PathLike) -> List[str]:
+        """List the contents of the directory at the given URI.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+
+        Returns:
+            List[str]: list of contents in the given path.
+        """
+        path = os.fspath(path)
+        return _handler_for(path).listdir(path)
+
+    @staticmethod
+    def makedirs(path: PathLike) -> None:
+        """Recursive directory creation function. Similar to ``os.makedirs(path,
+        exist_ok=True)``.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+        """
+        path = os.fspath(path)
+        _handler_for(path).makedirs(path)
+
+    @staticmethod
+    def remove(path: PathLike) -> None:
+        """Remove the file (not directory) at the given URI.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+        """
+        path = os.fspath(path)
+        _handler_for(path).remove(path)
+
+    @staticmethod
+    def removedirs(path: PathLike) -> None:
+        """Remove directories recursively, similar to ``os.removedirs``.
+
+        Args:
+            path (str): A URI supported by registered PathHandler.
+        """
+        path = os.fspath(path)
+        _handler_for(path).removedirs(path)
+
+
+PathManager.register(HTTPURLHandler())

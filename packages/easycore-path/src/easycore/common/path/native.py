@@ -1,0 +1,184 @@
+"""``NativePathHandler``: local paths, straight onto ``open``, ``os`` and ``shutil``.
+
+Errors are the operating system's own (``FileNotFoundError``, ``FileExistsError`` ...),
+carrying the path they are about.
+"""
+
+import errno
+import os
+import shutil
+import tempfile
+from typing import IO, Any, List
+
+from .path_handler import PathHandler
+
+__all__ = ["NativePathHandler"]
+
+
+class NativePathHandler(PathHandler):
+    """PathHandler for local path.
+
+    It is the fallback of :class:`PathManager`: paths no other handler claims are local.
+    """
+
+    def get_supported_prefixes(self) -> List[str]:
+        """
+        Returns:
+            List[str]: ``[]``; local paths have no prefix, this handler is the fallback.
+        """
+        return []
+
+    def get_local_path(self, path: str) -> str:
+        """Get a file path which is compatible with native Python I/O such as ``open`` and
+        ``os.path``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            local_path (str): the path itself.
+        """
+        return os.fspath(path)
+
+    def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
+        """Open a stream to a URI, similar to the built-in ``open``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+            mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
+            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+
+        Returns:
+            IO: a file-like object.
+        """
+        return open(path, mode, **kwargs)
+
+    def exists(self, path: str) -> bool:
+        """Checks if there is a resource at the given URI.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path exists.
+        """
+        return os.path.exists(path)
+
+    def isfile(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a file.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path is a file.
+        """
+        return os.path.isfile(path)
+
+    def isdir(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a directory.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path is a directory.
+        """
+        return os.path.isdir(path)
+
+    def listdir(self, path: str) -> List[str]:
+        """List the contents of the directory at the given URI, like ``os.listdir``.
+
+        Args:
+            path (str): A URI supported by the PathHandler.
+
+        Returns:
+            List[str]: list of contents in given path.
+        """
+        return os.listdir(path)
+
+    def makedirs(self, path: str) -> None:
+        """Recursive directory creation function. Similar to ``os.makedirs(path,
+        exist_ok=True)``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        os.makedirs(path, exist_ok=True)
+
+    def remove(self, path: str) -> None:
+        """Remove the file (not directory) at the given URI, like ``os.remove``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        os.remove(path)
+
+    def removedirs(self, path: str) -> None:
+        """Remove directories recursively, like ``os.removedirs``: the leaf directory must
+        be empty, and parents left empty are removed too.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        os.removedirs(path)
+
+    def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        """Copy a local file to the given URI, atomically.
+
+        The copy is written to a temporary file beside ``dst_path`` and renamed into place,
+        so readers never see a partial file. Without ``overwrite`` the final step is a
+        hard link, which fails rather than replace a file that appeared meanwhile.
+
+        Args:
+            local_path (str): a local file path
+            dst_path (str): A URI supported by this PathHandler.
+            overwrite (bool): forcing overwrite of existing URI.
+
+        Returns:
+            bool: True on success.
+
+        Raises:
+            FileExistsError: ``dst_path`` exists and ``overwrite`` is False.
+            IsADirectoryError: ``dst_path`` is a directory.
+            FileNotFoundError: ``local_path`` or the directory of ``dst_path`` is missing.
+        """
+        if os.path.isdir(dst_path):
+            raise _os_error(errno.EISDIR, dst_path)
+        if not overwrite and os.path.lexists(dst_path):
+            raise _os_error(errno.EEXIST, dst_path)
+        directory = os.path.dirname(os.path.abspath(dst_path))
+        if not os.path.isdir(directory):
+            raise _os_error(errno.ENOENT, dst_path)
+        fd, tmp = tempfile.mkstemp(
+            dir=directory, prefix="." + os.path.basename(dst_path) + ".", suffix=".tmp"
+        )
+        os.close(fd)
+        try:
+            shutil.copyfile(local_path, tmp)
+            shutil.copymode(local_path, tmp)
+            if overwrite:
+                os.replace(tmp, dst_path)
+            else:
+                _link_without_clobbering(tmp, dst_path)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        return True
+
+
+def _link_without_clobbering(tmp: str, dst_path: str) -> None:
+    try:
+        os.link(tmp, dst_path)
+    except FileExistsError:
+        raise _os_error(errno.EEXIST, dst_path) from None
+    except OSError:
+        # No hard links here (FAT, some network shares): check, then rename.
+        if os.path.lexists(dst_path):
+            raise _os_error(errno.EEXIST, dst_path) from None
+        os.replace(tmp, dst_path)
+
+
+def _os_error(code: int, path: str) -> OSError:
+    # OSError(errno, ...) builds the matching subclass, e.g. FileExistsError for EEXIST.
+    return OSError(code, os.strerror(code), path)

@@ -1,0 +1,171 @@
+"""``PathHandler``: the contract every URI back-end of ``PathManager`` fulfils."""
+
+import os
+from typing import IO, Any, List, Optional
+
+__all__ = ["PathHandler"]
+
+DEFAULT_CACHE_DIR = "~/.easycore/cache"
+
+
+class PathHandler:
+    """Base Path handler class for a URI.
+
+    It routes I/O for a generic URI which may look like "protocol://path/to/file". A
+    handler declares the prefixes it serves with :meth:`get_supported_prefixes` and
+    mirrors ``open`` and ``os`` for them; :class:`PathManager` sends each path to the
+    handler with the longest matching prefix. Operations a handler does not support
+    raise :class:`NotImplementedError` naming the handler and the path.
+    """
+
+    def get_cache_dir(self, protocol: Optional[str] = None) -> str:
+        """Return a cache directory like ``<base-cache-dir>/protocol``.
+
+        The ``<base-cache-dir>`` is
+
+        1) ``$EASYCORE_CACHE``, if set
+        2) otherwise ``~/.easycore/cache``
+
+        Args:
+            protocol (str or None): protocol such as 'http', 'https'. If None, returns
+                the base cache dir.
+
+        Returns:
+            str: the cache directory (not created here).
+        """
+        base = os.path.expanduser(os.environ.get("EASYCORE_CACHE") or DEFAULT_CACHE_DIR)
+        return os.path.join(base, protocol) if protocol else base
+
+    def get_supported_prefixes(self) -> List[str]:
+        """
+        Returns:
+            List[str]: the list of URI prefixes the PathHandler can support.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define get_supported_prefixes()")
+
+    def get_support_prefixes(self) -> List[str]:
+        """Alias of :meth:`get_supported_prefixes`, as spelt in the easycore tutorial.
+
+        A subclass may override either name; :class:`PathManager` uses the one defined
+        by the most derived class.
+        """
+        return self.get_supported_prefixes()
+
+    def get_local_path(self, path: str) -> str:
+        """Get a file path which is compatible with native Python I/O such as ``open`` and
+        ``os.path``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            local_path (str): a file path which exists on the local file system.
+        """
+        raise self._unsupported("get_local_path", path)
+
+    def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
+        """Open a stream to a URI, similar to the built-in ``open``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+            mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
+            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+
+        Returns:
+            IO: a file-like object.
+        """
+        raise self._unsupported("open", path)
+
+    def exists(self, path: str) -> bool:
+        """Checks if there is a resource at the given URI.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path exists.
+        """
+        raise self._unsupported("exists", path)
+
+    def isfile(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a file.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path is a file.
+        """
+        raise self._unsupported("isfile", path)
+
+    def isdir(self, path: str) -> bool:
+        """Checks if the resource at the given URI is a directory.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            bool: True if the path is a directory.
+        """
+        raise self._unsupported("isdir", path)
+
+    def listdir(self, path: str) -> List[str]:
+        """List the contents of the directory at the given URI.
+
+        Args:
+            path (str): A URI supported by the PathHandler.
+
+        Returns:
+            List[str]: list of contents in given path.
+        """
+        raise self._unsupported("listdir", path)
+
+    def makedirs(self, path: str) -> None:
+        """Recursive directory creation function. Similar to ``os.makedirs``.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        raise self._unsupported("makedirs", path)
+
+    def remove(self, path: str) -> None:
+        """Remove the file (not directory) at the given URI.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        raise self._unsupported("remove", path)
+
+    def removedirs(self, path: str) -> None:
+        """Remove directories recursively.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+        """
+        raise self._unsupported("removedirs", path)
+
+    def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        """Copy a local file to the given URI.
+
+        Args:
+            local_path (str): a local file path
+            dst_path (str): A URI supported by this PathHandler.
+            overwrite (bool): forcing overwrite of existing URI.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("copy_from_local", dst_path)
+
+    def _prefixes(self) -> List[str]:
+        # The tutorial's custom handler overrides `get_support_prefixes`; the API docs
+        # name `get_supported_prefixes`. Honour whichever the most derived class defines.
+        for klass in type(self).__mro__:
+            if "get_supported_prefixes" in vars(klass):
+                return list(self.get_supported_prefixes())
+            if "get_support_prefixes" in vars(klass):
+                return list(self.get_support_prefixes())
+        raise AssertionError("unreachable: PathHandler defines get_supported_prefixes")
+
+    def _unsupported(self, operation: str, path: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} does not support {operation}: {path!r}")

@@ -1,0 +1,214 @@
+"""Fixtures for the easycore.common.path tests: a real loopback HTTP server, a scratch
+cache, and a registry restored after every test."""
+
+import collections
+import http.server
+import os
+import socket
+import threading
+import uuid
+
+import pytest
+
+from easycore.common.path import HTTPURLHandler, PathManager
+from easycore.common.path import manager as _manager
+
+
+def payload(path: str) -> bytes:
+    """What the server's default route answers for a request line's path."""
+    return f"content of {path}\n".encode()
+
+
+class LoopbackServer:
+    """A ThreadingHTTPServer on 127.0.0.1 whose routes misbehave on purpose.
+
+    Routes (the first path segment picks; everything after it is free text):
+
+    - ``/status/<code>/...``   answers ``<code>``.
+    - ``/flaky/<n>/...``       answers 500 the first ``n`` times, then 200.
+    - ``/truncated/...``       promises 1000 bytes, sends 100, closes the connection.
+    - ``/slow/...``            says nothing until the test ends (read timeout).
+    - ``/stall/...``           sends headers and 100 of 1000 bytes, then nothing.
+    - ``/gated/...``           sets ``first_request``, waits for ``gate``, then 200.
+    - ``/big/<n>/...``         ``n`` deterministic bytes.
+    - ``/redirect/<rest>``     302 to ``/<rest>``.
+    - ``/nohead/...``          405 for HEAD, 200 for GET.
+    - anything else          200 with ``payload(path)``.
+
+    Every request is counted by method and full path (query included).
+    """
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self.first_request = threading.Event()
+        self.gate = threading.Event()
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def count(self, path: str, method: str = "GET") -> int:
+        with self._lock:
+            return self.counts[(method, path)]
+
+    def __enter__(self) -> "LoopbackServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.gate.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=10)
+
+    def _hit(self, method: str, path: str) -> int:
+        with self._lock:
+            self.counts[(method, path)] += 1
+            return self.counts[(method, path)]
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+            def do_HEAD(self) -> None:
+                self._route("HEAD")
+
+            def do_GET(self) -> None:
+                self._route("GET")
+
+            def _send(self, status: int, body: bytes, length=None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body) if length is None else length))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _route(self, method: str) -> None:
+                n = server._hit(method, self.path)
+                parts = self.path.split("?", 1)[0].split("/")
+                kind = parts[1] if len(parts) > 1 else ""
+                if kind == "status":
+                    self._send(int(parts[2]), b"status body\n")
+                elif kind == "flaky":
+                    self._send(500 if n <= int(parts[2]) else 200, payload(self.path))
+                elif kind == "truncated":
+                    self._send(200, b"x" * 100, length=1000)
+                    self.close_connection = True
+                elif kind == "slow":
+                    server.stop.wait(10)
+                    self.close_connection = True
+                elif kind == "stall":
+                    self._send(200, b"x" * 100, length=1000)
+                    self.wfile.flush()
+                    server.stop.wait(10)
+                    self.close_connection = True
+                elif kind == "gated":
+                    server.first_request.set()
+                    server.gate.wait(30)
+                    self._send(200, payload(self.path))
+                elif kind == "big":
+                    size = int(parts[2])
+                    self._send(200, (b"0123456789abcdef" * (size // 16 + 1))[:size])
+                elif kind == "redirect":
+                    self.send_response(302)
+                    self.send_header("Location", "/" + "/".join(parts[2:]))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif kind == "nohead" and method == "HEAD":
+                    self._send(405, b"")
+                else:
+                    self._send(200, payload(self.path))
+
+            def handle_one_request(self) -> None:
+                try:
+                    super().handle_one_request()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (timeouts): fine
+
+        return Handler
+
+
+@pytest.fixture(scope="session")
+def server():
+    """One loopback server for the session; tests keep apart by using unique paths."""
+    with LoopbackServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def gated_server():
+    """A server of one's own, for tests that hold its ``gate``."""
+    with LoopbackServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def uid() -> str:
+    """A short token that makes a test's URLs its own."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def refused_port() -> int:
+    """A loopback port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch) -> str:
+    """Every test gets its own $EASYCORE_CACHE; the user's home cache is never touched."""
+    path = str(tmp_path / "cache")
+    monkeypatch.setenv("EASYCORE_CACHE", path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def restore_registry():
+    """Handlers registered by a test are gone after it."""
+    saved_handlers = dict(_manager._handlers)
+    saved_prefixes = _manager._prefixes
+    yield
+    _manager._handlers.clear()
+    _manager._handlers.update(saved_handlers)
+    _manager._prefixes = saved_prefixes
+
+
+@pytest.fixture
+def http_handler() -> HTTPURLHandler:
+    """The default HTTP handler with settings that keep failure tests fast."""
+    handler = HTTPURLHandler(timeout=(2.0, 1.0), max_attempts=3, backoff=0.01, progress=False)
+    PathManager.register(handler, override=True)
+    return handler
+
+
+def _files_under(root: str):
+    found = []
+    for dirpath, _, filenames in os.walk(root):
+        found += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames]
+    return sorted(found)
+
+
+@pytest.fixture
+def files_under():
+    """``files_under(root)``: every file below root, relative to it, sorted."""
+    return _files_under
+
+
+@pytest.fixture
+def expected_body():
+    """``expected_body(path)``: what the server's default route answers for ``path``."""
+    return payload
