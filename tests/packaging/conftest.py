@@ -1,0 +1,130 @@
+"""Fixtures for the packaging tests: the six distributions built once per session, and
+throwaway virtual environments to install them into.
+
+Everything runs in subprocesses with timeouts, so a stuck build or install fails the test
+instead of hanging CI. Builds use the running environment's hatchling (no build isolation,
+so nothing is downloaded to build); installs into the throwaway environments go through
+the running environment's pip (`pip --python`, pip >= 22.3), whose configuration and
+index apply as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Seconds any single waiting step may take before the test fails.
+BUILD_TIMEOUT = 180
+INSTALL_TIMEOUT = 240
+RUN_TIMEOUT = 120
+
+
+def run(command: list[str], *, timeout: float, cwd: Path | None = None) -> str:
+    """Run `command`; return its output, or fail the test showing that output."""
+    try:
+        done = subprocess.run(
+            command,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"timed out after {timeout}s: {' '.join(command)}\n{exc.stdout}\n{exc.stderr}")
+    if done.returncode:
+        pytest.fail(
+            f"exit {done.returncode}: {' '.join(command)}\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+    return done.stdout
+
+
+@dataclass
+class Artifacts:
+    """The built distributions, by distribution name."""
+
+    wheels: dict[str, Path]
+    sdists: dict[str, Path]
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
+    """Build all six sdists and wheels once, the way a release does (scripts/release.py)."""
+    outdir = tmp_path_factory.mktemp("dist")
+    release = [sys.executable, str(ROOT / "scripts" / "release.py")]
+    run([*release, "build", "--no-isolation", "--outdir", str(outdir)], timeout=BUILD_TIMEOUT)
+    names = [path.parent.name for path in ROOT.glob("packages/*/pyproject.toml")]
+
+    def one(pattern: str) -> Path:
+        found = sorted(outdir.glob(pattern))
+        assert len(found) == 1, f"expected one {pattern} in {outdir}, found {found}"
+        return found[0]
+
+    # File names use the normalized project name: easycore-config -> easycore_config-0.5.0...
+    return Artifacts(
+        wheels={n: one(f"{n.replace('-', '_')}-*.whl") for n in names},
+        sdists={n: one(f"{n.replace('-', '_')}-*.tar.gz") for n in names},
+    )
+
+
+class Env:
+    """A Python environment to install into and run code in, always in a subprocess."""
+
+    def __init__(self, python: Path, home: Path):
+        self.python = python
+        self.home = home  # the environment's folder (sys.prefix); commands run there
+
+    def pip(self, *args: str) -> str:
+        """The running environment's pip, acting on this environment (pip >= 22.3)."""
+        command = [sys.executable, "-m", "pip", "--python", str(self.python), *args]
+        return run(command, timeout=INSTALL_TIMEOUT)
+
+    def install(self, *requirements: str) -> None:
+        self.pip("install", "--quiet", *requirements)
+
+    def run(self, code: str, *args: str) -> str:
+        """Run `code` isolated (-I: no PYTHONPATH, no user site, no cwd on sys.path)."""
+        command = [str(self.python), "-I", "-c", code, *args]
+        return run(command, timeout=RUN_TIMEOUT, cwd=self.home)
+
+    def run_json(self, code: str, *args: str):
+        """Run `code`, which must print one JSON document as its last line."""
+        return json.loads(self.run(code, *args).strip().splitlines()[-1])
+
+    def distributions(self) -> set[str]:
+        """Normalized names of the distributions installed in this environment."""
+        code = (
+            "import importlib.metadata as m, json, re\n"
+            "print(json.dumps(sorted({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()"
+            " for d in m.distributions()})))"
+        )
+        return set(self.run_json(code))
+
+
+@pytest.fixture(scope="session")
+def make_venv(tmp_path_factory: pytest.TempPathFactory):
+    """Factory: make_venv("name") -> an Env for a fresh virtual environment without pip."""
+
+    def make(name: str) -> Env:
+        home = tmp_path_factory.mktemp(name) / "venv"
+        venv.create(home, with_pip=False, symlinks=os.name != "nt")
+        python = home / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        return Env(python, home)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def running_env() -> Env:
+    """The environment running the tests (the development one)."""
+    return Env(Path(sys.executable), Path(sys.prefix))

@@ -1,0 +1,151 @@
+"""What the six built wheels and sdists contain, read straight from the archives.
+
+No installation here: these tests open the files that `scripts/release.py build` wrote
+and compare them with the layout the project promises (one leaf package per
+distribution, PEP 420 namespaces, py.typed, one version, minimal dependencies).
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path, PurePosixPath
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+pytestmark = pytest.mark.packaging
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The import packages each wheel ships (its "leaves"); everything else under easycore/
+# is a namespace shared with the other distributions.
+LEAVES = {
+    "easycore-config": {"easycore.common.config"},
+    "easycore-registry": {"easycore.common.registry"},
+    "easycore-path": {"easycore.common.path", "easycore.common.network"},
+    "easycore-parallel": {"easycore.common.parallel"},
+    "easycore-torch": {"easycore.torch"},
+    "easycore": set(),  # the meta-package ships metadata only
+}
+
+# Requires-Dist by extra ("" = always), as names with extras, nothing more.
+REQUIRES = {
+    "easycore-config": {"": {"pyyaml"}},
+    "easycore-registry": {},
+    "easycore-path": {"": {"requests", "tqdm", "filelock"}},
+    "easycore-parallel": {"": {"easycore-config", "tqdm"}, "ray": {"ray"}},
+    "easycore-torch": {"": {"easycore-parallel", "torch"}},
+    "easycore": {
+        "": {"easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"},
+        "torch": {"easycore-torch"},
+        "ray": {"easycore-parallel[ray]"},
+        "all": {"easycore-torch", "easycore-parallel[ray]"},
+    },
+}
+SIBLINGS = set(LEAVES)
+DISTRIBUTIONS = sorted(LEAVES)
+
+
+def test_every_distribution_is_covered(artifacts):
+    assert set(artifacts.wheels) == SIBLINGS, "packages/ and LEAVES disagree"
+
+
+def wheel_files(wheel: Path) -> list[PurePosixPath]:
+    """Files of the wheel outside its .dist-info folder."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    return [PurePosixPath(n) for n in names if ".dist-info/" not in n]
+
+
+def metadata(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return Parser().parsestr(archive.read(name).decode("utf-8"))
+
+
+def version_in_source(distribution: str) -> str:
+    """The version in the file that [tool.hatch.version] reads for `distribution`."""
+    pyproject = (ROOT / "packages" / distribution / "pyproject.toml").read_text(encoding="utf-8")
+    source = re.search(r'^\[tool\.hatch\.version\][^\[]*?^path = "([^"]+)"', pyproject, re.M | re.S)
+    assert source, f"{distribution}: no [tool.hatch.version] path"
+    text = (ROOT / "packages" / distribution / source.group(1)).read_text(encoding="utf-8")
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_wheel_never_ships_the_namespace_packages(artifacts, distribution):
+    files = {str(f) for f in wheel_files(artifacts.wheels[distribution])}
+    assert "easycore/__init__.py" not in files
+    assert "easycore/common/__init__.py" not in files
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_wheel_ships_exactly_its_leaf_packages_with_py_typed(artifacts, distribution):
+    files = wheel_files(artifacts.wheels[distribution])
+    inits = {f.parent for f in files if f.name == "__init__.py"}
+    # A leaf is a regular package whose parent is not one (easycore.torch, not .parallel).
+    leaves = {".".join(p.parts) for p in inits if p.parent not in inits}
+    assert leaves == LEAVES[distribution]
+    for f in files:
+        assert any(f.is_relative_to(*leaf.split(".")) for leaf in leaves), f"{f} is outside a leaf"
+        assert "__pycache__" not in f.parts and f.suffix != ".pyc", f"{f} is a build leftover"
+    for leaf in leaves:
+        assert PurePosixPath(*leaf.split("."), "py.typed") in files, f"{leaf} has no py.typed"
+
+
+def test_no_two_wheels_ship_the_same_file(artifacts):
+    owner: dict[PurePosixPath, str] = {}
+    for distribution, wheel in artifacts.wheels.items():
+        for f in wheel_files(wheel):
+            assert f not in owner, f"{f} is in both {owner[f]} and {distribution}"
+            owner[f] = distribution
+
+
+def test_all_six_share_one_version_read_from_their_sources(artifacts):
+    versions = {d: metadata(w)["Version"] for d, w in artifacts.wheels.items()}
+    assert versions == {d: version_in_source(d) for d in DISTRIBUTIONS}
+    assert set(versions.values()) == {version_in_source("easycore")}, versions
+    for distribution, wheel in artifacts.wheels.items():
+        assert wheel.name.startswith(f"{distribution.replace('-', '_')}-{versions[distribution]}-")
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_requires_dist_is_exactly_the_documented_minimum(artifacts, distribution):
+    meta = metadata(artifacts.wheels[distribution])
+    version = meta["Version"]
+    found: dict[str, set[str]] = {}
+    for line in meta.get_all("Requires-Dist") or []:
+        requirement = Requirement(line)
+        marker = str(requirement.marker) if requirement.marker else ""
+        extra = re.fullmatch(r'extra == "([^"]+)"', marker)
+        group = extra.group(1) if extra else marker  # any other marker shows up as a mismatch
+        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+        name = canonicalize_name(requirement.name)
+        found.setdefault(group, set()).add(name + extras)
+        if name in SIBLINGS:
+            # Siblings move in lockstep: this release, not the next minor one.
+            major, minor = map(int, version.split(".")[:2])
+            assert requirement.specifier.contains(version), line
+            assert not requirement.specifier.contains(f"{major}.{minor + 1}.0"), line
+    assert found == REQUIRES[distribution]
+    assert set(meta.get_all("Provides-Extra") or []) == set(REQUIRES[distribution]) - {""}
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_sdist_has_the_sources_and_no_namespace_init(artifacts, distribution):
+    with tarfile.open(artifacts.sdists[distribution]) as archive:
+        names = [PurePosixPath(n) for n in archive.getnames()]
+    top = {n.parts[0] for n in names}
+    assert len(top) == 1, top
+    inside = {PurePosixPath(*n.parts[1:]) for n in names if len(n.parts) > 1}
+    assert {PurePosixPath("pyproject.toml"), PurePosixPath("README.md")} <= inside
+    assert not [n for n in inside if "__pycache__" in n.parts or n.suffix == ".pyc"]
+    for namespace in ("src/easycore/__init__.py", "src/easycore/common/__init__.py"):
+        assert PurePosixPath(namespace) not in inside
+    # The wheel was built from this sdist, so every shipped module came through it.
+    shipped = {PurePosixPath("src", f) for f in wheel_files(artifacts.wheels[distribution])}
+    assert shipped <= inside

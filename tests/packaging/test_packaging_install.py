@@ -1,0 +1,191 @@
+"""The distributions as users get them: installed from the built wheels into fresh
+virtual environments, and installed editable (hatch dev mode) in the running one.
+
+(a) all six wheels together: every documented import path works from site-packages;
+(b) the running development environment: the same imports resolve to packages/*/src;
+(c) easycore-config alone: usable, and nothing heavy comes with it.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version as installed_version
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.packaging
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every import path the manual documents, with the distribution that owns the module.
+RUNNERS = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
+PATH_API = ["PathManager", "PathHandler", "NativePathHandler", "HTTPURLHandler"]
+DOCUMENTED = {
+    "easycore.common.config": ("easycore-config", ["CfgNode", "HierarchicalCfgNode"]),
+    "easycore.common.registry": ("easycore-registry", ["Registry"]),
+    "easycore.common.path": ("easycore-path", [*PATH_API, "RedirectPathHandler"]),
+    "easycore.common.network": ("easycore-path", ["download_file"]),
+    "easycore.common.parallel": ("easycore-parallel", RUNNERS),
+    "easycore.torch": ("easycore-torch", []),
+    "easycore.torch.parallel": ("easycore-torch", RUNNERS),
+}
+# Each distribution's version source, the module [tool.hatch.version] reads.
+VERSION_MODULES = {
+    "easycore-config": "easycore.common.config._version",
+    "easycore-registry": "easycore.common.registry._version",
+    "easycore-path": "easycore.common.path._version",
+    "easycore-parallel": "easycore.common.parallel._version",
+    "easycore-torch": "easycore.torch._version",
+}
+HEAVY = ["requests", "tqdm", "torch", "numpy"]
+
+# Imports `module`, takes each documented name from it, and reports where it came from
+# and what `easycore` / `easycore.common` are. Prints JSON on its last line.
+PROBE = """
+import importlib, json, sys
+module_name, names = sys.argv[1], json.loads(sys.argv[2])
+try:
+    module = importlib.import_module(module_name)
+except ImportError as exc:
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+    raise SystemExit
+import easycore, easycore.common
+print(json.dumps({
+    "error": None,
+    "file": module.__file__,
+    "missing": [n for n in names if not hasattr(module, n)],
+    "namespaces": [getattr(easycore, "__file__", None), getattr(easycore.common, "__file__", None)],
+    "easycore_common_path": list(easycore.common.__path__),
+}))
+"""
+
+
+def probe(env, module: str) -> dict:
+    return env.run_json(PROBE, module, json.dumps(DOCUMENTED[module][1]))
+
+
+# --------------------------------------------------------------------------- (a) wheels
+
+
+@pytest.fixture(scope="module")
+def all_wheels_venv(artifacts, make_venv):
+    """All six wheels and their dependencies in one fresh environment.
+
+    torch is pinned to the exact build the running environment has (the CPU wheel in
+    /opt/wheels here), so pip neither downloads another torch nor picks a CUDA one; the
+    install unpacks it (about 30 s) rather than sharing the running environment's copy,
+    so this environment sees nothing it did not install itself.
+    """
+    env = make_venv("all-wheels")
+    env.install(*map(str, artifacts.wheels.values()), f"torch=={installed_version('torch')}")
+    return env
+
+
+def test_all_wheels_install_consistently(all_wheels_venv):
+    installed = all_wheels_venv.distributions()
+    assert set(DOCUMENTED[m][0] for m in DOCUMENTED) | {"easycore"} <= installed
+    all_wheels_venv.pip("check")  # every Requires-Dist of everything installed is met
+
+
+@pytest.mark.parametrize("module", sorted(DOCUMENTED))
+def test_documented_import_paths_from_wheels(all_wheels_venv, module):
+    found = probe(all_wheels_venv, module)
+    assert found["error"] is None, found["error"]
+    assert found["missing"] == [], f"{module} lacks documented names {found['missing']}"
+    assert Path(found["file"]).is_relative_to(all_wheels_venv.home), found["file"]
+    assert found["namespaces"] == [None, None], "easycore or easycore.common is not a namespace"
+
+
+def test_versions_match_metadata_from_wheels(all_wheels_venv):
+    code = (
+        "import importlib, importlib.metadata as m, json\n"
+        f"mods = {VERSION_MODULES!r}\n"
+        "print(json.dumps({d: [m.version(d), importlib.import_module(v).__version__]"
+        " for d, v in mods.items()}))"
+    )
+    versions = all_wheels_venv.run_json(code)
+    assert all(meta == source for meta, source in versions.values()), versions
+    assert len({meta for meta, _ in versions.values()}) == 1, versions
+
+
+def test_config_stays_light_where_heavy_packages_are_installed(all_wheels_venv):
+    # requests, tqdm and torch are installed here, so this proves config does not pull
+    # them in (numpy is not a dependency of anything here, so it is only listed).
+    code = (
+        "import json, sys\n"
+        "from easycore.common.config import CfgNode\n"
+        "cfg = CfgNode({'MODEL': {'DEPTH': 50}}); assert cfg.MODEL.DEPTH == 50\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    assert all_wheels_venv.run_json(code) == []
+
+
+# -------------------------------------------------------------------------- (b) editable
+
+# The running environment is the development one (scripts/_env.sh's .venv, or hatch's
+# default environment): all six distributions installed editable from packages/.
+SIX = sorted({dist for dist, _ in DOCUMENTED.values()} | {"easycore"})
+
+
+@pytest.mark.parametrize("distribution", SIX)
+def test_running_env_has_the_distribution_editable(distribution):
+    from importlib.metadata import distribution as find
+
+    direct_url = find(distribution).read_text("direct_url.json")
+    assert direct_url, f"{distribution} is not installed from a local folder"
+    info = json.loads(direct_url)
+    assert info.get("dir_info", {}).get("editable"), f"{distribution} is not editable: {info}"
+    assert info["url"] == (ROOT / "packages" / distribution).as_uri()
+
+
+@pytest.mark.parametrize("module", sorted(DOCUMENTED))
+def test_documented_import_paths_editable(running_env, module):
+    distribution = DOCUMENTED[module][0]
+    found = probe(running_env, module)
+    assert found["error"] is None, found["error"]
+    assert found["missing"] == [], f"{module} lacks documented names {found['missing']}"
+    assert Path(found["file"]).is_relative_to(ROOT / "packages" / distribution / "src")
+    assert found["namespaces"] == [None, None], "easycore or easycore.common is not a namespace"
+    # easycore.common spans the four light distributions' source trees.
+    for light in ("easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"):
+        portion = ROOT / "packages" / light / "src" / "easycore" / "common"
+        assert str(portion) in found["easycore_common_path"]
+
+
+# ------------------------------------------------------------------------ (c) config only
+
+
+@pytest.fixture(scope="module")
+def config_only_venv(artifacts, make_venv):
+    env = make_venv("config-only")
+    env.install(str(artifacts.wheels["easycore-config"]))
+    return env
+
+
+def test_config_alone_installs_only_pyyaml(config_only_venv):
+    assert config_only_venv.distributions() == {"easycore-config", "pyyaml"}
+
+
+def test_config_alone_is_usable_and_light(config_only_venv):
+    code = (
+        "import json, sys\n"
+        "from easycore.common.config import CfgNode\n"
+        "cfg = CfgNode({'MODEL': {'NUM_CLASSES': 100}})\n"
+        "cfg.SOLVER = CfgNode(); cfg.SOLVER.LR = 0.1\n"
+        "assert cfg.MODEL.NUM_CLASSES == 100 and cfg.SOLVER.LR == 0.1\n"
+        "loaded = CfgNode.load('NAME: easycore\\nSIZE: [224, 224]\\n')\n"
+        "assert loaded.NAME == 'easycore' and list(loaded.SIZE) == [224, 224]\n"
+        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "try:\n"
+        "    import easycore.common.parallel\n"
+        "    missing = None\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    missing = exc.name\n"
+        "print(json.dumps({'heavy': heavy, 'missing': missing}))"
+    )
+    found = config_only_venv.run_json(code)
+    # None of the heavy packages is installed here, so an import of one would have
+    # failed above; this mainly guards against the config swallowing such an error.
+    assert found["heavy"] == []
+    assert found["missing"] == "easycore.common.parallel"
