@@ -12,7 +12,6 @@ import operator
 import pickle
 
 import pytest
-
 from easycore.common.config import CfgNode, FrozenError
 
 

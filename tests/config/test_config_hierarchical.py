@@ -7,7 +7,6 @@ import warnings
 
 import pytest
 import yaml
-
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 EXAMPLE_A = """\
@@ -41,7 +40,9 @@ def test_open_documented_example(example_dir, monkeypatch):
     cfg = HierarchicalCfgNode.open("./example-A.yaml")
 
     assert isinstance(cfg, CfgNode)
-    assert str(cfg) == "{'A': 'in example-A.yaml', 'B': 'in example-B.yaml', 'C': 'in example-A.yaml'}"
+    assert str(cfg) == (
+        "{'A': 'in example-A.yaml', 'B': 'in example-B.yaml', 'C': 'in example-A.yaml'}"
+    )
     assert "__BASE__" not in cfg
     assert cfg.A == "in example-A.yaml"  # the file wins over its base
     assert cfg.B == "in example-B.yaml"  # inherited from the base
@@ -98,7 +99,7 @@ def test_chain_of_depth_three_merges_recursively(tmp_path):
     }
     assert "__BASE__" not in cfg
     with pytest.raises(AttributeError, match=r"MODEL\.HEAD\.DROPUOT.*MODEL\.HEAD\.DROPOUT"):
-        cfg.MODEL.HEAD.DROPUOT
+        _ = cfg.MODEL.HEAD.DROPUOT
 
 
 def test_cycle_is_an_error_naming_the_chain(tmp_path):

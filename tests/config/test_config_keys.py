@@ -6,7 +6,6 @@ import copy
 import pickle
 
 import pytest
-
 from easycore.common.config import CfgNode, ConfigError, ConfigKeyError, FrozenError
 
 INVALID_KEYS = ["a-b", "1x", "a.b", "", 3, "with space", None, ("t",), "é-x"]
@@ -151,7 +150,7 @@ def test_internal_slots_cannot_be_set_as_keys_by_attribute():
 def test_missing_attribute_names_the_dotted_path_and_suggests():
     cfg = make_cfg()
     with pytest.raises(AttributeError) as info:
-        cfg.MODEL.BACKBONE.DEPT
+        _ = cfg.MODEL.BACKBONE.DEPT
     message = str(info.value)
     assert "'MODEL.BACKBONE.DEPT'" in message
     assert "did you mean 'MODEL.BACKBONE.DEPTH'?" in message
@@ -171,15 +170,15 @@ def test_missing_item_names_the_dotted_path_and_suggests():
 def test_missing_key_at_the_top_level():
     cfg = make_cfg()
     with pytest.raises(AttributeError, match=r"'SEEDS'.*did you mean 'SEED'\?"):
-        cfg.SEEDS
+        _ = cfg.SEEDS
     with pytest.raises(KeyError, match=r"'MODLE'.*did you mean 'MODEL'\?"):
-        cfg["MODLE"]
+        _ = cfg["MODLE"]
 
 
 def test_missing_key_without_close_match_has_no_suggestion():
     cfg = make_cfg()
     with pytest.raises(AttributeError) as info:
-        cfg.MODEL.TOTALLY_DIFFERENT
+        _ = cfg.MODEL.TOTALLY_DIFFERENT
     assert "did you mean" not in str(info.value)
     assert "MODEL.TOTALLY_DIFFERENT" in str(info.value)
 
@@ -202,7 +201,7 @@ def test_paths_are_right_however_the_node_was_built(tmp_path):
     built["overridden"].merge_from_list(["MODEL.BACKBONE.DEPTH=50"], allow_new=True)
     for how, cfg in built.items():
         with pytest.raises(AttributeError, match=r"'MODEL\.BACKBONE\.DEPT'") as info:
-            cfg.MODEL.BACKBONE.DEPT
+            _ = cfg.MODEL.BACKBONE.DEPT
         assert "did you mean 'MODEL.BACKBONE.DEPTH'" in str(info.value), how
 
 
@@ -212,7 +211,7 @@ def test_a_node_moved_under_another_key_takes_that_path():
     cfg.OTHER = CfgNode()
     cfg.OTHER.NET = source.MODEL
     with pytest.raises(AttributeError, match=r"'OTHER\.NET\.BACKBONE\.DEPT'"):
-        cfg.OTHER.NET.BACKBONE.DEPT
+        _ = cfg.OTHER.NET.BACKBONE.DEPT
 
 
 def test_getattr_default_and_hasattr_work():
@@ -226,7 +225,7 @@ def test_getattr_default_and_hasattr_work():
 def test_dunder_probes_stay_quiet():
     cfg = make_cfg()
     with pytest.raises(AttributeError) as info:
-        cfg.__not_a_thing__
+        _ = cfg.__not_a_thing__
     assert str(info.value) == "__not_a_thing__"
 
 
@@ -258,7 +257,7 @@ def test_removed_keys_are_gone_as_attributes_too(remove):
     remove(cfg)
     assert "A" not in cfg
     with pytest.raises(AttributeError, match="'A'"):
-        cfg.A
+        _ = cfg.A
 
 
 def test_changed_values_show_through_attributes():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from easycore.common.config import CfgNode, ConfigError, ConfigKeyError
 
 
@@ -186,7 +185,7 @@ def test_allow_new_adds_keys_and_parent_nodes():
     assert isinstance(cfg.DATA, CfgNode) and isinstance(cfg.DATA.LOADER, CfgNode)
     assert cfg.DATA.LOADER == {"WORKERS": 4, "NAME": "coco"}
     with pytest.raises(AttributeError, match=r"'DATA\.LOADER\.WORKER'.*'DATA\.LOADER\.WORKERS'"):
-        cfg.DATA.LOADER.WORKER
+        _ = cfg.DATA.LOADER.WORKER
     # existing keys still keep their types
     with pytest.raises(ConfigError, match="SOLVER.LR"):
         cfg.merge_from_list(["SOLVER.LR=fast"], allow_new=True)

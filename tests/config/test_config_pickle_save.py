@@ -10,7 +10,6 @@ import pickle
 import stat
 
 import pytest
-
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 
@@ -40,7 +39,7 @@ def test_pickle_round_trip_keeps_attribute_access(protocol):
     assert again.MODEL.BACKBONE.SIZE == (224, 224)
     assert again["copy"] == "a key named like a method" and callable(again.copy)
     with pytest.raises(AttributeError, match=r"'MODEL\.BACKBONE\.DEPT'.*DEPTH"):
-        again.MODEL.BACKBONE.DEPT
+        _ = again.MODEL.BACKBONE.DEPT
     again.MODEL.BACKBONE.DEPTH = 101  # still mutable, and the attribute follows
     assert again["MODEL"]["BACKBONE"]["DEPTH"] == 101
     assert cfg.MODEL.BACKBONE.DEPTH == 50
@@ -51,7 +50,7 @@ def test_pickle_a_subtree():
     sub = pickle.loads(pickle.dumps(cfg.MODEL))
     assert sub.BACKBONE.DEPTH == 50
     with pytest.raises(AttributeError, match=r"'MODEL\.BACKBONE\.DEPT'"):
-        sub.BACKBONE.DEPT
+        _ = sub.BACKBONE.DEPT
 
 
 def test_pickle_keeps_the_subclass():

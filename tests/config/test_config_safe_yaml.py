@@ -13,7 +13,6 @@ import re
 
 import pytest
 import yaml
-
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 
@@ -73,7 +72,9 @@ def _unsafe_documents(marker):
     m = str(marker)
     return {
         "object/apply:os.system": f"A: 1\nB: !!python/object/apply:os.system ['touch {m}']\n",
-        "object/apply:builtins.open": f"A: 1\nB: !!python/object/apply:builtins.open ['{m}', 'w']\n",
+        "object/apply:builtins.open": (
+            f"A: 1\nB: !!python/object/apply:builtins.open ['{m}', 'w']\n"
+        ),
         "object/new:subprocess.Popen": (
             f"A: 1\nB: !!python/object/new:subprocess.Popen [['touch', '{m}']]\n"
         ),

@@ -11,7 +11,6 @@ import io
 
 import pytest
 import yaml
-
 from easycore.common.config import CfgNode as CN
 
 EXAMPLE_YAML = """\
@@ -206,8 +205,8 @@ def test_attribute_and_item_access_agree():
     assert cfg["A"] == 10
     cfg["B"] = 20
     assert cfg.B == 20
-    assert getattr(cfg, "A") == 10
-    setattr(cfg, "C", 3)
+    assert cfg.A == 10
+    cfg.C = 3
     assert cfg["C"] == 3
 
 

@@ -6,7 +6,6 @@ import sys
 import threading
 
 import pytest
-
 from easycore.common.registry import Registry
 
 
