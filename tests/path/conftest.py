@@ -9,7 +9,6 @@ import threading
 import uuid
 
 import pytest
-
 from easycore.common.path import HTTPURLHandler, PathManager
 from easycore.common.path import manager as _manager
 

@@ -4,7 +4,6 @@ import os
 import stat
 
 import pytest
-
 from easycore.common.path import NativePathHandler, PathManager
 
 

@@ -1,0 +1,170 @@
+"""The cache never escapes its directory, and distinct URLs get distinct entries."""
+
+import os
+
+import pytest
+from easycore.common.path import PathManager
+from easycore.common.path.cache import check_inside, url_to_cache_path
+
+HOSTILE_PATHS = [
+    "/../../../../etc/passwd",
+    "/a/b/../../../../etc/passwd",
+    "/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
+    "/..%2f..%2f..%2fetc%2fpasswd",
+    "/..%5c..%5c..%5cwindows%5cwin.ini",
+    "/..\\..\\..\\etc\\passwd",
+    "//etc/passwd",
+    "///etc/passwd",
+    "/%2Fetc%2Fpasswd",
+    "/C:%5CWindows%5Csystem.ini",
+    "/./././x",
+    "/.",
+    "/..",
+    "/%2e",
+    "/%2e%2e",
+    "/...",
+    "/x%00.txt",
+    "/%0a%0d",
+    "/~/.ssh/id_rsa",
+    "/a?../../../../etc/passwd",
+    "/a?x=/../../etc/passwd",
+    "/%252e%252e/%252e%252e/etc",
+    "/" + "a" * 600 + ".txt",
+    "/" + "%2e" * 300,
+    "/\u202egnp.exe",
+    "/@index",
+    "/file.lock",
+    "/",
+    "",
+]
+
+HOSTILE_HOSTS = [
+    "http://127.0.0.1:{port}",
+    "http://user:pass@127.0.0.1:{port}",
+    "http://..:{port}",
+    "http://%2e%2e:{port}",
+    "http://[::1]:{port}",
+    "http://a_b:{port}",
+]
+
+
+def assert_strictly_inside(root, path):
+    root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    assert real != root and os.path.commonpath([root, real]) == root, (path, real)
+
+
+@pytest.mark.parametrize("host", HOSTILE_HOSTS)
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_every_crafted_url_maps_inside_the_cache(tmp_path, host, path):
+    cache = str(tmp_path / "cache" / "http")
+    local = url_to_cache_path(cache, host.format(port=8000) + path)
+    assert_strictly_inside(cache, local)
+    parts = os.path.relpath(local, cache).split(os.sep)
+    assert all(part not in ("", ".", "..") and "\\" not in part for part in parts)
+    assert all(len(part.encode()) <= 255 for part in parts)
+
+
+def test_downloading_crafted_urls_writes_only_inside_the_cache(
+    server, http_handler, tmp_path, cache_dir, files_under
+):
+    outside_before = files_under(str(tmp_path))
+    for path in HOSTILE_PATHS:
+        url = server.url(path)
+        try:
+            local = PathManager.get_local_path(url)
+        except (ValueError, OSError) as exc:
+            # Refused clearly is fine too: "/%2e%2e" cannot be a file once
+            # "/%2e%2e/%2e%2e/etc/passwd" made it a directory.
+            assert url in str(exc)
+            continue
+        assert_strictly_inside(cache_dir, local)
+        with open(local, "rb") as f:
+            assert f.read().startswith(b"content of /")
+    outside_after = [f for f in files_under(str(tmp_path)) if not f.startswith("cache" + os.sep)]
+    assert outside_after == [f for f in outside_before if not f.startswith("cache" + os.sep)]
+
+
+def test_distinct_urls_get_distinct_entries(tmp_path):
+    cache = str(tmp_path)
+    urls = [
+        "http://h/data.bin",
+        "http://h/data.bin?v=1",
+        "http://h/data.bin?v=2",
+        "http://h/data.bin?v=1&w=2",
+        "http://h/data.bin?w=2&v=1",
+        "http://h/data.bin@0123456789ab",
+        "http://h/data%40x.bin",
+        "http://h/data@x.bin",
+        "http://h:81/data.bin",
+        "http://h_81/data.bin",
+        "http://h/data.bin/",
+        "http://h/data.bin.lock",
+        "http://h/@index",
+        "http://h/",
+        "http://h/%2e%2e",
+        "http://h/.%2e",
+        "http://h/a%2Fb",
+        "http://h/a/b",
+    ]
+    mapped = [url_to_cache_path(cache, url) for url in urls]
+    # %40 and @ are the same character; a/b and a%2Fb differ only if the server says so
+    # (we keep them apart); everything else must be distinct.
+    assert mapped[6] == mapped[7]
+    assert mapped[14] == mapped[15]  # %2e is '.', so both are the segment '..'
+    distinct = mapped[:7] + mapped[8:15] + mapped[16:]
+    assert len(set(distinct)) == len(distinct), distinct
+
+
+def test_equivalent_spellings_share_an_entry(tmp_path):
+    cache = str(tmp_path)
+    same = [
+        "http://example.com/a/b.txt",
+        "http://EXAMPLE.com/a/b.txt",
+        "http://example.com:80/a/b.txt",
+        "http://example.com/a/./b.txt",
+        "http://example.com/a/c/../b.txt",
+        "http://example.com//a//b.txt",
+        "http://example.com/%61/b.txt",
+        "http://example.com/a/b.txt#fragment",
+        "http://user@example.com/a/b.txt",
+    ]
+    assert len({url_to_cache_path(cache, url) for url in same}) == 1
+    assert url_to_cache_path(cache, same[0]) == os.path.join(cache, "example.com", "a", "b.txt")
+
+
+def test_layout_is_readable(tmp_path):
+    cache = str(tmp_path)
+    local = url_to_cache_path(cache, "https://example.com:8443/models/resnet%2050.pth?v=3")
+    rel = os.path.relpath(local, cache).split(os.sep)
+    assert rel[:2] == ["example.com_8443", "models"]
+    assert rel[2].startswith("resnet%2050@") and rel[2].endswith(".pth")
+
+
+def test_urls_without_a_host_are_refused(tmp_path):
+    for url in ("http:///etc/passwd", "http://:80/x", "http:etc/passwd"):
+        with pytest.raises(ValueError, match="no host"):
+            url_to_cache_path(str(tmp_path), url)
+    with pytest.raises(ValueError, match="(?i)port"):
+        url_to_cache_path(str(tmp_path), "http://h:99999/x")
+
+
+def test_symlink_escaping_the_cache_is_refused(tmp_path, server, http_handler, cache_dir, uid):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host_dir = os.path.join(cache_dir, "http", f"127.0.0.1_{server.port}")
+    os.makedirs(host_dir)
+    os.symlink(outside, os.path.join(host_dir, uid))
+    with pytest.raises(ValueError, match="outside"):
+        PathManager.get_local_path(server.url(f"/{uid}/evil.txt"))
+    assert os.listdir(outside) == []
+    with pytest.raises(ValueError):
+        check_inside(cache_dir, os.path.join(host_dir, uid, "evil.txt"), "u")
+
+
+def test_a_url_below_a_cached_file_fails_clearly(server, http_handler, uid):
+    PathManager.get_local_path(server.url(f"/nest/{uid}"))
+    with pytest.raises(OSError) as info:
+        PathManager.get_local_path(server.url(f"/nest/{uid}/child.txt"))
+    assert server.url(f"/nest/{uid}/child.txt") in str(info.value)
