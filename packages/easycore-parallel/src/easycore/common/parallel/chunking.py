@@ -1,0 +1,77 @@
+"""Adaptive chunking: how many items travel between processes at once.
+
+Sending items one by one costs a few tens of microseconds of pickling and
+system calls each, which dwarfs ``x * x``. Sending them in chunks amortises
+that, but a chunk that is too large hurts load balance, latency and memory.
+The chunker watches how long workers take per chunk (and how many bytes a
+chunk makes) and steers the size towards a few milliseconds and a few
+megabytes per chunk. Hooks still see one item at a time: chunking is
+invisible to ``producer_work`` and ``consumer_work``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AdaptiveChunker"]
+
+
+class AdaptiveChunker:
+    """Picks the next chunk size from the timings of finished chunks.
+
+    Thread-safety: :meth:`observe` is called by the collecting thread and
+    :attr:`size` read by the feeding thread; both touch a single int, so a
+    stale read only means one chunk of the previous size.
+    """
+
+    def __init__(
+        self,
+        target_seconds: float = 0.004,
+        target_bytes: int = 4 << 20,
+        max_items: int = 8192,
+        growth: float = 8.0,
+    ) -> None:
+        """
+        Args:
+            target_seconds (float): aim for chunks that take this long in a worker.
+            target_bytes (int): and that carry at most about this many bytes.
+            max_items (int): never more items than this per chunk; with
+                ``queue_scale`` it bounds how far the input is read ahead.
+            growth (float): the largest factor by which one observation can
+                grow the size, so one lucky timing does not jump to the maximum.
+        """
+        self.target_seconds = target_seconds
+        self.target_bytes = target_bytes
+        self.max_items = max_items
+        self.growth = growth
+        self._size = 1  # start small: the first items also probe how costly an item is
+        self._secs_per_item = None
+        self._bytes_per_item = None
+
+    @property
+    def size(self) -> int:
+        """int: the number of items to put in the next chunk."""
+        return self._size
+
+    def observe(self, n_items: int, seconds: float, nbytes: int) -> None:
+        """Account for a finished chunk.
+
+        Args:
+            n_items (int): items in the chunk.
+            seconds (float): time the worker spent on it (decode, hooks, encode).
+            nbytes (int): bytes it moved (input and results, wherever they travelled).
+        """
+        if n_items <= 0:
+            return
+        secs = max(seconds / n_items, 1e-9)
+        nb = max(nbytes / n_items, 1.0)
+        # An exponential average: single chunks are noisy (GIL switches, page
+        # faults on the first big array), the trend is what matters.
+        if self._secs_per_item is None:
+            self._secs_per_item, self._bytes_per_item = secs, nb
+        else:
+            self._secs_per_item = 0.5 * self._secs_per_item + 0.5 * secs
+            self._bytes_per_item = 0.5 * self._bytes_per_item + 0.5 * nb
+        ideal = min(
+            self.target_seconds / self._secs_per_item, self.target_bytes / self._bytes_per_item
+        )
+        ideal = min(ideal, self._size * self.growth, self.max_items)
+        self._size = max(1, int(ideal))

@@ -1,0 +1,191 @@
+"""Errors raised by the runners.
+
+Every error that comes from a worker names the device it ran on, so that with
+``devices=["cuda:0", "cuda:1"]`` you know which card failed. A hook's
+exception travels back as an :class:`ErrorReport` (plain data, picklable even
+when the exception itself is not) and is re-raised in the caller as a
+:class:`WorkerError` whose message holds the worker's traceback and whose
+``__cause__`` is the original exception when it could be unpickled.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+from typing import NamedTuple, Optional
+
+__all__ = [
+    "ParallelError",
+    "RunnerClosedError",
+    "WorkerError",
+    "WorkerDiedError",
+    "ErrorReport",
+]
+
+
+class ParallelError(RuntimeError):
+    """Base class of the errors raised by :mod:`easycore.common.parallel`."""
+
+
+class RunnerClosedError(ParallelError):
+    """The runner is closed: after :meth:`close`, or after a call that failed.
+
+    Call :meth:`~easycore.common.parallel.BaseRunner.activate` to start the
+    workers again.
+    """
+
+
+class ErrorReport(NamedTuple):
+    """A hook's exception as plain data, built in the worker.
+
+    Back-ends send this instead of the exception itself: the traceback text
+    always survives, the exception object only when it pickles both ways.
+    """
+
+    hook: str
+    exc_type: str
+    message: str
+    traceback: str
+    exc_pickle: Optional[bytes]
+
+    @classmethod
+    def capture(cls, hook: str, exc: BaseException) -> ErrorReport:
+        """Describe ``exc``, raised by ``hook``; call it inside the ``except`` block.
+
+        Args:
+            hook (str): name of the hook (or step) that raised.
+            exc (BaseException): the exception.
+
+        Returns:
+            ErrorReport:
+        """
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            blob: Optional[bytes] = pickle.dumps(exc)
+            pickle.loads(blob)  # exceptions with custom __init__ often fail only here
+        except Exception:
+            blob = None
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<unprintable>"
+        return cls(hook, type(exc).__qualname__, message, text, blob)
+
+    def original(self) -> Optional[BaseException]:
+        """The worker's exception object, or None when it could not travel."""
+        if self.exc_pickle is None:
+            return None
+        try:
+            return pickle.loads(self.exc_pickle)
+        except Exception:
+            return None
+
+
+class WorkerError(ParallelError):
+    """A producer hook raised in a worker (or its result could not be sent back).
+
+    Attributes:
+        device (str): the worker's device.
+        hook (str): the hook that raised, e.g. ``"producer_work"``.
+        worker_index (int): position of the worker in ``devices``.
+        pid (int or None): the worker's process id (None for back-ends without one).
+        exc_type (str): name of the original exception class.
+        remote_traceback (str): the traceback as formatted in the worker.
+    """
+
+    def __init__(
+        self,
+        device: str,
+        hook: str,
+        worker_index: int,
+        pid: Optional[int],
+        exc_type: str,
+        exc_message: str,
+        remote_traceback: str,
+    ) -> None:
+        self.device = device
+        self.hook = hook
+        self.worker_index = worker_index
+        self.pid = pid
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.remote_traceback = remote_traceback
+        where = f"worker {worker_index}" + (f", pid {pid}" if pid is not None else "")
+        super().__init__(
+            f"{hook} raised {exc_type} on device {device!r} ({where}): {exc_message}\n\n"
+            f"Worker traceback:\n{remote_traceback.rstrip()}"
+        )
+
+    @classmethod
+    def from_report(
+        cls, report: ErrorReport, device: str, worker_index: int, pid: Optional[int]
+    ) -> WorkerError:
+        """Build the caller-side error from a worker's report.
+
+        Args:
+            report (ErrorReport): what the worker captured.
+            device (str):
+            worker_index (int):
+            pid (int or None):
+
+        Returns:
+            WorkerError: with ``__cause__`` set to the original exception when available.
+        """
+        err = cls(
+            device, report.hook, worker_index, pid, report.exc_type, report.message,
+            report.traceback,
+        )
+        err.__cause__ = report.original()
+        return err
+
+    def __reduce__(self):
+        args = (
+            self.device, self.hook, self.worker_index, self.pid, self.exc_type,
+            self.exc_message, self.remote_traceback,
+        )
+        return (type(self), args)
+
+
+def _describe_exitcode(exitcode: Optional[int]) -> str:
+    if exitcode is None:
+        return "an unknown exit code"
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    hint = {
+        "SIGKILL": "; killed from outside, often by the out-of-memory killer",
+        "SIGSEGV": "; a segmentation fault in native code",
+        "SIGBUS": "; a bus error in native code (shared memory full?)",
+        "SIGABRT": "; aborted by native code",
+    }.get(name, "")
+    return f"exit code {exitcode} ({name}{hint})"
+
+
+class WorkerDiedError(ParallelError):
+    """A worker process ended without being asked to.
+
+    Attributes:
+        device (str): the worker's device.
+        worker_index (int): position of the worker in ``devices``.
+        pid (int or None): the worker's process id.
+        exitcode (int or None): the process exit code; negative means killed by that signal.
+    """
+
+    def __init__(
+        self, device: str, worker_index: int, pid: Optional[int], exitcode: Optional[int]
+    ) -> None:
+        self.device = device
+        self.worker_index = worker_index
+        self.pid = pid
+        self.exitcode = exitcode
+        super().__init__(
+            f"worker {worker_index} on device {device!r} (pid {pid}) died unexpectedly "
+            f"with {_describe_exitcode(exitcode)}"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode))

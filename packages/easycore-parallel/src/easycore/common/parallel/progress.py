@@ -1,0 +1,52 @@
+"""The optional progress bar of a runner call (tqdm).
+
+Updated once per chunk from the consuming thread, so it costs nothing per
+item. tqdm is imported only when a bar is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Union
+
+__all__ = ["Progress", "ProgressOption"]
+
+#: ``False`` (no bar), ``True`` (default bar) or a dict of ``tqdm`` keyword arguments.
+ProgressOption = Union[bool, Mapping[str, Any]]
+
+
+class Progress:
+    """A tqdm bar counting consumed items, or nothing at all."""
+
+    def __init__(self, option: ProgressOption, total: Optional[int], desc: str) -> None:
+        """
+        Args:
+            option (bool or dict): False for no bar, True for the default bar,
+                or tqdm keyword arguments (``file``, ``desc``, ``mininterval`` ...).
+            total (int or None): number of items when the input has a length.
+            desc (str): default label, the runner's class name.
+        """
+        self._bar = None
+        if not option:
+            return
+        from tqdm import tqdm
+
+        class _Bar(tqdm):
+            # tqdm's monitor thread outlives the bar; a runner promises not to
+            # leave threads behind, and per-chunk updates make it unnecessary.
+            monitor_interval = 0
+
+        kwargs: dict = {"total": total, "desc": desc, "unit": "item", "dynamic_ncols": True}
+        if isinstance(option, Mapping):
+            kwargs.update(option)
+        self._bar = _Bar(**kwargs)
+
+    def update(self, n: int) -> None:
+        """Count ``n`` more consumed items."""
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        """Finish the bar (idempotent)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
