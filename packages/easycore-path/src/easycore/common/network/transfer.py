@@ -140,10 +140,10 @@ def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, c
             raise DownloadError(
                 url, response.reason or "error", status, _is_transient_status(status)
             )
-        tmp = _temporary_file_for(dst)
+        fd, tmp = _create_temporary_file(dst)
         try:
             try:
-                _stream_into(response, tmp, url, dst, progress, chunk_size)
+                _stream_into(response, fd, url, dst, progress, chunk_size)
             except requests.RequestException as exc:
                 raise _as_download_error(url, exc) from exc
             os.replace(tmp, dst)
@@ -153,30 +153,22 @@ def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, c
     return dst
 
 
-def _stream_into(response, tmp: str, url: str, dst: str, progress: bool, chunk_size: int) -> None:
+def _stream_into(response, fd: int, url: str, dst: str, progress: bool, chunk_size: int) -> None:
     expected = _content_length(response)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=expected,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=os.path.basename(dst),
-        )
     written = 0
-    try:
-        with open(tmp, "wb") as f:
+    # Write through the descriptor that created the file: reopening it with O_TRUNC
+    # makes ext4 flush the whole file at close (its replace-via-truncate heuristic).
+    with open(fd, "wb") as f:
+        bar = _progress_bar(expected, os.path.basename(dst)) if progress else None
+        try:
             for chunk in response.iter_content(chunk_size):
                 f.write(chunk)
                 written += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
-    finally:
-        if bar is not None:
-            bar.close()
+        finally:
+            if bar is not None:
+                bar.close()
     if expected is not None:
         # With a content coding the length counts wire bytes, not decoded ones.
         encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
@@ -190,7 +182,13 @@ def _stream_into(response, tmp: str, url: str, dst: str, progress: bool, chunk_s
             )
 
 
-def _temporary_file_for(dst: str) -> str:
+def _progress_bar(total: Optional[int], name: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name)
+
+
+def _create_temporary_file(dst: str) -> Tuple[int, str]:
     # Same directory as dst, so os.replace is an atomic rename. Not mkstemp: its 0600
     # would stick to the final file, whereas 0666 here gets the umask like any new file.
     # The '@' keeps the name out of the cache's namespace (see easycore.common.path.cache).
@@ -198,10 +196,9 @@ def _temporary_file_for(dst: str) -> str:
     for _ in range(100):
         tmp = f"{dst}@{secrets.token_hex(4)}.part"
         try:
-            os.close(os.open(tmp, flags, 0o666))
+            return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
-        return tmp
     raise FileExistsError(errno.EEXIST, "no free temporary file name next to", dst)
 
 
