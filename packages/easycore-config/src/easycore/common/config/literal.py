@@ -10,6 +10,7 @@ into something else are written quoted as a Python string literal.
 from __future__ import annotations
 
 import ast
+import datetime
 from typing import Any
 
 __all__ = ["decode_literal", "encode_literal"]
@@ -55,8 +56,8 @@ def encode_literal(value: Any) -> Any:
     """
     if isinstance(value, str):
         return repr(value) if decode_literal(value) is not value else value
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
+    if value is None or isinstance(value, (bool, int, float, datetime.date)):
+        return value  # YAML scalars (a date or datetime is a YAML timestamp)
     if isinstance(value, _REPR_TYPES):
         text = repr(value)
         if decode_literal(text) == value:
