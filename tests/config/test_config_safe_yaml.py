@@ -9,6 +9,7 @@ save/open round trip without any tag.
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import pytest
@@ -181,6 +182,8 @@ ROUND_TRIP_VALUES = {
     "float": 0.1,
     "float_int_valued": 2.0,
     "inf": float("inf"),
+    "date": datetime.date(2024, 2, 29),
+    "datetime": datetime.datetime(2024, 2, 29, 23, 59, 58, 123456),
     "bool": False,
     "none": None,
     "list_of_mixed": [1, "2", (3,), "(4,)", 5.0, None, True],
@@ -209,6 +212,29 @@ def test_all_round_trip_values_at_once(tmp_path):
     text = CfgNode.dump(cfg)
     assert "!!python" not in text.replace("'!!python/tuple'", "")
     assert same_types(CfgNode.load(text).dict(), cfg.dict())
+
+
+def test_every_safe_yaml_type_that_opens_also_saves(tmp_path):
+    path = tmp_path / "types.yaml"
+    path.write_text(
+        "DATE: 2024-01-01\n"
+        "STAMP: 2024-01-01 10:00:00\n"
+        "AWARE: 2024-01-01 10:00:00+01:00\n"
+        "BINARY: !!binary aGVsbG8=\n"
+        "SET: !!set {a, b}\n"
+        "NOTHING: ~\n",
+        encoding="utf-8",
+    )
+    cfg = CfgNode.open(path)
+    assert cfg.DATE == datetime.date(2024, 1, 1)
+    assert cfg.STAMP == datetime.datetime(2024, 1, 1, 10, 0)
+    assert cfg.AWARE.utcoffset() == datetime.timedelta(hours=1)
+    assert cfg.BINARY == b"hello" and cfg.SET == {"a", "b"}
+
+    cfg.save(tmp_path / "saved.yaml")
+    text = (tmp_path / "saved.yaml").read_text(encoding="utf-8")
+    assert "!!" not in text
+    assert same_types(CfgNode.open(tmp_path / "saved.yaml").dict(), cfg.dict())
 
 
 def test_saved_tuple_is_written_as_the_documented_literal(tmp_path):
