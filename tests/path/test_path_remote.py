@@ -230,3 +230,12 @@ def test_cached_file_has_normal_permissions(server, http_handler, uid):
     mask = os.umask(0)
     os.umask(mask)
     assert os.stat(local).st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_timeouts_are_always_set():
+    for bad in (None, 0, -1, (5, None), (5, 0), (1, 2, 3), "10"):
+        with pytest.raises(ValueError, match="timeout"):
+            HTTPURLHandler(timeout=bad)
+    with pytest.raises(ValueError, match="max_attempts"):
+        HTTPURLHandler(max_attempts=0)
+    assert HTTPURLHandler().timeout == (10.0, 60.0)

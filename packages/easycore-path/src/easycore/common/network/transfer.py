@@ -12,7 +12,7 @@ from typing import Callable, Optional, Tuple, TypeVar, Union
 
 from .errors import DownloadError
 
-__all__ = ["DEFAULT_TIMEOUT", "Timeout", "fetch", "probe"]
+__all__ = ["DEFAULT_TIMEOUT", "Timeout", "check_timeout", "fetch", "probe"]
 
 #: ``(connect, read)`` seconds, or one number for both, as ``requests`` takes it.
 Timeout = Union[float, Tuple[float, float]]
@@ -58,6 +58,7 @@ def fetch(
     Raises:
         DownloadError: naming the URL (and the HTTP status, if any).
     """
+    check_timeout(timeout)
     import requests
 
     def once() -> str:
@@ -91,6 +92,7 @@ def probe(
     Raises:
         DownloadError: when no answer arrives or the server keeps failing (5xx).
     """
+    check_timeout(timeout)
     import requests
 
     def once() -> int:
@@ -107,6 +109,22 @@ def probe(
 
     with requests.Session() as session:
         return _with_retries(once, url, max_attempts, backoff)
+
+
+def check_timeout(timeout: Timeout) -> None:
+    """Refuse a missing or non-positive timeout: a transfer must never wait forever.
+
+    Args:
+        timeout (float or tuple): ``(connect, read)`` seconds, or one number for both.
+
+    Raises:
+        ValueError: ``timeout`` is None, not one or two numbers, or not positive.
+    """
+    values = timeout if isinstance(timeout, tuple) else (timeout,)
+    if not 1 <= len(values) <= 2 or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+    ):
+        raise ValueError(f"timeout must be positive seconds or (connect, read), got {timeout!r}")
 
 
 def _with_retries(attempt: Callable[[], T], url: str, max_attempts: int, backoff: float) -> T:

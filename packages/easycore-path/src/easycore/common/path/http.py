@@ -9,7 +9,13 @@ import errno
 import os
 from typing import IO, Any, List
 
-from easycore.common.network.transfer import DEFAULT_TIMEOUT, Timeout, fetch, probe
+from easycore.common.network.transfer import (
+    DEFAULT_TIMEOUT,
+    Timeout,
+    check_timeout,
+    fetch,
+    probe,
+)
 
 from .cache import check_inside, lock_target, url_to_cache_path
 from .lock import file_lock
@@ -47,6 +53,9 @@ class HTTPURLHandler(PathHandler):
         backoff: float = 0.5,
         progress: bool = True,
     ) -> None:
+        check_timeout(timeout)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = backoff
