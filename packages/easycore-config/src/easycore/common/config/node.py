@@ -47,6 +47,14 @@ class CfgNode(dict):
 
     __slots__ = ("__dict__", "_frozen", "_key_path")
 
+    #: Names a key must not shadow as an attribute (methods, slots, dunders),
+    #: per class, so a subclass's own methods are protected too.
+    _reserved: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._reserved = frozenset(dir(cls))
+
     def __init__(self, init_dict: Mapping[str, Any] | None = None, copy: bool = True) -> None:
         """
         Args:
@@ -65,6 +73,10 @@ class CfgNode(dict):
             init_dict = deepcopy(init_dict)
         for key, value in init_dict.items():
             self._set(key, value)
+        if copy:
+            # A copy is a new tree: deep-copied, and unfrozen all the way down
+            # even when built from a frozen CfgNode.
+            self.freeze(False)
 
     # ------------------------------------------------------------------ access
     def __getattr__(self, name: str) -> Any:
@@ -105,7 +117,7 @@ class CfgNode(dict):
         elif isinstance(value, CfgNode):
             _set_key_path(value, self._path_of(key))
         dict.__setitem__(self, key, value)
-        if key not in _RESERVED:
+        if key not in type(self)._reserved:
             self.__dict__[key] = value
 
     def _check_mutable(self, key: Any = None) -> None:
@@ -117,7 +129,7 @@ class CfgNode(dict):
             )
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _RESERVED:
+        if name in type(self)._reserved:
             raise AttributeError(
                 f"cannot set {self._path_of(name)!r} as an attribute: {name!r} is a CfgNode "
                 f"method or attribute; use cfg[{name!r}] = ... to store it as a key"
@@ -404,8 +416,7 @@ class CfgNode(dict):
         return yaml_io.safe_dump(_encode_tree(cfg, ""), stream, encoding=encoding, **kwargs)
 
 
-# Names a key must not shadow as an attribute (methods, slots, dunders).
-_RESERVED = frozenset(dir(CfgNode))
+CfgNode._reserved = frozenset(dir(CfgNode))
 
 
 def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
