@@ -274,8 +274,16 @@ class CfgNode(dict):
         Raises:
             ConfigKeyError: unknown or invalid key (with a close-match suggestion).
             ConfigError: a value whose type does not match the existing one.
+
+        Either every override is applied or, on an error, none is.
         """
-        for dotted, raw in _pairs(list(overrides)):
+        pairs = _pairs(list(overrides))
+        # Rehearse on a copy first, so a bad override leaves this node untouched.
+        deepcopy(self)._apply_overrides(pairs, allow_new)
+        self._apply_overrides(pairs, allow_new)
+
+    def _apply_overrides(self, pairs: list[tuple[str, str]], allow_new: bool) -> None:
+        for dotted, raw in pairs:
             node, leaf = self._walk_to_parent(dotted, allow_new)
             value = decode_literal(raw)
             if leaf in node:
