@@ -30,7 +30,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ EXTRA_PAGES = [
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 _REQUIRES = re.compile(r"^#\s*requires:\s*(?P<names>.+?)\s*$")
 _TITLE = re.compile(r"""title\s*=\s*(?P<q>["'])(?P<title>.+?)(?P=q)""")
-_URL = re.compile(r"""\b(?:https?|ftp)://(?P<host>\[[^\]]*\]|[^/:\s"'{}]*)""")
+_URL = re.compile(r"""\b(?:https?|ftp)://(?P<host>\[[^\]]*\]|[^/:\s"'{}]*)(?P<next>.?)""")
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
 
 
@@ -57,7 +57,7 @@ def _have_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _have_cuda() -> bool:
     if not _have_module("torch"):
         return False
@@ -135,7 +135,9 @@ class Script:
 
     def missing(self) -> list[str]:
         """Reasons this script cannot run here (empty when it can)."""
-        return [REQUIREMENTS[name][1] for name in sorted(self.requires) if not REQUIREMENTS[name][0]()]
+        return [
+            REQUIREMENTS[name][1] for name in sorted(self.requires) if not REQUIREMENTS[name][0]()
+        ]
 
 
 def parse_blocks(path: Path) -> list[Block]:
@@ -150,6 +152,9 @@ def parse_blocks(path: Path) -> list[Block]:
             i += 1
             continue
         indent, fence, info = match["indent"], match["fence"], match["info"]
+        if fence[0] == "`" and "`" in info:  # CommonMark: inline code, not a fence
+            i += 1
+            continue
         close = re.compile(rf"^{re.escape(indent)}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
         j = i + 1
         while j < len(lines) and not close.match(lines[j]):
@@ -217,6 +222,9 @@ def foreign_hosts(script: Script) -> list[str]:
     for block in script.blocks:
         for offset, line in enumerate(block.lines):
             for match in _URL.finditer(line):
-                if match["host"] not in LOOPBACK_HOSTS:
-                    bad.append(f"{block.page}:{block.start + offset}: {match.group(0)}")
+                if match["host"] in LOOPBACK_HOSTS:
+                    continue
+                if not match["host"] and match["next"] in ("", '"', "'"):
+                    continue  # a bare scheme prefix such as "http://"
+                bad.append(f"{block.page}:{block.start + offset}: {match.group(0)}")
     return bad

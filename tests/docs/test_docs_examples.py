@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from docblocks import ROOT, Script, all_scripts, foreign_hosts, pages, parse_blocks
 
 #: Seconds one page's script may run (override with EASYCORE_DOCS_TIMEOUT).
@@ -106,11 +105,11 @@ def run_script(script: Script, tmp_path: Path) -> None:
 @pytest.mark.timeout(TIMEOUT + GRACE + 60)
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.id for s in SCRIPTS])
 def test_example_runs(script: Script, tmp_path: Path) -> None:
-    bad = foreign_hosts(script)
-    assert not bad, "executed examples may only use loopback URLs:\n" + "\n".join(bad)
     missing = script.missing()
     if missing:
         pytest.skip("; ".join(missing))
+    bad = foreign_hosts(script)
+    assert not bad, "executed examples may only use loopback URLs:\n" + "\n".join(bad)
     run_script(script, tmp_path)
 
 
