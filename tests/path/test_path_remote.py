@@ -233,7 +233,7 @@ def test_cached_file_has_normal_permissions(server, http_handler, uid):
 
 
 def test_timeouts_are_always_set():
-    for bad in (None, 0, -1, (5, None), (5, 0), (1, 2, 3), "10"):
+    for bad in (None, 0, -1, (5, None), (5, 0), (5,), (1, 2, 3), [5, 5], "10"):
         with pytest.raises(ValueError, match="timeout"):
             HTTPURLHandler(timeout=bad)
     with pytest.raises(ValueError, match="max_attempts"):

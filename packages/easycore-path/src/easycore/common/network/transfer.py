@@ -118,10 +118,10 @@ def check_timeout(timeout: Timeout) -> None:
         timeout (float or tuple): ``(connect, read)`` seconds, or one number for both.
 
     Raises:
-        ValueError: ``timeout`` is None, not one or two numbers, or not positive.
+        ValueError: ``timeout`` is None, neither a number nor a pair, or not positive.
     """
     values = timeout if isinstance(timeout, tuple) else (timeout,)
-    if not 1 <= len(values) <= 2 or not all(
+    if (isinstance(timeout, tuple) and len(timeout) != 2) or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
     ):
         raise ValueError(f"timeout must be positive seconds or (connect, read), got {timeout!r}")
