@@ -7,6 +7,7 @@ distribution, PEP 420 namespaces, py.typed, one version, minimal dependencies).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tarfile
 import zipfile
@@ -20,6 +21,9 @@ from packaging.utils import canonicalize_name
 pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
+release = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(release)
 
 # The import packages each wheel ships (its "leaves"); everything else under easycore/
 # is a namespace shared with the other distributions.
@@ -69,11 +73,7 @@ def metadata(wheel: Path):
 
 def version_in_source(distribution: str) -> str:
     """The version in the file that [tool.hatch.version] reads for `distribution`."""
-    pyproject = (ROOT / "packages" / distribution / "pyproject.toml").read_text(encoding="utf-8")
-    source = re.search(r'^\[tool\.hatch\.version\][^\[]*?^path = "([^"]+)"', pyproject, re.M | re.S)
-    assert source, f"{distribution}: no [tool.hatch.version] path"
-    text = (ROOT / "packages" / distribution / source.group(1)).read_text(encoding="utf-8")
-    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+    return release.read_version(release.version_source(ROOT / "packages" / distribution))
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)

@@ -9,7 +9,7 @@ virtual environments, and installed editable (hatch dev mode) in the running one
 from __future__ import annotations
 
 import json
-from importlib.metadata import version as installed_version
+from importlib.metadata import distribution, version
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ VERSION_MODULES = {
     "easycore-parallel": "easycore.common.parallel._version",
     "easycore-torch": "easycore.torch._version",
 }
+SIX = sorted({dist for dist, _ in DOCUMENTED.values()} | {"easycore"})
 HEAVY = ["requests", "tqdm", "torch", "numpy"]
 
 # Imports `module`, takes each documented name from it, and reports where it came from
@@ -78,13 +79,13 @@ def all_wheels_venv(artifacts, make_venv):
     so this environment sees nothing it did not install itself.
     """
     env = make_venv("all-wheels")
-    env.install(*map(str, artifacts.wheels.values()), f"torch=={installed_version('torch')}")
+    env.install(*map(str, artifacts.wheels.values()), f"torch=={version('torch')}")
     return env
 
 
 def test_all_wheels_install_consistently(all_wheels_venv):
     installed = all_wheels_venv.distributions()
-    assert set(DOCUMENTED[m][0] for m in DOCUMENTED) | {"easycore"} <= installed
+    assert set(SIX) <= installed
     all_wheels_venv.pip("check")  # every Requires-Dist of everything installed is met
 
 
@@ -125,18 +126,15 @@ def test_config_stays_light_where_heavy_packages_are_installed(all_wheels_venv):
 
 # The running environment is the development one (scripts/_env.sh's .venv, or hatch's
 # default environment): all six distributions installed editable from packages/.
-SIX = sorted({dist for dist, _ in DOCUMENTED.values()} | {"easycore"})
 
 
-@pytest.mark.parametrize("distribution", SIX)
-def test_running_env_has_the_distribution_editable(distribution):
-    from importlib.metadata import distribution as find
-
-    direct_url = find(distribution).read_text("direct_url.json")
-    assert direct_url, f"{distribution} is not installed from a local folder"
+@pytest.mark.parametrize("name", SIX)
+def test_running_env_has_the_distribution_editable(name):
+    direct_url = distribution(name).read_text("direct_url.json")
+    assert direct_url, f"{name} is not installed from a local folder"
     info = json.loads(direct_url)
-    assert info.get("dir_info", {}).get("editable"), f"{distribution} is not editable: {info}"
-    assert info["url"] == (ROOT / "packages" / distribution).as_uri()
+    assert info.get("dir_info", {}).get("editable"), f"{name} is not editable: {info}"
+    assert info["url"] == (ROOT / "packages" / name).as_uri()
 
 
 @pytest.mark.parametrize("module", sorted(DOCUMENTED))
