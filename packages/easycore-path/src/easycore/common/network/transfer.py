@@ -172,6 +172,8 @@ def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, c
 
 
 def _stream_into(response, fd: int, url: str, dst: str, progress: bool, chunk_size: int) -> None:
+    import requests
+
     expected = _content_length(response)
     written = 0
     # Write through the descriptor that created the file: reopening it with O_TRUNC
@@ -184,6 +186,9 @@ def _stream_into(response, fd: int, url: str, dst: str, progress: bool, chunk_si
                 written += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+        except requests.exceptions.ChunkedEncodingError as exc:
+            # urllib3 noticed the body end early (it enforces Content-Length).
+            raise _cut_short(url, expected) from exc
         finally:
             if bar is not None:
                 bar.close()
@@ -192,12 +197,17 @@ def _stream_into(response, fd: int, url: str, dst: str, progress: bool, chunk_si
         encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
         received = response.raw.tell() if encoded else written
         if received != expected:
-            raise DownloadError(
-                url,
-                f"connection closed after {received} of {expected} bytes",
-                response.status_code,
-                transient=True,
-            )
+            raise _cut_short(url, expected, received)
+
+
+def _cut_short(url: str, expected: Optional[int], received: Optional[int] = None) -> DownloadError:
+    total = f"{expected} bytes" if expected is not None else "the body"
+    if received is None:
+        # urllib3 reads whole chunks, so when it notices the cut, how much came is unknown.
+        reason = f"connection closed before all of {total} arrived"
+    else:
+        reason = f"connection closed after {received} of {total}"
+    return DownloadError(url, reason, transient=True)
 
 
 def _progress_bar(total: Optional[int], name: str):
