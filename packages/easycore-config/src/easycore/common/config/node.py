@@ -400,7 +400,9 @@ class CfgNode(dict):
             raise ConfigError(f"{source}: {exc}") from None
 
     @classmethod
-    def dump(cls, cfg: CfgNode, stream: Any = None, encoding: str | None = None, **kwargs: Any):
+    def dump(
+        cls, cfg: CfgNode, stream: Any = None, encoding: str | None = None, **kwargs: Any
+    ) -> str | None:
         """dump CfgNode into yaml str or yaml file
 
         Note:
