@@ -29,6 +29,8 @@ Modules, one job each:
 * :mod:`.pipeline`: one call (feeder thread, credits, ordering, consumer hooks);
 * :mod:`.chunking`: adaptive chunk sizes (hooks still see one item at a time);
 * :mod:`.backend`: the back-end interface; :mod:`.process_backend`: processes;
+  :mod:`.ray_backend`: Ray actors (``backend="ray"``; imported, with Ray, only
+  when a runner uses it);
 * :mod:`.worker`: the producer contract (:class:`~.worker.ProducerWorker`) and
   the worker process loop; :mod:`.lifeline`: workers die with their parent;
 * :mod:`.transport`: results through shared memory (NumPy arrays zero-copy);
@@ -48,13 +50,16 @@ a subclass of these runners:
   ``Transport.decode(payload) -> list`` in the caller (plus ``prepare``,
   ``bind_worker``, ``discard``, ``cleanup``).
 
-Seam for a Ray back-end: ``BaseRunner.backends`` maps ``backend=`` names to
-:class:`~.backend.Backend` classes; the runner calls
-``Backend.from_runner(runner, cfg, **options)`` with the constructor's extra
-keyword arguments (e.g. ``address``, ``ray_init_kwargs``). A ``RayBackend``
-makes one actor per device around :class:`~.worker.ProducerWorker` and
-implements ``submit`` / ``poll`` / ``wakeup`` / ``stop`` / ``abort``; the
-pipeline (chunking, ordering, consumer hooks, errors) is shared unchanged.
+Back-ends: ``BaseRunner.backends`` maps ``backend=`` names to
+:class:`~.backend.Backend` classes (or ``"module:Class"`` strings imported on
+first use); the runner calls ``Backend.from_runner(runner, cfg, **options)``
+with the constructor's extra keyword arguments. ``backend="ray"``
+(:class:`~.ray_backend.RayBackend`, ``pip install 'easycore-parallel[ray]'``)
+takes ``address`` (for ``ray.init``; None: a running local Ray or a new one,
+``"auto"`` / ``"host:port"`` / ``"ray://host:port"``: a cluster) and
+``ray_init_kwargs`` (any other ``ray.init`` arguments), and makes one actor
+per device around :class:`~.worker.ProducerWorker`; the pipeline (chunking,
+ordering, consumer hooks, errors) is shared unchanged.
 """
 
 from ._version import __version__

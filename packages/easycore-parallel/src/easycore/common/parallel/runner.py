@@ -21,6 +21,7 @@ Seams for other back-ends (override in a subclass, no copying of the runner):
 
 from __future__ import annotations
 
+import importlib
 import math
 import multiprocessing
 import threading
@@ -60,8 +61,11 @@ class BaseRunner:
 
     #: deliver results in input order
     ordered: ClassVar[bool] = False
-    #: back-end name -> class; a Ray back-end registers itself as "ray"
-    backends: ClassVar[Dict[str, type]] = {"process": ProcessBackend}
+    #: back-end name -> class, or "module:Class" imported on first use (Ray is optional)
+    backends: ClassVar[Dict[str, Union[type, str]]] = {
+        "process": ProcessBackend,
+        "ray": "easycore.common.parallel.ray_backend:RayBackend",
+    }
     #: result transport of the process back-end
     transport_class: ClassVar[type] = SharedMemoryTransport
     #: start method when none is given (None: the platform's default)
@@ -95,8 +99,18 @@ class BaseRunner:
                 arguments. Keyword-only, as are the next ones.
             start_method (str or None): "fork", "forkserver" or "spawn"
                 (None: ``default_start_method``, else the platform's default).
-            backend (str): which back-end runs the producers (``backends``).
+            backend (str): which back-end runs the producers (``backends``):
+                "process" (local worker processes) or "ray" (one Ray actor per
+                device, see :mod:`.ray_backend`; needs the ``ray`` extra:
+                ``pip install 'easycore-parallel[ray]'``).
             **backend_options: extra keyword arguments for the back-end class.
+                With ``backend="ray"``: ``address`` (str or None, default
+                None), passed to ``ray.init``: None connects to a running local
+                Ray or starts one, ``"auto"``, ``"host:port"`` or
+                ``"ray://host:port"`` join a cluster; ``ray_init_kwargs``
+                (dict), any other ``ray.init`` arguments (e.g. ``runtime_env``,
+                ``num_cpus``). Both are ignored when this process is already
+                connected to Ray; a Ray the runner started is shut down on close.
         """
         if queue_scale <= 0:
             raise ValueError(f"queue_scale must be positive, got {queue_scale!r}")
@@ -270,6 +284,9 @@ class BaseRunner:
             Backend:
         """
         backend_cls = self.backends[self._backend_name]
+        if isinstance(backend_cls, str):  # "module:Class": optional back-ends load lazily
+            module, _, name = backend_cls.partition(":")
+            backend_cls = getattr(importlib.import_module(module), name)
         return backend_cls.from_runner(self, self._cfg, **self._backend_options)
 
     # ============================================================= lifecycle
