@@ -23,7 +23,8 @@ Contract (all methods are called from the caller's process):
   feeder thread, concurrently with ``poll``. May block until the worker takes
   it; raises :class:`ChannelBroken` if the worker can no longer be reached.
 * ``poll(timeout)``: wait for results; return a list of :class:`Result`
-  (possibly empty, on timeout or ``wakeup``). Raise a ``WorkerError`` as soon
+  (possibly empty: on timeout, on ``wakeup``, or early, so that the caller
+  gets back to Python code and a Ctrl-C is handled promptly). Raise a ``WorkerError`` as soon
   as a hook failed and a ``WorkerDiedError`` as soon as a worker died.
 * ``wakeup()``: make a blocked ``poll`` return; thread-safe.
 * ``stop(timeout)``: graceful end: ``producer_end`` on every worker, join all.

@@ -22,6 +22,7 @@ aborts the back-end and propagates; the runner then counts as closed.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from itertools import islice
@@ -176,6 +177,9 @@ class Pipeline:
 
     # --------------------------------------------------------------- feeder
     def _feed(self, iterator: Any) -> None:
+        if hasattr(signal, "pthread_sigmask"):
+            # Let Ctrl-C go to the calling thread, which can act on it.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         seq = 0
         try:
             while True:

@@ -88,6 +88,8 @@ class ProcessBackend(Backend):
 
     #: seconds to wait for a stopped (or killed) worker to exit before killing it
     join_timeout = 5.0
+    #: longest single wait, so that signals are handled promptly
+    tick = 0.25
 
     def __init__(
         self,
@@ -178,7 +180,8 @@ class ProcessBackend(Backend):
 
     # ------------------------------------------------------------ per chunk
     def submit(self, worker: int, seq: int, items: List[Any]) -> None:
-        data = pickle.dumps(("chunk", seq, items), protocol=_DUMP)
+        feedback = self._transport.feedback(worker)
+        data = pickle.dumps(("chunk", seq, items, feedback), protocol=_DUMP)
         h = self._handles[worker]
         with h.send_lock:
             if h.tasks is None:
@@ -213,10 +216,14 @@ class ProcessBackend(Backend):
         waitables = [h.results for h in by_conn.values()] + list(by_sentinel)
         waitables.append(self._wake_r)
         out: List[Result] = []
-        for obj in connection.wait(waitables, timeout):
+        # Never block for long: a Ctrl-C delivered to another thread (a BLAS
+        # pool, the feeder) only reaches this one when it next runs Python code.
+        tick = self.tick if timeout is None else min(timeout, self.tick)
+        for obj in connection.wait(waitables, tick):
             if obj is self._wake_r:
-                with self._wake_lock:
-                    self._wake_pending = False  # before draining: no wakeup is lost
+                # Reset before draining, so no wakeup is lost; no lock here: a
+                # Ctrl-C landing while this thread held one would deadlock abort().
+                self._wake_pending = False
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
             elif isinstance(obj, int):  # a sentinel: the process has exited

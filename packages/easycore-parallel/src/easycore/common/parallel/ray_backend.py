@@ -159,6 +159,8 @@ class RayBackend(Backend):
 
     #: seconds a :meth:`poll` waits in ``ray.wait`` before checking for a wakeup
     wakeup_interval = 0.05
+    #: seconds to wait for killed actors to be gone
+    kill_timeout = 5.0
 
     def __init__(
         self, runner_cls: type, devices: List[str], cfg: Any, address: Optional[str] = None,
@@ -360,16 +362,35 @@ class RayBackend(Backend):
             self._closed = True
             self._pending.clear()
         self._changed.set()
-        for actor in self._actors:
-            try:
-                self._ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+        try:
+            self._kill_actors()
+        except Exception:
+            pass
         if self._owns_session:
             try:
                 _release_ray(self._ray)
             except Exception:
                 pass
+
+    def _kill_actors(self) -> None:
+        """``ray.kill`` every actor and wait (``kill_timeout`` s at most) until
+        each refuses calls: the kill travels through Ray's control plane, so a
+        call made right after it could still run."""
+        ray = self._ray
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
+        alive, deadline = list(self._actors), time.monotonic() + self.kill_timeout
+        while alive and time.monotonic() < deadline:
+            probes = {actor.where.remote(): actor for actor in alive}
+            ready, _ = ray.wait(list(probes), num_returns=len(probes),
+                                timeout=max(0.0, deadline - time.monotonic()))
+            alive = [probes[ref] for ref in probes if ref not in ready]
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                    alive.append(probes[ref])  # answered: not dead yet
+                except ray.exceptions.RayActorError:
+                    pass
 
     @property
     def closed(self) -> bool:

@@ -10,22 +10,29 @@ both sides of the pipe:
 * in the caller, :meth:`Transport.decode` turns the payload back into the
   list, :meth:`Transport.discard` releases a payload that will never be
   decoded (the call failed), and :meth:`Transport.cleanup` releases whatever
-  dead workers left behind.
+  is left once the workers are gone;
+* a feedback channel back to the worker: the back-end piggybacks
+  ``feedback(worker)`` (caller side) on the next chunk it sends that worker,
+  which hands it to ``on_feedback`` (worker side).
 
 :class:`SharedMemoryTransport`, the default, pickles with protocol 5 and moves
 every large out-of-band buffer (NumPy arrays, anything that pickles through
-``PickleBuffer``) into one POSIX shared-memory segment per chunk instead of
-through the pipe. The worker writes the buffers once; the consumer maps the
-segment, unlinks its name at once and hands out arrays that *view* it, so the
-memory is freed exactly when the last such array is garbage-collected and
-there is no name left to leak. NumPy is never imported here: arrays pickle
-themselves, and unpickling imports NumPy only when a result holds one.
+``PickleBuffer``) into a POSIX shared-memory segment instead of through the
+pipe: one copy in the worker, none in the caller, whose arrays *view* the
+segment. Segments are recycled, because on first touch fresh shared memory
+costs more than the copy: when the last array viewing a segment is
+garbage-collected, a weak reference queues it, the feedback channel returns
+it to its worker, and the worker writes the next results there. A worker
+keeps a few free segments mapped between calls; ``cleanup`` unlinks them all.
+NumPy is never imported here: arrays pickle themselves, and unpickling
+imports NumPy only when a result holds one.
 
 Leak safety: each segment is registered with multiprocessing's resource
-tracker by the worker and unregistered by the consumer once unlinked, so if
-the whole process family is SIGKILLed the tracker still removes what was in
-flight; on Linux, :meth:`cleanup` also sweeps ``/dev/shm`` for this runner's
-name prefix after workers were killed mid-write.
+tracker when created and unregistered by whoever unlinks it, so if the whole
+process family is SIGKILLed the tracker still removes them; the caller
+unlinks every name it has seen in :meth:`~Transport.cleanup` (arrays still
+alive keep their memory until they die) and, on Linux, sweeps ``/dev/shm`` for
+this activation's prefix to catch segments a killed worker never sent.
 
 A torch back-end overrides this seam with a transport that pickles through
 ``torch.multiprocessing``'s reducers (tensors shared by torch itself).
@@ -37,8 +44,9 @@ import mmap
 import os
 import pickle
 import secrets
-import sys
-from typing import Any, List, Tuple
+import weakref
+from collections import deque
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["Transport", "PickleTransport", "SharedMemoryTransport"]
 
@@ -91,6 +99,20 @@ class Transport:
     def discard(self, payload: Any) -> None:
         """In the caller's process: release a payload that will not be decoded."""
 
+    def feedback(self, worker_index: int) -> Any:
+        """In the caller's process: data for a worker, sent with its next chunk.
+
+        Args:
+            worker_index (int):
+
+        Returns:
+            Any: picklable, or None for nothing.
+        """
+        return None
+
+    def on_feedback(self, feedback: Any) -> None:
+        """In the worker: receive what :meth:`feedback` returned (never None)."""
+
     def cleanup(self) -> None:
         """In the caller's process, after all workers ended: release leftovers."""
 
@@ -107,23 +129,47 @@ class PickleTransport(Transport):
 
 
 class SharedMemoryTransport(PickleTransport):
-    """Large out-of-band buffers go through one shared-memory segment per chunk.
+    """Large out-of-band buffers go through recycled shared-memory segments.
 
     Args:
         threshold (int): buffers smaller than this many bytes stay in the
             pickle; a segment costs a few system calls, a pipe ~1 GB/s.
     """
 
+    #: buffers smaller than this stay in the pickle
     threshold = 64 * 1024
+    #: free segments a worker keeps for reuse; more are unlinked
+    max_free_segments = 4
+    #: smallest segment size, so that small arrays of varying size share segments
+    min_segment_bytes = 1 << 20
 
-    def __init__(self, threshold: int = None) -> None:
+    def __init__(self, threshold: Optional[int] = None) -> None:
         if threshold is not None:
             self.threshold = threshold
-        # Names carry a per-runner token so the consumer can find (and sweep)
+        # Names carry a per-activation token so the caller can find (and sweep)
         # exactly its own segments, and restarts never collide with old names.
         self.prefix = f"ecp-{secrets.token_hex(4)}-"
-        self._worker_prefix = self.prefix + "x-"
+        self._init_state()
+
+    def _init_state(self) -> None:
+        # worker side
+        self._index = -1
         self._counter = 0
+        self._free: List[_Segment] = []  # mapped here, not lent: reusable
+        self._lent: Dict[str, _Segment] = {}  # handed to the caller, awaiting return
+        # caller side
+        self._returns: Dict[int, deque] = {}  # worker -> weakrefs of mappings that died
+        self._mapped: Dict[weakref.ref, str] = {}  # weakref of a live mapping -> its name
+        self._known: set = set()  # every name seen, unlinked by cleanup()
+
+    def __getstate__(self) -> dict:
+        # Only configuration crosses into a worker, never mappings or queues.
+        return {"threshold": self.threshold, "prefix": self.prefix}
+
+    def __setstate__(self, state: dict) -> None:
+        self.threshold = state["threshold"]
+        self.prefix = state["prefix"]
+        self._init_state()
 
     @property
     def available(self) -> bool:
@@ -136,9 +182,9 @@ class SharedMemoryTransport(PickleTransport):
             # lazily inside a worker would "clean up" segments still in flight.
             resource_tracker.ensure_running()
 
+    # ---------------------------------------------------------------- worker
     def bind_worker(self, worker_index: int) -> None:
-        self._worker_prefix = f"{self.prefix}{worker_index}-"
-        self._counter = 0
+        self._index = worker_index
 
     def encode(self, results: List[Any]) -> Tuple[Any, int]:
         if not self.available:
@@ -159,76 +205,126 @@ class SharedMemoryTransport(PickleTransport):
         data = pickle.dumps(results, protocol=5, buffer_callback=out_of_band)
         if not buffers:
             return data, len(data)
-        name, layout = self._write_segment(buffers)
-        return (data, name, layout), len(data) + sum(n for _, n in layout)
-
-    def _write_segment(self, buffers: List[memoryview]) -> Tuple[str, List[Tuple[int, int]]]:
         layout = []
-        offset = 0
+        total = 0
         for raw in buffers:
-            layout.append((offset, raw.nbytes))
-            offset += -(-raw.nbytes // _ALIGN) * _ALIGN
-        name = f"/{self._worker_prefix}{self._counter:x}"
+            layout.append((total, raw.nbytes))
+            total += -(-raw.nbytes // _ALIGN) * _ALIGN
+        segment = self._segment_for(total)
+        mm = segment.mmap
+        for (off, n), raw in zip(layout, buffers):
+            mm[off : off + n] = raw  # the only copy the data makes
+        self._lent[segment.name] = segment
+        return (data, segment.name, layout, self._index), len(data) + total
+
+    def _segment_for(self, nbytes: int) -> _Segment:
+        # Reuse beats fresh memory by far: a new tmpfs page must be allocated
+        # and zeroed on first touch, which costs more than the copy itself.
+        fits = [s for s in self._free if s.size >= nbytes]
+        if fits:
+            best = min(fits, key=lambda s: s.size)
+            self._free.remove(best)
+            return best
+        # Results outgrew the free segments (chunks grow while the chunker
+        # learns): drop them rather than keep memory that will not be reused.
+        for segment in self._free:
+            segment.mmap.close()
+            _unlink(segment.name)
+        self._free.clear()
+        size = max(self.min_segment_bytes, 1 << (nbytes - 1).bit_length())
+        name = f"/{self.prefix}{self._index}-{self._counter:x}"
         self._counter += 1
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
             # Registered before it holds data, so a crash from here on is still
             # cleaned up by the tracker when the process family is gone.
             resource_tracker.register(name, "shared_memory")
-            os.ftruncate(fd, max(offset, 1))
-            if sys.platform.startswith("linux"):
-                # pwrite beats mmap + memcpy on tmpfs: no page faults to take.
-                for (off, _), raw in zip(layout, buffers):
-                    _pwrite_all(fd, raw, off)
-            else:  # macOS shared memory only supports mmap
-                with mmap.mmap(fd, offset) as mm:
-                    for (off, n), raw in zip(layout, buffers):
-                        mm[off : off + n] = raw
+            os.ftruncate(fd, size)  # sparse: unused tail pages cost nothing
+            mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        return name, layout
+        return _Segment(name, size, mm)
 
+    def on_feedback(self, feedback: Any) -> None:
+        for name in feedback:
+            segment = self._lent.pop(name, None)
+            if segment is not None:
+                self._free.append(segment)
+        while len(self._free) > self.max_free_segments:
+            segment = self._free.pop(0)
+            segment.mmap.close()
+            _unlink(segment.name)
+
+    # ---------------------------------------------------------------- caller
     def decode(self, payload: Any) -> List[Any]:
         if not isinstance(payload, tuple):
             return pickle.loads(payload)
-        data, name, layout = payload
+        data, name, layout, worker = payload
+        self._known.add(name)
         total = layout[-1][0] + layout[-1][1]
         fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
         try:
             mm = mmap.mmap(fd, total)
         finally:
             os.close(fd)
-            # The mapping keeps the memory alive; the name is no longer needed,
-            # and dropping it now means nothing can leak from here on.
-            self._unlink(name)
+        # When the last array viewing this mapping dies, the segment goes back
+        # to its worker for reuse. The callback is deque.append, C code: Python
+        # code run from a weakref callback would swallow a KeyboardInterrupt
+        # delivered while it runs, and Ctrl-C would be lost.
+        returns = self._returns.get(worker)
+        if returns is None:
+            returns = self._returns[worker] = deque()
+        ref = weakref.ref(mm, returns.append)
+        hash(ref)  # a weakref hashes its referent, which must still be alive
+        self._mapped[ref] = name
         view = memoryview(mm)
         return pickle.loads(data, buffers=[view[off : off + n] for off, n in layout])
 
+    def feedback(self, worker_index: int) -> Any:
+        returns = self._returns.get(worker_index)
+        if not returns:
+            return None
+        names = []
+        try:
+            while True:  # popleft is atomic: mappings may die meanwhile
+                names.append(self._mapped.pop(returns.popleft()))
+        except IndexError:
+            pass
+        return names
+
     def discard(self, payload: Any) -> None:
         if isinstance(payload, tuple):
-            self._unlink(payload[1])
+            self._known.add(payload[1])  # unlinked by cleanup(), after the worker is gone
 
     def cleanup(self) -> None:
-        if not self.available or not os.path.isdir(_SHM_DIR):
+        if not self.available:
             return
-        try:
-            names = os.listdir(_SHM_DIR)
-        except OSError:
-            return
-        for entry in names:
-            if entry.startswith(self.prefix):
-                self._unlink("/" + entry)
-
-    @staticmethod
-    def _unlink(name: str) -> None:
-        try:
-            _posixshmem.shm_unlink(name)
-        except FileNotFoundError:
-            return
-        resource_tracker.unregister(name, "shared_memory")
+        self._mapped.clear()  # arrays still alive keep their memory, not their slot
+        self._returns.clear()
+        for name in list(self._known):
+            _unlink(name)
+        if os.path.isdir(_SHM_DIR):  # Linux: also what workers made but never sent
+            try:
+                names = os.listdir(_SHM_DIR)
+            except OSError:
+                names = []
+            for entry in names:
+                if entry.startswith(self.prefix):
+                    _unlink("/" + entry)
 
 
-def _pwrite_all(fd: int, raw: memoryview, offset: int) -> None:
-    done = 0
-    while done < raw.nbytes:
-        done += os.pwrite(fd, raw[done:], offset + done)
+class _Segment:
+    __slots__ = ("name", "size", "mmap")
+
+    def __init__(self, name: str, size: int, mm: mmap.mmap) -> None:
+        self.name = name
+        self.size = size
+        self.mmap = mm
+
+
+def _unlink(name: str) -> None:
+    try:
+        _posixshmem.shm_unlink(name)
+    except FileNotFoundError:
+        return  # someone else unlinked (and unregistered) it
+    resource_tracker.unregister(name, "shared_memory")

@@ -10,7 +10,7 @@ exactly this class; the process back-end wraps it with :func:`process_main`.
 :func:`process_main` is the entry point of a worker process. Messages are
 pickled tuples:
 
-* caller -> worker: ``("chunk", seq, items)``, ``("stop",)``;
+* caller -> worker: ``("chunk", seq, items, feedback)``, ``("stop",)``;
 * worker -> caller: ``("ready", pid)``, ``("result", seq, payload, n_items,
   seconds, nbytes)``, ``("error", seq_or_None, ErrorReport)``, ``("ended",)``.
 
@@ -183,7 +183,9 @@ def process_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
             continue
         if message[0] != "chunk":  # ("stop",)
             break
-        _, seq, items = message
+        _, seq, items, feedback = message
+        if feedback is not None:
+            transport.on_feedback(feedback)
         try:
             out = worker.run_chunk(items)
         except HookFailed as failed:
