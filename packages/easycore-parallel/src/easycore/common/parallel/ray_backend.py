@@ -391,6 +391,8 @@ class RayBackend(Backend):
                     alive.append(probes[ref])  # answered: not dead yet
                 except ray.exceptions.RayActorError:
                     pass
+            if alive:
+                time.sleep(0.02)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,52 @@
+"""A Ray the runner starts itself (``address=None``, nothing running) is shut
+down when the last runner using it closes, or fails."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from _ray_runners import Fragile, Runner  # noqa: E402
+from conftest import LOCAL_INIT, ray_env, wait_gone  # noqa: E402
+from easycore.common.parallel import WorkerError  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(150)]
+
+
+@pytest.fixture
+def ray_init_kwargs():
+    # address=None joins a Ray that something else started on this machine
+    # (found through <temp dir>/ray_current_cluster): a temp dir of our own
+    # makes "nothing running" true. Short, for Ray's socket paths.
+    path = tempfile.mkdtemp(prefix="ecray-", dir="/tmp")
+    assert not ray.is_initialized()
+    with ray_env():
+        yield dict(LOCAL_INIT, num_cpus=2, _temp_dir=path)
+    ray.shutdown()  # only if a test failed half-way
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_runner_started_ray_is_shut_down_by_the_last_close(ray_init_kwargs):
+    first = Runner(devices=1, backend="ray", address=None, ray_init_kwargs=ray_init_kwargs)
+    assert ray.is_initialized()
+    # A second runner finds the first one's Ray and shares it.
+    second = Fragile(devices=1, cfg={"fail": "raise", "at": 3}, backend="ray")
+    pids = first.worker_pids + second.worker_pids
+    assert first(range(100)) == 328350
+    assert second(range(3)) == [0, 1, 2]
+    first.close()
+    assert ray.is_initialized()  # still used by `second`
+    with pytest.raises(WorkerError):  # a failed call closes `second` too...
+        second(range(10))
+    assert not ray.is_initialized()  # ...and with it the Ray they started
+    assert wait_gone(pids) == []
+
+
+def test_a_runner_that_fails_to_start_shuts_its_ray_down(ray_init_kwargs):
+    with pytest.raises(WorkerError, match="cannot load the model"):
+        Fragile(devices=1, cfg={"fail": "init"}, backend="ray", ray_init_kwargs=ray_init_kwargs)
+    assert not ray.is_initialized()
