@@ -141,6 +141,20 @@ def test_options_are_checked():
         Runner(devices=1, backend="rey")
 
 
+def test_torch_runner_on_ray_with_cpu_tensors():
+    pytest.importorskip("easycore.torch.parallel")  # written alongside; skip until it imports
+    torch = pytest.importorskip("torch")
+    from _ray_torch_runners import Tensors
+
+    with Tensors(devices=2, backend="ray") as runner:
+        out = runner(range(40))
+    assert {(device, threads) for device, threads, _ in out} == {("cpu", Tensors.cpu_threads)}
+    tensors = [t for _, _, t in out]
+    assert all(isinstance(t, torch.Tensor) and t.shape == (1 << 16,) for t in tensors)
+    assert [int(t[0]) for t in tensors] == list(range(40))  # in order
+    assert float(torch.stack(tensors).sum()) == sum(range(40)) * (1 << 16)
+
+
 # ------------------------------------------------------------------ errors
 def test_hook_error_is_raised_with_worker_traceback_and_device():
     runner = Fragile(devices=2, cfg={"fail": "raise", "at": 13}, backend="ray")
