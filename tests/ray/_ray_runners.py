@@ -4,6 +4,7 @@ this folder on their ``PYTHONPATH``), as a cluster's workers would import yours.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -97,6 +98,8 @@ class Fragile(_Collect, OrderedRunner):
                 raise ValueError(f"bad item {data}")
             if cfg.fail == "exit":
                 os._exit(7)
+            if cfg.fail == "unpicklable":
+                return threading.Lock()
         return data
 
     @staticmethod

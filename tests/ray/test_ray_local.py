@@ -179,6 +179,14 @@ def test_hook_error_is_raised_with_worker_traceback_and_device():
         runner.close()
 
 
+def test_results_ray_cannot_serialise_are_a_worker_error():
+    with Fragile(devices=2, cfg={"fail": "unpicklable", "at": 5}, backend="ray") as runner:
+        with pytest.raises(WorkerError) as info:
+            runner(range(20))
+    assert (info.value.hook, info.value.exc_type) == ("sending results", "TypeError")
+    assert "lock" in str(info.value)
+
+
 def test_producer_init_error_is_raised_by_the_constructor():
     with pytest.raises(WorkerError) as info:
         Fragile(devices=2, cfg={"fail": "init"}, backend="ray")

@@ -259,12 +259,13 @@ class RayBackend(Backend):
 
     # ------------------------------------------------------------ per chunk
     def submit(self, worker: int, seq: int, items: List[Any]) -> None:
+        if self._closed:
+            raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is closed")
+        # Returns at once: Ray queues the task on the actor. The pipeline's
+        # credits bound how many are queued, so nothing grows unboundedly.
+        ref = self._actors[worker].run_chunk.remote(items)
         with self._lock:
-            if self._closed:
-                raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is closed")
-            # Returns at once: Ray queues the task on the actor. The pipeline's
-            # credits bound how many are queued, so nothing grows unboundedly.
-            self._pending[self._actors[worker].run_chunk.remote(items)] = (worker, seq)
+            self._pending[ref] = (worker, seq)
         self._changed.set()
 
     def poll(self, timeout: Optional[float]) -> List[Result]:
@@ -308,8 +309,7 @@ class RayBackend(Backend):
             cause = getattr(exc, "cause", None) or exc
             raise WorkerError(
                 device, "sending results", worker, self._locate(worker)[0],
-                type(cause).__name__, str(cause).strip().splitlines()[0] if str(cause) else "",
-                str(exc),
+                type(cause).__name__, (str(cause).strip().splitlines() or [""])[0], str(exc),
             ) from None
         if reply[0] == "error":
             raise WorkerError.from_report(reply[1], device, worker, self._locate(worker)[0])
