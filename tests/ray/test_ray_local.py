@@ -6,7 +6,9 @@ The Ray instance is shared by the whole module; runners never shut it down.
 
 from __future__ import annotations
 
+import sys
 import time
+import types
 
 import pytest
 
@@ -185,6 +187,21 @@ def test_results_ray_cannot_serialise_are_a_worker_error():
             runner(range(20))
     assert (info.value.hook, info.value.exc_type) == ("sending results", "TypeError")
     assert "lock" in str(info.value)
+
+
+def test_a_runner_class_the_actors_cannot_import_is_a_worker_error():
+    # As when the hooks' module exists on the caller's machine only.
+    ghost = types.ModuleType("ghost_runners")
+    exec("from _ray_runners import Runner\nclass Ghost(Runner):\n    pass\n", ghost.__dict__)
+    ghost.Ghost.__module__ = "ghost_runners"
+    sys.modules["ghost_runners"] = ghost  # pickled by reference, like any module's class
+    try:
+        with pytest.raises(WorkerError) as info:
+            ghost.Ghost(devices=2, backend="ray")
+    finally:
+        del sys.modules["ghost_runners"]
+    assert info.value.hook == "creating the actor"
+    assert "runtime_env" in str(info.value) and "ghost_runners" in str(info.value)
 
 
 def test_producer_init_error_is_raised_by_the_constructor():

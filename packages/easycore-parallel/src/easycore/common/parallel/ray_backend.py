@@ -303,6 +303,12 @@ class RayBackend(Backend):
         try:
             reply = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
+            if exc.actor_init_failed:  # most often: the hooks' module is not on that node
+                raise WorkerError(
+                    device, "creating the actor", worker, None, type(exc).__name__,
+                    "the actor could not be built from the runner class and cfg; are they "
+                    "importable on every node (see runtime_env in ray_init_kwargs)?", str(exc),
+                ) from None
             pid, node_id, node_ip = self._locate(worker)
             raise RayWorkerDiedError(device, worker, pid, node_id, node_ip, str(exc)) from None
         except ray.exceptions.RayError as exc:  # e.g. results Ray could not serialise
@@ -345,6 +351,9 @@ class RayBackend(Backend):
     def stop(self, timeout: Optional[float] = None) -> None:
         if self._closed:
             return
+        if not self._ray.is_initialized():  # someone shut Ray down: the actors are gone
+            self.abort()
+            return
         errors: List[BaseException] = []
         try:
             self._gather({a.end.remote(): i for i, a in enumerate(self._actors)}, timeout, errors)
@@ -378,7 +387,10 @@ class RayBackend(Backend):
         call made right after it could still run."""
         ray = self._ray
         for actor in self._actors:
-            ray.kill(actor, no_restart=True)
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass  # already gone
         alive, deadline = list(self._actors), time.monotonic() + self.kill_timeout
         while alive and time.monotonic() < deadline:
             probes = {actor.where.remote(): actor for actor in alive}
