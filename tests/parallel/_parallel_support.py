@@ -21,11 +21,23 @@ METHODS = [
 ]
 
 
-def shm_segments() -> list:
-    """Our shared-memory segment names (Linux; empty elsewhere)."""
+def shm_segments(pid: int = None) -> list:
+    """Shared-memory segments of runners created by process ``pid`` (default: this one).
+
+    Names start with ``ecp-<pid in hex>-``; filtering by pid keeps other test
+    sessions running on the same machine out of our leak checks.
+    """
     if not os.path.isdir(SHM_DIR):
         return []
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(SHM_PREFIX))
+    prefix = f"{SHM_PREFIX}{os.getpid() if pid is None else pid:x}-"
+    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefix))
+
+
+def shm_named(prefix: str) -> list:
+    """Shared-memory segments whose name starts with ``prefix``."""
+    if not os.path.isdir(SHM_DIR):
+        return []
+    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefix))
 
 
 def _is_mp_helper(proc: psutil.Process) -> bool:

@@ -10,7 +10,14 @@ import sys
 
 import pytest
 from _parallel_helpers import Arrays, SumSquares
-from _parallel_support import METHODS, SCRIPTS, run_script, shm_segments, wait_gone
+from _parallel_support import (
+    METHODS,
+    SCRIPTS,
+    run_script,
+    shm_named,
+    shm_segments,
+    wait_gone,
+)
 from easycore.common.config import CfgNode
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,7 +122,7 @@ def test_workers_exit_when_the_parent_is_sigkilled(method, mode):
     # the resource tracker (and forkserver) follow once the workers are gone,
     # and the tracker removes shared memory that was in flight
     assert wait_gone(info["helpers"], 20) == []
-    assert [s for s in shm_segments() if s.startswith(info["prefix"])] == []
+    assert shm_named(info["prefix"]) == []
 
 
 def _wait_for_shm(prefix: str, timeout: float) -> bool:
@@ -123,7 +130,7 @@ def _wait_for_shm(prefix: str, timeout: float) -> bool:
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(s.startswith(prefix) for s in shm_segments()):
+        if shm_named(prefix):
             return True
         time.sleep(0.02)
     return False

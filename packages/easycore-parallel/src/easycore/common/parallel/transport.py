@@ -138,7 +138,7 @@ class SharedMemoryTransport(PickleTransport):
 
     #: buffers smaller than this stay in the pickle
     threshold = 64 * 1024
-    #: free segments a worker keeps for reuse; more are unlinked
+    #: free segments a worker keeps for reuse; it drops more (the caller unlinks them)
     max_free_segments = 4
     #: smallest segment size, so that small arrays of varying size share segments
     min_segment_bytes = 1 << 20
@@ -146,9 +146,10 @@ class SharedMemoryTransport(PickleTransport):
     def __init__(self, threshold: Optional[int] = None) -> None:
         if threshold is not None:
             self.threshold = threshold
-        # Names carry a per-activation token so the caller can find (and sweep)
-        # exactly its own segments, and restarts never collide with old names.
-        self.prefix = f"ecp-{secrets.token_hex(4)}-"
+        # Names carry the caller's pid (whose segments are these?) and a
+        # per-activation token, so the caller can sweep exactly its own, and
+        # restarts never collide with old names. Short: macOS allows 31 chars.
+        self.prefix = f"ecp-{os.getpid():x}-{secrets.token_hex(3)}-"
         self._init_state()
 
     def _init_state(self) -> None:
@@ -157,6 +158,7 @@ class SharedMemoryTransport(PickleTransport):
         self._counter = 0
         self._free: List[_Segment] = []  # mapped here, not lent: reusable
         self._lent: Dict[str, _Segment] = {}  # handed to the caller, awaiting return
+        self._dropped: List[str] = []  # unmapped here; the caller unlinks them
         # caller side
         self._returns: Dict[int, deque] = {}  # worker -> weakrefs of mappings that died
         self._mapped: Dict[weakref.ref, str] = {}  # weakref of a live mapping -> its name
@@ -203,7 +205,10 @@ class SharedMemoryTransport(PickleTransport):
             return False
 
         data = pickle.dumps(results, protocol=5, buffer_callback=out_of_band)
+        dropped, self._dropped = self._dropped, []
         if not buffers:
+            if dropped:
+                return (data, None, None, self._index, dropped), len(data)
             return data, len(data)
         layout = []
         total = 0
@@ -215,7 +220,7 @@ class SharedMemoryTransport(PickleTransport):
         for (off, n), raw in zip(layout, buffers):
             mm[off : off + n] = raw  # the only copy the data makes
         self._lent[segment.name] = segment
-        return (data, segment.name, layout, self._index), len(data) + total
+        return (data, segment.name, layout, self._index, dropped), len(data) + total
 
     def _segment_for(self, nbytes: int) -> _Segment:
         # Reuse beats fresh memory by far: a new tmpfs page must be allocated
@@ -228,8 +233,7 @@ class SharedMemoryTransport(PickleTransport):
         # Results outgrew the free segments (chunks grow while the chunker
         # learns): drop them rather than keep memory that will not be reused.
         for segment in self._free:
-            segment.mmap.close()
-            _unlink(segment.name)
+            self._drop(segment)
         self._free.clear()
         size = max(self.min_segment_bytes, 1 << (nbytes - 1).bit_length())
         name = f"/{self.prefix}{self._index}-{self._counter:x}"
@@ -251,15 +255,25 @@ class SharedMemoryTransport(PickleTransport):
             if segment is not None:
                 self._free.append(segment)
         while len(self._free) > self.max_free_segments:
-            segment = self._free.pop(0)
-            segment.mmap.close()
-            _unlink(segment.name)
+            self._drop(self._free.pop(0))
+
+    def _drop(self, segment: _Segment) -> None:
+        # Workers never unlink: one killed between unlinking a name and telling
+        # the resource tracker would leave the tracker warning about a "leak" at
+        # exit. The caller, which we never kill, unlinks what we report.
+        segment.mmap.close()
+        self._dropped.append(segment.name)
 
     # ---------------------------------------------------------------- caller
     def decode(self, payload: Any) -> List[Any]:
         if not isinstance(payload, tuple):
             return pickle.loads(payload)
-        data, name, layout, worker = payload
+        data, name, layout, worker, dropped = payload
+        for old in dropped:
+            _unlink(old)
+            self._known.discard(old)
+        if name is None:
+            return pickle.loads(data)
         self._known.add(name)
         total = layout[-1][0] + layout[-1][1]
         fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
@@ -293,8 +307,10 @@ class SharedMemoryTransport(PickleTransport):
         return names
 
     def discard(self, payload: Any) -> None:
-        if isinstance(payload, tuple):
-            self._known.add(payload[1])  # unlinked by cleanup(), after the worker is gone
+        if isinstance(payload, tuple):  # unlinked by cleanup(), after the worker is gone
+            self._known.update(payload[4])
+            if payload[1] is not None:
+                self._known.add(payload[1])
 
     def cleanup(self) -> None:
         if not self.available:
@@ -310,7 +326,7 @@ class SharedMemoryTransport(PickleTransport):
                 names = []
             for entry in names:
                 if entry.startswith(self.prefix):
-                    _unlink("/" + entry)
+                    _unlink("/" + entry, registered=False)
 
 
 class _Segment:
@@ -322,9 +338,14 @@ class _Segment:
         self.mmap = mm
 
 
-def _unlink(name: str) -> None:
+def _unlink(name: str, registered: bool = True) -> None:
     try:
         _posixshmem.shm_unlink(name)
     except FileNotFoundError:
         return  # someone else unlinked (and unregistered) it
+    if not registered:
+        # A worker killed between creating a segment and registering it left
+        # a name the tracker never heard of, and unregistering an unknown name
+        # makes it print a traceback; registering first is idempotent.
+        resource_tracker.register(name, "shared_memory")
     resource_tracker.unregister(name, "shared_memory")
