@@ -50,3 +50,15 @@ def test_a_runner_that_fails_to_start_shuts_its_ray_down(ray_init_kwargs):
     with pytest.raises(WorkerError, match="cannot load the model"):
         Fragile(devices=1, cfg={"fail": "init"}, backend="ray", ray_init_kwargs=ray_init_kwargs)
     assert not ray.is_initialized()
+
+
+def test_a_runner_started_ray_stays_on_loopback_by_default(ray_init_kwargs):
+    # Without any address option of ours, the Ray the runner starts must not
+    # bind beyond 127.0.0.1 (nothing listens on a non-loopback address by default).
+    kwargs = {k: v for k, v in ray_init_kwargs.items()
+              if k not in ("_node_ip_address", "include_dashboard")}
+    with Runner(devices=1, backend="ray", ray_init_kwargs=kwargs) as runner:
+        assert runner(range(10)) == 285
+        nodes = ray.nodes()
+        assert [node["NodeManagerAddress"] for node in nodes] == ["127.0.0.1"]
+    assert not ray.is_initialized()

@@ -34,12 +34,15 @@ Ray itself: if this process is already connected to Ray, that connection is
 used as it is (``address`` and ``ray_init_kwargs`` are ignored) and left up
 on close. Otherwise the runner calls ``ray.init(address=address,
 **ray_init_kwargs)`` and shuts Ray down when the last runner using it closes.
+A Ray the runner starts itself binds to 127.0.0.1 without a dashboard unless
+``ray_init_kwargs`` says otherwise (nothing listens beyond loopback by default).
 Ray is an optional extra and is imported only here, on first use.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
@@ -137,12 +140,32 @@ _session: Dict[str, Any] = {"job": None, "users": 0}
 def _acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
     with _session_lock:
         if not ray.is_initialized():
-            ray.init(address=address, **init_kwargs)
+            ray.init(address=address, **_local_defaults(address, init_kwargs))
             _session.update(job=ray.get_runtime_context().get_job_id(), users=0)
         elif ray.get_runtime_context().get_job_id() != _session["job"]:
             return False  # the caller's own Ray: use it, leave it up
         _session["users"] += 1
         return True
+
+
+def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """Keep a Ray that the runner starts itself on loopback, with no dashboard.
+
+    Nothing easycore starts may listen on a non-loopback address by default;
+    pass ``ray_init_kwargs={"_node_ip_address": ...}`` to open it up. When
+    ``address`` names a cluster, or one is already running on this machine,
+    Ray is only joined and the options are left as given.
+    """
+    kwargs = dict(init_kwargs)
+    starts_new = (
+        address is None
+        and not os.environ.get("RAY_ADDRESS")
+        and not os.path.exists(os.path.join(tempfile.gettempdir(), "ray", "ray_current_cluster"))
+    )
+    if starts_new:
+        kwargs.setdefault("_node_ip_address", "127.0.0.1")
+        kwargs.setdefault("include_dashboard", False)
+    return kwargs
 
 
 def _release_ray(ray: Any) -> None:
