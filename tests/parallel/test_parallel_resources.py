@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from _parallel_helpers import Arrays, SumSquares
@@ -93,6 +95,26 @@ def test_repeated_runners_leave_nothing_behind(no_leaks):
             assert runner(range(1000)) == sum(x * x for x in range(1000))
 
 
+def test_a_dropped_runner_is_cleaned_up_when_garbage_collected(no_leaks):
+    runner = SumSquares(2)
+    assert runner(range(10)) == 285
+    pids = runner.worker_pids
+    del runner  # no close(): the back-end's finalizer kills and reaps the workers
+    gc.collect()
+    assert wait_gone(pids, 10) == []
+
+
+def test_exiting_without_close_does_not_hang_or_leak():
+    start = time.monotonic()
+    proc = run_script("forgotten_close.py", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 30
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert wait_gone(info["pids"], 10) == []
+    assert shm_named(info["prefix"]) == []
+    assert "leaked" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 # --- the parent dies -------------------------------------------------------------
 @pytest.mark.parametrize(
     "method, mode",
@@ -126,8 +148,6 @@ def test_workers_exit_when_the_parent_is_sigkilled(method, mode):
 
 
 def _wait_for_shm(prefix: str, timeout: float) -> bool:
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if shm_named(prefix):
