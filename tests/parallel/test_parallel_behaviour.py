@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import pytest
 from _parallel_helpers import (
@@ -125,6 +126,35 @@ def test_empty_input_and_generators_and_iterators(no_leaks):
     with pytest.raises(TypeError):
         with SumSquares(1) as runner:
             runner(42)
+
+
+def test_a_slow_generator_is_not_held_back_by_chunking(no_leaks):
+    # Items are cheap to process but slow to produce: results must keep
+    # flowing instead of waiting for a large chunk to fill.
+    def slow_items():
+        for i in range(60):
+            time.sleep(0.01)
+            yield i
+
+    with FirstSeen(2) as runner:
+        start = time.monotonic()
+        first, n = runner(slow_items())
+    assert n == 60
+    assert first - start < 0.3  # the first item arrives long before the last is made
+
+
+class FirstSeen(UnorderedRunner):
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.seen = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.seen.append(time.monotonic())
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.seen[0], len(cfg.seen)
 
 
 def test_context_manager_and_idempotent_close(no_leaks):
