@@ -48,7 +48,8 @@ a subclass of these runners:
 * ``BaseRunner.transport_class`` / ``make_transport(self) -> Transport``:
   ``Transport.encode(results) -> (payload, nbytes)`` in the worker,
   ``Transport.decode(payload) -> list`` in the caller (plus ``prepare``,
-  ``bind_worker``, ``discard``, ``cleanup``).
+  ``bind_worker``, ``discard``, ``cleanup``, and ``feedback(worker)`` /
+  ``on_feedback(data)``, a channel back to the worker on its next chunk).
 
 Back-ends: ``BaseRunner.backends`` maps ``backend=`` names to
 :class:`~.backend.Backend` classes (or ``"module:Class"`` strings imported on

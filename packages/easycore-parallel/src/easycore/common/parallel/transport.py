@@ -27,15 +27,18 @@ keeps a few free segments mapped between calls; ``cleanup`` unlinks them all.
 NumPy is never imported here: arrays pickle themselves, and unpickling
 imports NumPy only when a result holds one.
 
-Leak safety: each segment is registered with multiprocessing's resource
-tracker when created and unregistered by whoever unlinks it, so if the whole
-process family is SIGKILLed the tracker still removes them; the caller
-unlinks every name it has seen in :meth:`~Transport.cleanup` (arrays still
-alive keep their memory until they die) and, on Linux, sweeps ``/dev/shm`` for
-this activation's prefix to catch segments a killed worker never sent.
+Leak safety: the worker registers each segment with multiprocessing's
+resource tracker when it creates it, so if the whole process family is
+SIGKILLed the tracker still removes them. Only the caller unlinks (and
+unregisters): segments a worker no longer wants travel back in its next
+payload, and :meth:`~Transport.cleanup` unlinks every name the caller has seen
+(arrays still alive keep their memory until they die) and, on Linux, sweeps
+``/dev/shm`` for this activation's prefix (``ecp-<caller pid>-<token>-``) to
+catch segments a killed worker never sent. Workers, which may be killed at
+any instant, thus never leave the tracker's books and the files out of step.
 
-A torch back-end overrides this seam with a transport that pickles through
-``torch.multiprocessing``'s reducers (tensors shared by torch itself).
+A torch back-end overrides this seam (``BaseRunner.transport_class``), e.g.
+to carry tensor storages out of band through the same segments.
 """
 
 from __future__ import annotations
