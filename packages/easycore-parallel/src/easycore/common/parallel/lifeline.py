@@ -19,23 +19,26 @@ import ctypes.util
 import os
 import signal
 import sys
+from typing import Optional
 
 __all__ = ["arm_parent_death_signal", "parent_gone"]
 
 _PR_SET_PDEATHSIG = 1
 
 
-def arm_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+def arm_parent_death_signal(sig: Optional[int] = None) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent dies.
 
     Args:
-        sig (int): the signal.
+        sig (int or None): the signal; None means SIGKILL.
 
     Returns:
         bool: whether it could be armed (Linux only).
     """
     if not sys.platform.startswith("linux"):
         return False
+    if sig is None:
+        sig = signal.SIGKILL  # looked up here: Windows has no SIGKILL to import
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
