@@ -120,19 +120,37 @@ class Fail(_Collect, UnorderedRunner):
         return cfg.out
 
 
+def _die(how):
+    if how == "exit":
+        os._exit(3)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "segfault":
+        ctypes.string_at(0)
+
+
 class Die(_Collect, UnorderedRunner):
-    """The worker that gets item ``cfg.item`` dies the way ``cfg.how`` says."""
+    """The worker that gets item ``cfg.item`` dies the way ``cfg.how`` says.
+
+    With ``cfg.where`` "init" or "end", the worker on device "cpu:1" (init) or
+    every worker (end) dies in ``producer_init`` / ``producer_end`` instead.
+    """
+
+    @staticmethod
+    def producer_init(device, cfg):
+        if cfg.get("where") == "init" and device == "cpu:1":
+            _die(cfg.how)
 
     @staticmethod
     def producer_work(device, cfg, data):
         if data == cfg.item:
-            if cfg.how == "exit":
-                os._exit(3)
-            if cfg.how == "sigkill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if cfg.how == "segfault":
-                ctypes.string_at(0)
+            _die(cfg.how)
         return data
+
+    @staticmethod
+    def producer_end(device, cfg):
+        if cfg.get("where") == "end":
+            _die(cfg.how)
 
 
 class Arrays(_Collect, OrderedRunner):

@@ -150,6 +150,22 @@ def test_dead_worker_is_reported_with_device_and_exit_code(no_leaks, how, code):
     runner.close()
 
 
+def test_worker_dying_in_producer_init_is_raised_by_the_constructor(no_leaks):
+    start = time.monotonic()
+    with pytest.raises(WorkerDiedError) as info:
+        Die(["cpu:0", "cpu:1"], cfg=CfgNode({"item": None, "how": "exit", "where": "init"}))
+    assert time.monotonic() - start < DEADLINE
+    assert info.value.device == "cpu:1" and info.value.exitcode == 3
+
+
+def test_worker_dying_in_producer_end_is_raised_by_close(no_leaks):
+    runner = Die(2, cfg=CfgNode({"item": None, "how": "sigkill", "where": "end"}))
+    assert sorted(runner(range(10))) == list(range(10))
+    with pytest.raises(WorkerDiedError, match="SIGKILL"):
+        runner.close()
+    assert not runner.is_activate
+
+
 def test_errors_pickle_and_subclass_parallel_error():
     err = WorkerError("cuda:1", "producer_work", 1, 42, "ValueError", "bad", "Traceback...")
     back = pickle.loads(pickle.dumps(err))
