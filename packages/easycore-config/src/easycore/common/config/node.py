@@ -106,7 +106,9 @@ class CfgNode(dict):
             raise ConfigKeyError(
                 f"invalid config key {self._path_of(key)!r}: keys must be valid Python identifiers"
             )
-        if isinstance(value, Mapping) and not isinstance(value, CfgNode):
+        if type(value) in _SCALARS:
+            pass  # nothing to convert (and no slow ABC isinstance check)
+        elif isinstance(value, Mapping) and not isinstance(value, CfgNode):
             # Give the new node its path before its children are set, so that
             # their paths (used in every error message) are full dotted paths.
             node = CfgNode()
@@ -129,6 +131,14 @@ class CfgNode(dict):
             )
 
     def __setattr__(self, name: str, value: Any) -> None:
+        # Fast path for re-binding an existing key to a scalar, the hot
+        # ``cfg.sum += x`` of a consumer loop: a key already in the mirror is
+        # known valid and unreserved, and a scalar needs no conversion.
+        mirror = self.__dict__
+        if name in mirror and type(value) in _SCALARS and not self._frozen:
+            dict.__setitem__(self, name, value)
+            mirror[name] = value
+            return
         if name in type(self)._reserved:
             raise AttributeError(
                 f"cannot set {self._path_of(name)!r} as an attribute: {name!r} is a CfgNode "
@@ -427,6 +437,9 @@ class CfgNode(dict):
 
 
 CfgNode._reserved = frozenset(dir(CfgNode))
+
+# Leaf types that need no conversion when stored.
+_SCALARS = frozenset({int, float, str, bool, type(None), bytes, complex})
 
 
 def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
