@@ -152,6 +152,7 @@ def make_case(name: str):
         "aliased": lambda: (big, big),
         "views_of_one": lambda: (base, base[100:300], base[10:20]),
         "attribute": lambda: _with_attribute(base.clone()),
+        "sparse": lambda: (base * (base > 1.5)).to_sparse(),
     }
     return cases[name]()
 
@@ -165,7 +166,7 @@ CASE_NAMES = [
     "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int64", "bool",
     "complex64", "scalar", "big", "transposed", "column_slice", "sparse_rows",
     "narrow_view", "expanded", "zero_rows", "zero_view", "conj", "requires_grad",
-    "parameter", "nested", "aliased", "views_of_one", "attribute",
+    "parameter", "nested", "aliased", "views_of_one", "attribute", "sparse",
 ]
 
 

@@ -105,6 +105,13 @@ def test_python_attributes_fall_back_to_torch_pickling(cases):
     assert torch.equal(got, make_case("attribute"))
 
 
+def test_sparse_tensors_pickle_themselves(cases):
+    # torch's own reduction; its indices and values are plain tensors, sent our way.
+    sparse, want = cases["sparse"], make_case("sparse")
+    assert sparse.layout == torch.sparse_coo
+    assert torch.equal(sparse.to_dense(), want.to_dense())
+
+
 def test_numpy_arrays_and_plain_objects_still_travel(no_leaks):
     with BigTensors(["cpu"], cfg=CfgNode({"n": 3})) as runner:
         assert [t.tolist() for t in runner([1, 2])] == [[1.0] * 3, [2.0] * 3]
