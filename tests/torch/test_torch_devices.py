@@ -158,8 +158,8 @@ class SpawnRecorder(Probe):
     chosen: list = []
 
     @classmethod
-    def validate_device(cls, device):
-        return canonical_device(device)
+    def check_available(cls, device):
+        pass
 
     def get_mp_context(self):
         context = super().get_mp_context()

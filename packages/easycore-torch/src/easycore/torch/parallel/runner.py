@@ -5,8 +5,8 @@ adaptive chunking, ordering, error and death propagation, cleanup) is
 :class:`easycore.common.parallel.BaseRunner`'s. These classes override only
 its documented seams:
 
-* ``validate_device``: ``"cpu"`` / ``"cuda:N"`` checked against this machine
-  (:mod:`.devices`);
+* ``validate_device``: ``"cpu"`` / ``"cuda:N"`` parsed, then checked against
+  this machine's GPUs by the constructor (process back-end) (:mod:`.devices`);
 * ``get_mp_context``: ``torch.multiprocessing``, ``spawn`` when a device is
   CUDA (:mod:`.context`);
 * ``setup_worker``: ``torch.cuda.set_device`` / ``torch.set_num_threads`` in
@@ -23,7 +23,7 @@ from easycore.common import parallel as _common
 from easycore.common.parallel.progress import ProgressOption
 
 from .context import get_context, select_start_method
-from .devices import DeviceLike, check_device, setup_device
+from .devices import DeviceLike, canonical_device, check_device, setup_device
 from .transport import TensorTransport
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
@@ -39,7 +39,8 @@ class BaseRunner(_common.BaseRunner):
 
     * devices are ``"cpu"`` or ``"cuda:N"`` (``"cuda"`` means ``"cuda:0"``),
       checked when the runner is built: a malformed device, or a GPU this
-      machine does not have, is a ``ValueError`` naming it;
+      machine does not have, is a ``ValueError`` naming it (with
+      ``backend="ray"`` only the spelling is checked here: Ray places GPUs);
     * each CUDA worker makes its device current (``torch.cuda.set_device``),
       so ``"cuda"`` in your code means the worker's GPU; each CPU worker runs
       torch on :attr:`cpu_threads` intra-op threads (one by default);
@@ -86,6 +87,13 @@ class BaseRunner(_common.BaseRunner):
             backend (str): which back-end runs the producers.
             **backend_options: extra keyword arguments for the back-end class.
         """
+        # Parsed first (a generator can be read only once), then checked against
+        # this machine's GPUs, before any worker starts. Not for other back-ends:
+        # Ray places GPUs on its own nodes, and this process may see none.
+        devices = self.normalize_devices(devices)
+        if backend == "process":
+            for device in devices:
+                self.check_available(device)
         # Read by get_mp_context, which the base constructor reaches via activate().
         self._requested_start_method = start_method
         super().__init__(
@@ -100,7 +108,7 @@ class BaseRunner(_common.BaseRunner):
 
     @classmethod
     def validate_device(cls, device: DeviceLike) -> str:  # type: ignore[override]
-        """Check one device against this machine.
+        """Parse one device (the constructor then checks that this machine has it).
 
         Args:
             device (str or torch.device): "cpu", "cuda", "cuda:N".
@@ -108,7 +116,19 @@ class BaseRunner(_common.BaseRunner):
         Returns:
             str: the canonical device ("cuda" becomes "cuda:0").
         """
-        return check_device(device)
+        return canonical_device(device)
+
+    @classmethod
+    def check_available(cls, device: str) -> None:
+        """Raise ``ValueError`` unless this machine has ``device`` (a GPU torch sees).
+
+        Called by the constructor for each device when the workers are local
+        processes.
+
+        Args:
+            device (str): a device returned by :meth:`validate_device`.
+        """
+        check_device(device)
 
     @classmethod
     def setup_worker(cls, device: str) -> None:

@@ -163,8 +163,8 @@ class _TensorPickler(pickle.Pickler):
             self._keepalive = []
 
     def _reduce_tensor(self, t: torch.Tensor) -> Any:
-        # Few torch calls on purpose: each one is a trip through the dispatcher,
-        # and right after copying megabytes its code is no longer in cache.
+        # Only the torch calls needed: each is a trip through the binding layer,
+        # and after the previous chunk's copy of megabytes its code is cache-cold.
         if not t.is_cpu or t.layout is not _STRIDED or t.is_quantized or t.is_nested or t.__dict__:
             return t.__reduce_ex__(5)  # torch's own pickling: in-band, device kept
         requires_grad = t.requires_grad
