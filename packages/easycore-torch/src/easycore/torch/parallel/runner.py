@@ -5,8 +5,9 @@ adaptive chunking, ordering, error and death propagation, cleanup) is
 :class:`easycore.common.parallel.BaseRunner`'s. These classes override only
 its documented seams:
 
-* ``validate_device``: ``"cpu"`` / ``"cuda:N"`` parsed, then checked against
-  this machine's GPUs by the constructor (process back-end) (:mod:`.devices`);
+* ``validate_device``: ``"cpu"`` / ``"cuda:N"`` parsed (:mod:`.devices`); the
+  constructor then checks that this machine has each GPU (``check_available``,
+  process back-end only: Ray places GPUs on its own nodes);
 * ``get_mp_context``: ``torch.multiprocessing``, ``spawn`` when a device is
   CUDA (:mod:`.context`);
 * ``setup_worker``: ``torch.cuda.set_device`` / ``torch.set_num_threads`` in
