@@ -146,6 +146,7 @@ def make_case(name: str):
         "zero_rows": lambda: torch.zeros(0, 3),
         "zero_view": lambda: base[:, 5:5],
         "conj": lambda: torch.complex(base, base).conj(),
+        "neg_view": lambda: torch.complex(base, base).conj().imag,  # a real tensor, neg bit
         "requires_grad": lambda: base.clone().requires_grad_(True),
         "parameter": lambda: torch.nn.Parameter(big.clone()),
         "nested": lambda: (base, {"a": [big, base[0]], "b": (torch.ones(2), "text", 5)}),
@@ -165,7 +166,7 @@ def _with_attribute(t: torch.Tensor) -> torch.Tensor:
 CASE_NAMES = [
     "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int64", "bool",
     "complex64", "scalar", "big", "transposed", "column_slice", "sparse_rows",
-    "narrow_view", "expanded", "zero_rows", "zero_view", "conj", "requires_grad",
+    "narrow_view", "expanded", "zero_rows", "zero_view", "conj", "neg_view", "requires_grad",
     "parameter", "nested", "aliased", "views_of_one", "attribute", "sparse",
 ]
 

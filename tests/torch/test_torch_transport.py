@@ -67,6 +67,9 @@ def test_narrow_view_sends_only_its_bytes(cases):
 def test_conj_requires_grad_and_parameter(cases):
     assert_same_tensor(cases["conj"], make_case("conj"), strides=False)
     assert not cases["conj"].is_conj()  # resolved before sending: values, not a lazy view
+    neg, want = cases["neg_view"], make_case("neg_view")
+    assert want.is_neg() and not neg.is_neg()
+    assert torch.equal(neg, want.resolve_neg()) and neg.dtype == torch.float32
     got = cases["requires_grad"]
     assert got.requires_grad and got.is_leaf and got.grad is None
     param = cases["parameter"]
@@ -86,17 +89,17 @@ def test_nested_in_tuples_dicts_lists(cases):
 
 def test_aliasing_within_a_result(cases):
     a, b = cases["aliased"]
-    assert a is b  # one object sent twice stays one object
+    assert a is b  # one object sent twice stays one object, as pickle does
     base, rows, few = cases["views_of_one"]
     want = make_case("views_of_one")
     for got_t, want_t in zip((base, rows, few), want):
         assert_same_tensor(got_t, want_t)
-    # Views covering at least half of a storage share it on arrival, as in the worker.
-    assert rows.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
-    rows[0, 0] = 1234.5
-    assert base[100, 0] == 1234.5
-    # A small view travels alone: its own 10 rows, not the 300 it was cut from.
+    # Views of one storage arrive as tensors of their own (as NumPy views do),
+    # each holding only the bytes it spans.
+    assert rows.untyped_storage().nbytes() == 200 * 400 * 4
     assert few.untyped_storage().nbytes() == 10 * 400 * 4
+    rows[0, 0] = 1234.5
+    assert base[100, 0] != 1234.5
 
 
 def test_python_attributes_fall_back_to_torch_pickling(cases):

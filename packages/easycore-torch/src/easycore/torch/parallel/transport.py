@@ -32,18 +32,19 @@ What travels how:
 
 * CPU tensors (``torch.Tensor`` exactly, and the data of an
   ``nn.Parameter``) keep dtype, shape and strides, non-contiguous ones
-  included. The storage bytes a tensor spans are sent (all of its storage if
-  the tensor covers at least half of it, so views of one storage in the same
-  chunk stay views of one storage); a sparse view (``x[::100]``) is compacted
-  first, arriving contiguous. ``requires_grad`` is kept on a leaf; the graph
-  and ``.grad`` are not (as with ``torch.multiprocessing``).
+  included. Only the bytes a tensor spans travel, never the rest of a larger
+  storage it views; a sparse view (``x[::100]``) is compacted first, arriving
+  contiguous. Each tensor arrives with storage of its own: two views of one
+  storage arrive as two independent tensors, as NumPy views do through pickle
+  (the same tensor object twice arrives as one object). ``requires_grad`` is
+  kept on a leaf; the graph and ``.grad`` are not (as with
+  ``torch.multiprocessing``).
 * Tensors smaller than ``threshold`` (64 KiB) travel inside the pickle, like
   NumPy arrays: a segment costs more than copying them.
 * Anything else (CUDA tensors, sparse, quantized or nested tensors, tensor
   subclasses, tensors with Python attributes) uses its own pickling, in-band:
   correct, not zero-copy. Return CPU tensors from ``producer_work``
   (``.cpu()``); a CUDA tensor would be rebuilt on its GPU *in the caller*.
-* Identical tensor objects in one chunk arrive as one object, as pickle does.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import copyreg
 import ctypes
 import io
 import pickle
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from easycore.common.parallel import SharedMemoryTransport
 
@@ -132,6 +133,8 @@ class _TensorPickler(pickle.Pickler):
     private ``dispatch_table`` (a dict lookup in C per object), not through
     ``reducer_override`` (a Python call per object); exact ``torch.Tensor``
     only: subclasses pickle themselves, ``nn.Parameter`` through its ``.data``.
+    A tensor reduces to ``_rebuild_tensor(PickleBuffer over the bytes it spans,
+    dtype, size, stride, requires_grad)``.
     """
 
     def __init__(self) -> None:
@@ -141,10 +144,7 @@ class _TensorPickler(pickle.Pickler):
         table = copyreg.dispatch_table.copy()
         table[torch.Tensor] = self._reduce_tensor
         self.dispatch_table = table
-        # (storage address, first byte, end) -> one object, so pickle's memo
-        # sends the bytes once and views of one storage share memory again.
-        self._storages: Dict[Tuple[int, int, int], _StorageBytes] = {}
-        # tensors made here (compacted views) that the buffers point into
+        # tensors made here (compacted or resolved views) that buffers point into
         self._keepalive: List[torch.Tensor] = []
 
     def pickle(self, results: List[Any]) -> Tuple[bytes, List[pickle.PickleBuffer], list]:
@@ -159,64 +159,42 @@ class _TensorPickler(pickle.Pickler):
             self._file.seek(0)
             self._file.truncate()
             self._buffers.clear()
-            self._storages.clear()
             self._keepalive = []
 
     def _reduce_tensor(self, t: torch.Tensor) -> Any:
-        # Only the torch calls needed: each is a trip through the binding layer,
-        # and after the previous chunk's copy of megabytes its code is cache-cold.
+        # Only the torch calls needed (no storage object, no offset): each is a
+        # trip through the binding layer, cache-cold after the previous chunk's
+        # copy of megabytes.
         if not t.is_cpu or t.layout is not _STRIDED or t.is_quantized or t.is_nested or t.__dict__:
             return t.__reduce_ex__(5)  # torch's own pickling: in-band, device kept
         requires_grad = t.requires_grad
         if requires_grad:
             t = t.detach()
-        if t.is_conj() or t.is_neg():  # lazy views: the bytes are not the values yet
+        dtype = t.dtype
+        # Lazy conjugate / negative views: their bytes are not their values yet
+        # (the conj bit exists for complex tensors only; the neg bit, from
+        # x.conj().imag, on real ones too).
+        if (dtype.is_complex and t.is_conj()) or t.is_neg():
             t = t.resolve_conj().resolve_neg()
             self._keepalive.append(t)
-        dtype, size, stride = t.dtype, tuple(t.shape), t.stride()
-        numel = t.numel()
-        if numel == 0:
+        size, stride = tuple(t.shape), t.stride()
+        itemsize = dtype.itemsize
+        need = itemsize
+        for n in size:
+            need *= n
+        if need == 0:
             return _rebuild_empty, (dtype, size, stride, requires_grad)
-        offset, itemsize = t.storage_offset(), dtype.itemsize
-        need = numel * itemsize
-        storage = t.untyped_storage()
-        whole = storage.nbytes()
-        if whole <= 2 * need:
-            lo, hi = 0, whole
-        else:  # a view of a larger storage: only the bytes it spans
-            last = offset + sum((n - 1) * s for n, s in zip(size, stride))
-            lo, hi = offset * itemsize, (last + 1) * itemsize
-            if hi - lo > 2 * need:  # sparse (x[::100]): pack it
-                t = t.contiguous()
-                self._keepalive.append(t)
-                storage, stride, offset = t.untyped_storage(), t.stride(), 0
-                lo, hi = 0, need
-            else:
-                offset -= lo // itemsize
-        address = storage.data_ptr()
-        key = (address, lo, hi)
-        ref = self._storages.get(key)
-        if ref is None:
-            view = _memory_from_address(address + lo, hi - lo, _PyBUF_WRITE)
-            ref = self._storages[key] = _StorageBytes(view)
-        return _rebuild_tensor, (ref, dtype, offset, size, stride, requires_grad)
+        # The bytes from the first element to the last one (strides are >= 0).
+        span = (sum((n - 1) * s for n, s in zip(size, stride)) + 1) * itemsize
+        if span > 2 * need:  # a sparse view (x[::100]): pack it
+            t = t.contiguous()
+            self._keepalive.append(t)
+            stride, span = t.stride(), need
+        view = _memory_from_address(t.data_ptr(), span, _PyBUF_WRITE)
+        return _rebuild_tensor, (pickle.PickleBuffer(view), dtype, size, stride, requires_grad)
 
 
 _STRIDED = torch.strided
-
-
-class _StorageBytes:
-    """A storage's bytes; pickles as a ``PickleBuffer`` (out of band), loads as a memoryview."""
-
-    __slots__ = ("view",)
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-
-    def __reduce_ex__(self, protocol: int) -> Any:
-        # memoryview(): a C call that makes the segment view (or the in-band
-        # bytearray) one object, shared by every tensor that refers to it.
-        return memoryview, (pickle.PickleBuffer(self.view),)
 
 
 class _Packed:
@@ -239,19 +217,16 @@ def _unpack(data: bytes, *buffers: Any) -> List[Any]:
 
 
 def _rebuild_tensor(
-    buffer: memoryview,
+    buffer: Any,
     dtype: torch.dtype,
-    offset: int,
     size: Tuple[int, ...],
     stride: Tuple[int, ...],
     requires_grad: bool,
 ) -> torch.Tensor:
-    # The tensor's storage holds a reference to the buffer, hence to the mapped
-    # segment: it returns to its worker when the last tensor on it dies.
-    extra = buffer.nbytes % dtype.itemsize  # a storage shared with a smaller dtype
-    if extra:
-        buffer = buffer[: buffer.nbytes - extra]
-    t = torch.frombuffer(buffer, dtype=dtype).as_strided(size, stride, offset)
+    # buffer: a view of the mapped segment (or, in-band, a bytearray). The
+    # tensor's storage holds a reference to it, hence to the segment, which
+    # returns to its worker when the last tensor on it dies.
+    t = torch.frombuffer(buffer, dtype=dtype).as_strided(size, stride)
     if requires_grad:
         t.requires_grad_(True)
     return t
