@@ -1,9 +1,9 @@
 """Producer results with tensors, through shared memory: :class:`TensorTransport`.
 
-How: tensor storages ride in easycore's shared-memory segments. A chunk's
+How: tensor bytes ride in easycore's shared-memory segments. A chunk's
 results are pickled in the worker by a pickler that reduces every CPU tensor
-to its metadata (dtype, size, stride, offset) plus a ``PickleBuffer`` over its
-storage bytes; those buffers, and NumPy's, are handed to
+to its metadata (dtype, size, stride) plus a ``PickleBuffer`` over the bytes
+it spans; those buffers, and NumPy's, are handed to
 :class:`~easycore.common.parallel.SharedMemoryTransport`, which copies them
 once into a recycled POSIX shared-memory segment. In the caller each tensor
 is rebuilt *on* the mapped segment (``torch.frombuffer`` + ``as_strided``):
@@ -22,11 +22,11 @@ the page faults, cost no extra round trip, and inherit easycore-parallel's leak
 safety: segments are registered with the resource tracker, unlinked by
 ``cleanup`` after errors, and swept by name prefix (``ect-`` for torch
 runners) if a worker was killed mid-write. ``benchmarks/bench_torch.py``
-measures them side by side: 8 MB tensors move here at 0.9-1.0x the rate of
-easycore-parallel's 8 MB NumPy arrays (the same copy; the difference is the
-tens of microseconds of per-tensor Python and dispatcher work per result,
-cache-cold after each 8 MB copy), and about 8-10x faster than torch's fd
-sharing or than pickling tensors by value.
+measures them side by side (2-core shared VM, 8 MB results): this transport
+moves tensors at par with easycore-parallel's NumPy arrays (0.94-1.02x the
+rate, 1.01-1.08x the CPU per item over runs; what remains is a few tens of
+microseconds of per-tensor Python and binding work per result), about 9x the
+rate of torch's fd sharing and 20-30x that of pickling tensors by value.
 
 What travels how:
 
@@ -43,7 +43,8 @@ What travels how:
   NumPy arrays: a segment costs more than copying them.
 * Anything else (CUDA tensors, sparse, quantized or nested tensors, tensor
   subclasses, tensors with Python attributes) uses its own pickling, in-band:
-  correct, not zero-copy. Return CPU tensors from ``producer_work``
+  correct, not zero-copy (a sparse tensor's indices and values, plain
+  tensors, still go out of band). Return CPU tensors from ``producer_work``
   (``.cpu()``); a CUDA tensor would be rebuilt on its GPU *in the caller*.
 """
 
