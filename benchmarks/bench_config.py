@@ -21,6 +21,7 @@ import time
 import timeit
 
 import yaml
+
 from easycore.common.config import CfgNode
 
 ACCESS_REPEAT = 5

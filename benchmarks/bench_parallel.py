@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
 
 WORKERS = 2

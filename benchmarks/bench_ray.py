@@ -20,6 +20,7 @@ import time
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import numpy as np  # noqa: E402
+
 from easycore.common.parallel import UnorderedRunner  # noqa: E402
 
 TINY_ITEMS = 50_000

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 import numpy as np
 import psutil
 import torch
+
 from easycore.common import parallel as common_parallel
 from easycore.torch import parallel as torch_parallel
 

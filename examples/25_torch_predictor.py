@@ -16,10 +16,11 @@ Run: ``PYTHONPATH=examples python examples/25_torch_predictor.py``
 import time
 
 import torch
-from easycore.common.config import CfgNode
-from easycore.torch.parallel import OrderedRunner
 from network import Net
 from torch.utils.data import DataLoader
+
+from easycore.common.config import CfgNode
+from easycore.torch.parallel import OrderedRunner
 
 
 class Predictor(OrderedRunner):

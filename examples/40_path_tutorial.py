@@ -13,6 +13,7 @@ import sys
 import time
 
 from _path_server import serve_directory
+
 from easycore.common.path import (
     DownloadError,
     HTTPURLHandler,

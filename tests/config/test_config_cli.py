@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+
 from easycore.common.config import CfgNode
 
 TIMEOUT = 60

@@ -12,6 +12,7 @@ import operator
 import pickle
 
 import pytest
+
 from easycore.common.config import CfgNode, FrozenError
 
 

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import yaml
+
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 EXAMPLE_A = """\

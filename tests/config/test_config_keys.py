@@ -6,6 +6,7 @@ import copy
 import pickle
 
 import pytest
+
 from easycore.common.config import CfgNode, ConfigError, ConfigKeyError, FrozenError
 
 INVALID_KEYS = ["a-b", "1x", "a.b", "", 3, "with space", None, ("t",), "é-x"]

@@ -10,6 +10,7 @@ import pickle
 import stat
 
 import pytest
+
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 

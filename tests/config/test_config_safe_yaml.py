@@ -14,6 +14,7 @@ import re
 
 import pytest
 import yaml
+
 from easycore.common.config import CfgNode, ConfigError, HierarchicalCfgNode
 
 

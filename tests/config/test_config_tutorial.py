@@ -11,6 +11,7 @@ import io
 
 import pytest
 import yaml
+
 from easycore.common.config import CfgNode as CN
 
 EXAMPLE_YAML = """\

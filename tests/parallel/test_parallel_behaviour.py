@@ -14,6 +14,7 @@ from _parallel_helpers import (
     SumSquares,
     WorkerState,
 )
+
 from easycore.common.config import CfgNode
 from easycore.common.parallel import (
     BaseRunner,

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from _parallel_helpers import Die, Fail, SumSquares
+
 from easycore.common.config import CfgNode
 from easycore.common.parallel import (
     ParallelError,

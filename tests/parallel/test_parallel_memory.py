@@ -6,6 +6,7 @@ import math
 
 import psutil
 import pytest
+
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
 from easycore.common.parallel.chunking import AdaptiveChunker
 

@@ -20,6 +20,7 @@ from _parallel_support import (
     shm_segments,
     wait_gone,
 )
+
 from easycore.common.config import CfgNode
 
 pytestmark = pytest.mark.timeout(120)

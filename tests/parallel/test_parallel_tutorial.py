@@ -7,6 +7,7 @@ easycore-torch tests them.
 from __future__ import annotations
 
 import pytest
+
 from easycore.common.config import CfgNode
 from easycore.common.config import CfgNode as CN
 from easycore.common.parallel import OrderedRunner, UnorderedRunner

@@ -9,6 +9,7 @@ import threading
 import uuid
 
 import pytest
+
 from easycore.common.path import HTTPURLHandler, PathManager
 from easycore.common.path import manager as _manager
 

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from easycore.common.network import DownloadError, download_file
 
 

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from easycore.common.path import PathManager
 from easycore.common.path.cache import check_inside, url_to_cache_path
 

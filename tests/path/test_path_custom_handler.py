@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from easycore.common.path import HTTPURLHandler, PathHandler, PathManager
 
 

@@ -4,6 +4,7 @@ import os
 import stat
 
 import pytest
+
 from easycore.common.path import NativePathHandler, PathManager
 
 

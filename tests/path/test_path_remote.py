@@ -5,6 +5,7 @@ import os
 import time
 
 import pytest
+
 from easycore.common.network import DownloadError
 from easycore.common.path import HTTPURLHandler, PathManager
 

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import ray
+
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
 
 

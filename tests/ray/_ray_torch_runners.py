@@ -4,6 +4,7 @@ when that package imports)."""
 from __future__ import annotations
 
 import torch
+
 from easycore.torch.parallel import OrderedRunner
 
 

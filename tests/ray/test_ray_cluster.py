@@ -15,6 +15,7 @@ ray = pytest.importorskip("ray")
 
 from _ray_runners import Fragile, Runner, WhereOrdered  # noqa: E402
 from _ray_support import assert_actors_gone  # noqa: E402
+
 from easycore.common.parallel import WorkerDiedError  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(150), pytest.mark.usefixtures("two_nodes")]

@@ -25,6 +25,7 @@ from _ray_runners import (  # noqa: E402
     WhereUnordered,
 )
 from _ray_support import assert_actors_gone  # noqa: E402
+
 from easycore.common.config import CfgNode as CN  # noqa: E402
 from easycore.common.parallel import (  # noqa: E402
     ParallelError,

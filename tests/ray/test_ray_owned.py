@@ -12,6 +12,7 @@ ray = pytest.importorskip("ray")
 
 from _ray_runners import Fragile, Runner  # noqa: E402
 from _ray_support import LOCAL_INIT, ray_env, wait_gone  # noqa: E402
+
 from easycore.common.parallel import WorkerError  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(150)]

@@ -6,6 +6,7 @@ import sys
 import threading
 
 import pytest
+
 from easycore.common.registry import Registry
 
 

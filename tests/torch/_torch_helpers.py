@@ -12,8 +12,9 @@ import signal
 import time
 
 import torch
-from easycore.torch.parallel import OrderedRunner, UnorderedRunner
 from network import Net  # examples/network.py, the tutorial's model
+
+from easycore.torch.parallel import OrderedRunner, UnorderedRunner
 
 #: set to "changed" by a test in its own process: forked workers see that, spawned ones do not
 MARKER = "module"

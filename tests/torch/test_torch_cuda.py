@@ -17,9 +17,10 @@ from _torch_helpers import (
     reference_outputs,
 )
 from _torch_util import gpu_count
+from torch.utils.data import DataLoader
+
 from easycore.common.config import CfgNode
 from easycore.torch.parallel import OrderedRunner, WorkerError
-from torch.utils.data import DataLoader
 
 pytestmark = [
     pytest.mark.cuda,

@@ -16,6 +16,7 @@ import pytest
 import torch
 from _torch_helpers import HeavyCompute, Predictor, Probe, ThreadedProbe, TwoThreadProbe
 from _torch_util import gpu_count
+
 from easycore.torch.parallel import (
     WorkerError,
     canonical_device,

@@ -15,6 +15,7 @@ import pytest
 import torch
 from _torch_helpers import Die, Fail, Interrupt
 from _torch_util import wait_gone
+
 from easycore.common.config import CfgNode
 from easycore.torch.parallel import RunnerClosedError, WorkerDiedError, WorkerError
 

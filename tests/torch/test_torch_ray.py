@@ -12,6 +12,7 @@ import pytest
 import torch
 from _torch_helpers import BatchPredictor, Probe, batch_generator, reference_outputs
 from _torch_util import EXAMPLES, HERE, gpu_count
+
 from easycore.torch.parallel import ParallelError
 
 pytest.importorskip("ray")

@@ -11,6 +11,7 @@ import pytest
 import torch
 from _torch_helpers import CASE_NAMES, BigTensors, MakeCases, Sum, make_case
 from _torch_util import shm_segments
+
 from easycore.common.config import CfgNode
 from easycore.torch.parallel import TensorTransport
 

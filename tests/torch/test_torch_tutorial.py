@@ -5,7 +5,6 @@ Every result is compared with the same model run in the test's process.
 
 from __future__ import annotations
 
-import easycore.common.parallel as common_parallel
 import pytest
 import torch
 from _torch_helpers import (
@@ -17,10 +16,12 @@ from _torch_helpers import (
     reference_outputs,
 )
 from _torch_util import EXAMPLES, run_python
-from easycore.common.config import CfgNode
-from easycore.torch.parallel import OrderedRunner, UnorderedRunner
 from network import Net
 from torch.utils.data import DataLoader
+
+import easycore.common.parallel as common_parallel
+from easycore.common.config import CfgNode
+from easycore.torch.parallel import OrderedRunner, UnorderedRunner
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import psutil
+
 from easycore.common.parallel import UnorderedRunner
 
 

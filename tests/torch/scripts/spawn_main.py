@@ -3,8 +3,9 @@
 import sys
 
 import torch
-from easycore.torch.parallel import OrderedRunner
 from network import Net
+
+from easycore.torch.parallel import OrderedRunner
 
 
 class Predictor(OrderedRunner):

@@ -56,9 +56,9 @@ import io
 import pickle
 from typing import Any, List, Optional, Tuple
 
-from easycore.common.parallel import SharedMemoryTransport
-
 import torch
+
+from easycore.common.parallel import SharedMemoryTransport
 
 __all__ = ["TensorTransport"]
 
