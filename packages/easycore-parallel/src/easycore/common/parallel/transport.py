@@ -141,8 +141,10 @@ class SharedMemoryTransport(PickleTransport):
 
     #: buffers smaller than this stay in the pickle
     threshold = 64 * 1024
-    #: free segments a worker keeps for reuse; it drops more (the caller unlinks them)
-    max_free_segments = 4
+    #: free segments a worker keeps for reuse; it drops more (the caller unlinks them).
+    #: About what one worker has in flight at queue_scale=3, so big results reuse
+    #: segments instead of faulting in fresh pages (4 measured ~20% slower at 8 MB).
+    max_free_segments = 8
     #: smallest segment size, so that small arrays of varying size share segments
     min_segment_bytes = 1 << 20
 
