@@ -43,6 +43,9 @@ a subclass of these runners:
   ``torch.multiprocessing.get_context("spawn")`` when any device is CUDA;
 * ``BaseRunner.validate_device(cls, device: str) -> str`` (classmethod),
   called by ``normalize_devices(cls, devices) -> list[str]``;
+* ``BaseRunner.check_available(cls, device: str) -> None`` (classmethod),
+  called by the constructor for each device with the process back-end
+  (e.g. "this machine has no cuda:7");
 * ``BaseRunner.setup_worker(cls, device: str) -> None`` (classmethod), run in
   the worker before ``producer_init`` (e.g. ``torch.cuda.set_device``);
 * ``BaseRunner.transport_class`` / ``make_transport(self) -> Transport``:

@@ -117,6 +117,11 @@ class BaseRunner:
         if backend not in self.backends:
             raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
         self._devices = self.normalize_devices(devices)
+        if backend == "process":
+            # Local workers can only use what this machine has; other back-ends
+            # (Ray) place devices on their own nodes, which may differ.
+            for device in self._devices:
+                self.check_available(device)
         self._cfg = self._snapshot_cfg(cfg)
         self._queue_scale = float(queue_scale)
         self._progress = progress
@@ -252,6 +257,17 @@ class BaseRunner:
         if not isinstance(device, str) or not device.strip():
             raise ValueError(f"a device must be a non-empty str, got {device!r}")
         return device.strip()
+
+    @classmethod
+    def check_available(cls, device: str) -> None:
+        """Check that this machine has ``device``; override to raise if not.
+
+        Called by the constructor for each device (after :meth:`validate_device`)
+        when the workers are local processes, before any worker starts.
+
+        Args:
+            device (str): a device returned by :meth:`validate_device`.
+        """
 
     @classmethod
     def setup_worker(cls, device: str) -> None:

@@ -18,10 +18,9 @@ its documented seams:
 from __future__ import annotations
 
 from multiprocessing.context import BaseContext
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Union
+from typing import ClassVar, Optional
 
 from easycore.common import parallel as _common
-from easycore.common.parallel.progress import ProgressOption
 
 from .context import get_context, select_start_method
 from .devices import DeviceLike, canonical_device, check_device, setup_device
@@ -58,55 +57,6 @@ class BaseRunner(_common.BaseRunner):
     #: result transport: CPU tensors and NumPy arrays through shared memory
     transport_class: ClassVar[type] = TensorTransport
 
-    def __init__(
-        self,
-        devices: Union[int, Iterable[DeviceLike]],
-        cfg: Optional[Mapping[str, Any]] = None,
-        queue_scale: float = 3.0,
-        *,
-        progress: ProgressOption = False,
-        start_method: Optional[str] = None,
-        backend: str = "process",
-        **backend_options: Any,
-    ) -> None:
-        """
-        Args:
-            devices (int or Iterable): If the `devices` is `int`, it will use
-                `devices` cpu to do the work. If the `devices` is an iterable
-                object, such as list, it will use the devices specified by the
-                iterable object, such as ["cpu", "cuda:0", "cuda:1"] (str or
-                torch.device).
-            cfg (easycore.common.config.CfgNode): user custom data (a dict is
-                converted); defaults to an empty CfgNode. The runner keeps a deep
-                copy; tensors in it reach spawned workers through shared memory.
-            queue_scale (float): scale the queues for communication between
-                processes.
-            progress (bool or dict): show a tqdm progress bar on every call.
-            start_method (str or None): "fork", "forkserver" or "spawn"; None
-                chooses (spawn when a device is CUDA). "fork" with a CUDA device
-                is a ValueError.
-            backend (str): which back-end runs the producers.
-            **backend_options: extra keyword arguments for the back-end class.
-        """
-        # Parsed first (a generator can be read only once), then checked against
-        # this machine's GPUs, before any worker starts. Not for other back-ends:
-        # Ray places GPUs on its own nodes, and this process may see none.
-        devices = self.normalize_devices(devices)
-        if backend == "process":
-            for device in devices:
-                self.check_available(device)
-        # Read by get_mp_context, which the base constructor reaches via activate().
-        self._requested_start_method = start_method
-        super().__init__(
-            devices,
-            cfg,
-            queue_scale,
-            progress=progress,
-            start_method=start_method,
-            backend=backend,
-            **backend_options,
-        )
-
     @classmethod
     def validate_device(cls, device: DeviceLike) -> str:  # type: ignore[override]
         """Parse one device (the constructor then checks that this machine has it).
@@ -124,7 +74,7 @@ class BaseRunner(_common.BaseRunner):
         """Raise ``ValueError`` unless this machine has ``device`` (a GPU torch sees).
 
         Called by the constructor for each device when the workers are local
-        processes.
+        processes (the base runner's seam).
 
         Args:
             device (str): a device returned by :meth:`validate_device`.
@@ -146,7 +96,7 @@ class BaseRunner(_common.BaseRunner):
         Returns:
             multiprocessing.context.BaseContext: spawn when a device is CUDA.
         """
-        requested = self._requested_start_method or self.default_start_method
+        requested = self._start_method or self.default_start_method
         return get_context(select_start_method(self.devices, requested, self.cpu_threads))
 
 
