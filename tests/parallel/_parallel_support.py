@@ -6,10 +6,9 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
+from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
@@ -40,25 +39,6 @@ def shm_named(prefix: str) -> list:
     return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefix))
 
 
-def _is_mp_helper(proc: psutil.Process) -> bool:
-    try:
-        cmdline = " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
-    return "resource_tracker" in cmdline or "forkserver" in cmdline
-
-
-def stray_children(before: set) -> list:
-    """Children of this process not in ``before`` and not multiprocessing helpers."""
-    out = []
-    for proc in psutil.Process().children(recursive=True):
-        if proc.pid in before or _is_mp_helper(proc):
-            continue
-        out.append(proc)
-    return out
-
-
-
 def run_script(
     name: str, *args: str, timeout: float = 60.0, **kwargs
 ) -> subprocess.CompletedProcess:
@@ -71,21 +51,3 @@ def run_script(
         cwd=str(SCRIPTS),
         **kwargs,
     )
-
-
-def wait_gone(pids, timeout: float) -> list:
-    """Wait until none of ``pids`` is a live process; return those still alive."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if _alive(pid)]
-        if alive:
-            time.sleep(0.05)
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+from processes import wait_gone  # noqa: F401  (re-exported for the ray tests)
 
 HERE = str(Path(__file__).resolve().parent)
 LOOPBACK = "127.0.0.1"
@@ -34,24 +33,6 @@ def ray_env():
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
-
-
-def wait_gone(pids, timeout: float = 20.0) -> list:
-    """Wait until none of ``pids`` is a live process; return those still alive."""
-    deadline = time.monotonic() + timeout
-    alive = [p for p in pids if p is not None]
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if _alive(pid)]
-        if alive:
-            time.sleep(0.1)
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def assert_actors_gone(ray, actors, pids) -> None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import torch
+from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -29,22 +28,6 @@ def shm_segments() -> list:
     if not os.path.isdir(SHM_DIR):
         return []
     return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(SHM_PREFIXES))
-
-
-def _is_mp_helper(proc: psutil.Process) -> bool:
-    try:
-        cmdline = " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
-    return "resource_tracker" in cmdline or "forkserver" in cmdline
-
-
-def stray_children(before: set) -> list:
-    """Children of this process not in ``before`` and not multiprocessing helpers."""
-    return [
-        p for p in psutil.Process().children(recursive=True)
-        if p.pid not in before and not _is_mp_helper(p)
-    ]
 
 
 def open_fds() -> set:
@@ -72,21 +55,3 @@ def run_python(
         cwd=str(cwd or HERE),
         env=full_env,
     )
-
-
-def wait_gone(pids, timeout: float) -> list:
-    """Wait until none of ``pids`` is a live process; return those still alive."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if _alive(pid)]
-        if alive:
-            time.sleep(0.05)
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

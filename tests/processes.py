@@ -1,0 +1,47 @@
+"""Process helpers shared by the runner test folders (parallel, torch, ray)."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional
+
+import psutil
+
+
+def is_mp_helper(proc: psutil.Process) -> bool:
+    """multiprocessing's long-lived helpers (resource tracker, forkserver) are no leak."""
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+    return "resource_tracker" in cmdline or "forkserver" in cmdline
+
+
+def stray_children(before: set) -> list:
+    """Children of this process not in ``before`` and not multiprocessing helpers."""
+    return [
+        p for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and not is_mp_helper(p)
+    ]
+
+
+def wait_gone(pids: Iterable[Optional[int]], timeout: float = 20.0) -> list:
+    """Wait until none of ``pids`` (None entries ignored) is a live process.
+
+    Returns:
+        list: the pids still alive at the deadline.
+    """
+    deadline = time.monotonic() + timeout
+    alive = [pid for pid in pids if pid is not None]
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _alive(pid)]
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
