@@ -40,7 +40,7 @@ def test_example_1_on_the_cluster_address(two_nodes):
 
 def test_producers_spread_over_both_nodes_and_order_is_kept():
     with WhereOrdered(devices=2, backend="ray") as runner:
-        actors, pids = runner._backend.actors, runner.worker_pids
+        actors, pids = runner._engine.backend.actors, runner.worker_pids
         out = runner(range(400))
     assert [r[0] for r in out] == list(range(400))
     nodes = {r[2] for r in out}
@@ -50,7 +50,7 @@ def test_producers_spread_over_both_nodes_and_order_is_kept():
 
 def test_death_on_a_node_names_that_node():
     runner = Fragile(devices=2, cfg={"fail": "exit", "at": 30}, backend="ray")
-    actors, pids = runner._backend.actors, runner.worker_pids
+    actors, pids = runner._engine.backend.actors, runner.worker_pids
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:
         runner(range(500))

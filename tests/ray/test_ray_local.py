@@ -161,7 +161,7 @@ def test_torch_runner_on_ray_with_cpu_tensors():
 # ------------------------------------------------------------------ errors
 def test_hook_error_is_raised_with_worker_traceback_and_device():
     runner = Fragile(devices=2, cfg={"fail": "raise", "at": 13}, backend="ray")
-    actors, pids = runner._backend.actors, runner.worker_pids
+    actors, pids = runner._engine.backend.actors, runner.worker_pids
     with pytest.raises(WorkerError) as info:
         runner(range(100))
     err = info.value
@@ -214,7 +214,7 @@ def test_producer_init_error_is_raised_by_the_constructor():
 
 def test_producer_end_error_is_raised_by_close():
     runner = Fragile(devices=2, cfg={"fail": "end"}, backend="ray")
-    actors, pids = runner._backend.actors, runner.worker_pids
+    actors, pids = runner._engine.backend.actors, runner.worker_pids
     assert runner(range(10)) == list(range(10))
     with pytest.raises(WorkerError) as info:
         runner.close()
@@ -224,7 +224,7 @@ def test_producer_end_error_is_raised_by_close():
 
 def test_actor_death_is_a_worker_died_error_naming_device_and_node():
     runner = Fragile(devices=2, cfg={"fail": "exit", "at": 50}, backend="ray")
-    actors, pids = runner._backend.actors, runner.worker_pids
+    actors, pids = runner._engine.backend.actors, runner.worker_pids
     node = ray.get_runtime_context().get_node_id()
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:
@@ -250,7 +250,7 @@ def test_generator_error_propagates():
 # ----------------------------------------------------------------- cleanup
 def test_close_kills_every_actor_and_leaves_the_callers_ray_up():
     runner = Runner(devices=2, backend="ray")
-    actors, pids = runner._backend.actors, runner.worker_pids
+    actors, pids = runner._engine.backend.actors, runner.worker_pids
     assert len(actors) == 2 and all(pids)
     assert runner(range(10)) == 285
     runner.close()

@@ -36,7 +36,7 @@ def helper(proc):
 
 if __name__ == "__main__":
     runner = Slow(2, start_method=sys.argv[1])
-    prefix = runner._backend._transport.prefix
+    prefix = runner._engine.backend.transport.prefix
     pids = runner.worker_pids
     caught = False
     start = time.monotonic()

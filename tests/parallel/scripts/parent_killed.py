@@ -51,7 +51,7 @@ if __name__ == "__main__":
     info = {
         "pids": runner.worker_pids,
         "helpers": [p for p in helpers if p],
-        "prefix": runner._backend._transport.prefix,
+        "prefix": runner._engine.backend.transport.prefix,
     }
     print(json.dumps(info), flush=True)
     if mode == "busy":

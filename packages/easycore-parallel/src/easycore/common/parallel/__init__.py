@@ -67,33 +67,43 @@ ordering, consumer hooks, errors) is shared unchanged.
 """
 
 from ._version import __version__
-from .backend import Backend, ChannelBroken, Result
+from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited
 from .errors import (
     ErrorReport,
     ParallelError,
+    RemoteTraceback,
     RunnerClosedError,
+    TaskTimeoutError,
     WorkerDiedError,
     WorkerError,
 )
+from .policy import DevicePolicy
 from .process_backend import ProcessBackend
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import PickleTransport, SharedMemoryTransport, Transport
-from .worker import ProducerWorker
+from .worker import Executor, ProducerWorker, WorkerContext, WorkerProgram
 
 __all__ = [
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",
+    "WorkerContext",
     "ParallelError",
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "TaskTimeoutError",
+    "RemoteTraceback",
     "ErrorReport",
     "Backend",
+    "BackendSpec",
     "ChannelBroken",
-    "Result",
+    "WorkerExited",
+    "DevicePolicy",
     "ProcessBackend",
+    "Executor",
     "ProducerWorker",
+    "WorkerProgram",
     "Transport",
     "PickleTransport",
     "SharedMemoryTransport",

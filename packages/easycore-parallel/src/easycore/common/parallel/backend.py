@@ -1,122 +1,182 @@
-"""The back-end seam: who runs the producers, and how results come back.
+"""The back-end seam: who runs the workers, and how messages reach them.
 
-The per-call machinery (:mod:`.pipeline`: feeding, chunking, ordering, the
-consumer hooks) talks only to this interface, so process management is
-replaceable. :class:`~.process_backend.ProcessBackend` runs one process per
-device; a Ray back-end would run one actor per device, each wrapping
-:class:`~.worker.ProducerWorker`, with ``submit`` as ``actor.run_chunk.remote``
-and ``poll`` as ``ray.wait``.
+The engine ([`engine`][easycore.common.parallel.engine]: jobs, chunking,
+credits, ordering, errors, timeouts) talks only to this interface, so where
+workers live is replaceable: [`ProcessBackend`][easycore.common.parallel.ProcessBackend]
+(one process per device), [`ThreadBackend`][easycore.common.parallel.thread_backend.ThreadBackend]
+(threads, no pickling) and [`RayBackend`][easycore.common.parallel.ray_backend.RayBackend]
+(one Ray actor per device).
 
-Contract (all methods are called from the caller's process):
+Every worker slot ``0 .. len(devices) - 1`` runs one
+[`Executor`][easycore.common.parallel.worker.Executor] at a time; the
+messages are those of [`protocol`][easycore.common.parallel.protocol].
+All methods are called in the caller's process:
 
-* ``from_runner(runner, cfg, **options)`` (classmethod): build an unstarted
-  back-end for ``runner`` (read ``type(runner)`` for the hooks,
-  ``runner.devices``, and whichever runner seams apply, e.g.
-  ``runner.get_mp_context()`` and ``runner.make_transport()``); ``options``
-  are the runner constructor's extra keyword arguments, e.g. a Ray back-end's
-  ``address`` and ``ray_init_kwargs``.
-
-* ``start()``: start every worker and run its ``producer_init``; raise
-  :class:`~.errors.WorkerError` / :class:`~.errors.WorkerDiedError` (after
-  cleaning up) if any fails.
-* ``submit(worker, seq, items)``: hand a chunk to a worker. Called from the
-  feeder thread, concurrently with ``poll``. May block until the worker takes
-  it; raises :class:`ChannelBroken` if the worker can no longer be reached.
-* ``poll(timeout)``: wait for results; return a list of :class:`Result`
-  (possibly empty: on timeout, on ``wakeup``, or early, so that the caller
-  gets back to Python code and a Ctrl-C is handled promptly). Raise a ``WorkerError`` as soon
-  as a hook failed and a ``WorkerDiedError`` as soon as a worker died.
+* ``start()``: start every worker and wait until each ran its init hooks;
+  raise [`WorkerError`][easycore.common.parallel.WorkerError] /
+  [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError] (after
+  cleaning up) if one fails.
+* ``send(worker, message)``: hand a [`RunChunk`][easycore.common.parallel.protocol.RunChunk]
+  to a worker. Never blocks on a busy worker (what the pipe cannot take yet
+  is buffered); raises [`ChannelBroken`][easycore.common.parallel.ChannelBroken]
+  if the worker is gone. Thread-safe.
+* ``poll(timeout)``: wait up to ``timeout`` seconds for messages; return
+  ``(worker, message)`` pairs, where message is a protocol message or a
+  [`WorkerExited`][easycore.common.parallel.backend.WorkerExited]. May return
+  early and empty (on ``wakeup``, or so that a waiting thread gets back to
+  Python code and Ctrl-C is handled). One thread polls at a time.
 * ``wakeup()``: make a blocked ``poll`` return; thread-safe.
-* ``stop(timeout)``: graceful end: ``producer_end`` on every worker, join all.
+* ``kill(worker)``: end one worker now (a task overran its timeout); its exit
+  is reported by ``poll``. ``restart(worker)``: start a fresh worker in the
+  slot of one that exited; its ``WorkerReady`` comes through ``poll``.
+* ``stop(timeout)``: graceful end: the end hooks everywhere, everything joined
+  within ``timeout`` seconds in all, then released; raises the first error.
 * ``abort()``: end everything now, release every resource, never raise.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Backend", "ChannelBroken", "Result"]
+__all__ = ["Backend", "BackendSpec", "ChannelBroken", "WorkerExited", "DirectTransport", "check_options"]
 
 
 class ChannelBroken(OSError):
-    """A chunk could not be handed to a worker (it is gone)."""
+    """A message could not be handed to a worker (it is gone)."""
 
 
-class Result(NamedTuple):
-    """One finished chunk."""
+class WorkerExited(NamedTuple):
+    """A worker's process (or actor) is gone."""
 
-    worker: int  #: index of the worker in ``devices``
-    seq: int  #: the chunk's sequence number in the call
-    results: List[Any]  #: decoded producer results, one per item
-    n_items: int
-    seconds: float  #: worker time on the chunk, for the chunker
-    nbytes: int  #: bytes moved, for the chunker
+    pid: Optional[int]
+    exitcode: Optional[int]
+    #: the back-end ended it (stop, kill, abort): not a death to report
+    expected: bool
+    #: what the back-end knows about the cause (Ray's message, say)
+    reason: str = ""
 
 
 class Backend(abc.ABC):
-    """Runs the producer hooks of a runner on a set of devices."""
+    """Runs [`Executor`][easycore.common.parallel.worker.Executor]s on a set of devices."""
 
     #: devices, one worker each, in order
     devices: List[str]
-
-    @classmethod
-    @abc.abstractmethod
-    def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> Backend:
-        """Build an unstarted back-end for ``runner``.
-
-        Args:
-            runner (BaseRunner): the runner being activated.
-            cfg (CfgNode): the runner's cfg; each worker must get its own copy.
-            **options: the runner constructor's extra keyword arguments.
-
-        Returns:
-            Backend:
-        """
+    #: the transport the engine encodes items and decodes results with
+    transport: Any
+    #: whether this back-end can say which item of a chunk runs (task timeouts)
+    tracks_items: bool = False
 
     @abc.abstractmethod
     def start(self) -> None:
-        """Start the workers and wait until every ``producer_init`` returned."""
+        """Start the workers and wait until each one's init hooks returned."""
 
     @abc.abstractmethod
-    def submit(self, worker: int, seq: int, items: List[Any]) -> None:
-        """Hand chunk ``seq`` to ``worker``.
-
-        Args:
-            worker (int): index of the worker.
-            seq (int): sequence number of the chunk within the call.
-            items (list): the inputs.
-        """
+    def send(self, worker: int, message: Any) -> None:
+        """Hand ``message`` to ``worker``; never blocks on a busy worker."""
 
     @abc.abstractmethod
-    def poll(self, timeout: Optional[float]) -> List[Result]:
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         """Wait up to ``timeout`` seconds (None: until something happens).
 
         Args:
             timeout (float or None):
 
         Returns:
-            list[Result]: finished chunks, maybe none.
+            list: ``(worker, message)`` pairs, maybe none.
         """
 
     @abc.abstractmethod
     def wakeup(self) -> None:
-        """Make a concurrent or the next :meth:`poll` return promptly."""
+        """Make a concurrent or the next [`poll`][easycore.common.parallel.Backend.poll] return."""
+
+    def kill(self, worker: int) -> None:
+        """End ``worker`` now; ``poll`` reports its exit (expected)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot kill one worker")
+
+    def restart(self, worker: int) -> None:
+        """Start a fresh worker in the slot of one that exited."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart a worker")
+
+    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
+        """``(job, seq, item, started)`` that ``worker`` last reported, if it can."""
+        return None
 
     @abc.abstractmethod
     def stop(self, timeout: Optional[float] = None) -> None:
-        """Run ``producer_end`` everywhere and release everything.
+        """Run the end hooks everywhere and release everything.
 
         Args:
-            timeout (float or None): seconds to wait for the workers to end
-                before killing them and raising ``TimeoutError``.
+            timeout (float or None): seconds for the whole stop; after that the
+                workers are killed and ``TimeoutError`` is raised.
         """
 
     @abc.abstractmethod
     def abort(self) -> None:
-        """Kill the workers now and release everything; never raises."""
+        """End the workers now and release everything; never raises."""
 
     @property
     def pids(self) -> List[Optional[int]]:
         """list: process ids of the workers, where the back-end has them."""
         return [None] * len(self.devices)
+
+
+class DirectTransport:
+    """The transport of back-ends that move objects themselves (threads, Ray)."""
+
+    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+        return items, 0
+
+    def decode_results(self, worker: int, payload: Any) -> List[Any]:
+        return payload
+
+    def discard(self, worker: int, payload: Any) -> None:
+        pass
+
+    def feedback(self, worker: int) -> Any:
+        return None
+
+    def on_worker_feedback(self, worker: int, data: Any) -> None:
+        pass
+
+    def item_payload_done(self, worker: int, payload: Any) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+    def worker_gone(self, worker: int) -> None:
+        pass
+
+
+class BackendSpec(NamedTuple):
+    """What any back-end needs to start its workers."""
+
+    program: Any  #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    devices: List[str]
+    cfg: Any  #: each worker gets its own copy
+    policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy]
+    start_method: Optional[str] = None
+    threads: Optional[int] = None  #: each worker's thread budget (None: leave alone)
+    contexts: Optional[List[Any]] = None  #: per-worker context (Pool's worker_contexts)
+    track_items: bool = False  #: keep progress slots for task timeouts
+
+
+def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> None:
+    """Refuse keyword arguments a back-end does not take, naming them.
+
+    Args:
+        backend (str): the back-end's name, for the message.
+        options (dict): what the caller passed.
+        accepted (tuple): the names it takes.
+
+    Raises:
+        TypeError: an unknown option.
+    """
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = ", ".join(accepted) if accepted else "no options"
+        raise TypeError(
+            f"backend={backend!r} got unexpected option(s) {', '.join(map(repr, unknown))}; "
+            f"it takes {takes}"
+        )

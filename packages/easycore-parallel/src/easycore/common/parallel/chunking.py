@@ -51,6 +51,11 @@ class AdaptiveChunker:
         """int: the number of items to put in the next chunk."""
         return self._size
 
+    @property
+    def seconds_per_item(self) -> float:
+        """float: the average worker time per item seen so far (0 before any)."""
+        return self._secs_per_item or 0.0
+
     def observe(self, n_items: int, seconds: float, nbytes: int) -> None:
         """Account for a finished chunk.
 

@@ -1,4 +1,4 @@
-"""Errors raised by the runners.
+"""Errors raised by the runners and pools.
 
 Every error that comes from a worker names the device it ran on, so that with
 ``devices=["cuda:0", "cuda:1"]`` you know which card failed. A hook's
@@ -13,14 +13,16 @@ from __future__ import annotations
 import pickle
 import signal
 import traceback
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 __all__ = [
     "ParallelError",
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "TaskTimeoutError",
     "ErrorReport",
+    "RemoteTraceback",
 ]
 
 
@@ -165,6 +167,15 @@ def _describe_exitcode(exitcode: Optional[int]) -> str:
     return f"exit code {exitcode} ({name}{hint})"
 
 
+def _describe_items(items: Optional[Sequence[int]]) -> str:
+    if not items:
+        return ""
+    shown = ", ".join(str(i) for i in list(items)[:10])
+    more = f" and {len(items) - 10} more" if len(items) > 10 else ""
+    noun = "item" if len(items) == 1 else "items"
+    return f" while running {noun} {shown}{more}"
+
+
 class WorkerDiedError(ParallelError):
     """A worker process ended without being asked to.
 
@@ -173,19 +184,78 @@ class WorkerDiedError(ParallelError):
         worker_index (int): position of the worker in ``devices``.
         pid (int or None): the worker's process id.
         exitcode (int or None): the process exit code; negative means killed by that signal.
+        items (list[int] or None): indices (in the input) of the items the
+            worker was running when it died, where known.
     """
 
     def __init__(
-        self, device: str, worker_index: int, pid: Optional[int], exitcode: Optional[int]
+        self,
+        device: str,
+        worker_index: int,
+        pid: Optional[int],
+        exitcode: Optional[int],
+        items: Optional[Sequence[int]] = None,
     ) -> None:
         self.device = device
         self.worker_index = worker_index
         self.pid = pid
         self.exitcode = exitcode
+        self.items = list(items) if items is not None else None
         super().__init__(
             f"worker {worker_index} on device {device!r} (pid {pid}) died unexpectedly "
-            f"with {_describe_exitcode(exitcode)}"
+            f"with {_describe_exitcode(exitcode)}{_describe_items(self.items)}"
         )
 
     def __reduce__(self):
-        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode))
+        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode, self.items))
+
+
+class TaskTimeoutError(ParallelError, TimeoutError):
+    """A task ran longer than its ``task_timeout``; its worker was killed and replaced.
+
+    Attributes:
+        device (str): the worker's device.
+        worker_index (int): position of the worker.
+        pid (int or None): the killed worker's process id.
+        item (int or None): index (in the input) of the item that overran.
+        timeout (float): the limit, in seconds.
+    """
+
+    def __init__(
+        self,
+        device: str,
+        worker_index: int,
+        pid: Optional[int],
+        item: Optional[int],
+        timeout: float,
+    ) -> None:
+        self.device = device
+        self.worker_index = worker_index
+        self.pid = pid
+        self.item = item
+        self.timeout = timeout
+        what = f"item {item}" if item is not None else "a task"
+        super().__init__(
+            f"{what} ran longer than task_timeout={timeout:g} s on device {device!r} "
+            f"(worker {worker_index}, pid {pid}); the worker was killed and replaced"
+        )
+
+    def __reduce__(self):
+        args = (self.device, self.worker_index, self.pid, self.item, self.timeout)
+        return (type(self), args)
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker, as its ``__cause__``.
+
+    Pools re-raise the task's own exception (a ``ValueError`` stays a
+    ``ValueError``, as with ``multiprocessing.Pool``); this cause carries where
+    it happened.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,27 +1,43 @@
-"""Workers must not outlive the process that started them.
+"""Workers must not outlive the process that made them, nor leave children behind.
 
-Two mechanisms, because each misses cases the other catches:
+Mechanisms, because each misses cases the others catch:
 
 * Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the worker the
-  moment its parent dies, even if the worker is stuck in native code holding
-  the GIL. Its parent is, however, the *thread* that forked it (so it is only
-  armed when workers were started from the main thread) or the forkserver
-  (which itself exits when the runner's process dies).
-* :func:`parent_gone`, polled by the worker's inbox thread every fraction of
-  a second: the parent process id changes when the parent dies and the
-  worker is re-parented. Portable, and independent of the starting thread.
+  moment its parent dies, even while the worker is stuck in native code that
+  holds the GIL (no thread of its own could react then). The "parent" is the
+  *thread* that forked the worker, so workers are started from a thread that
+  lives as long as the process: the main thread, or else
+  [`start_process`][easycore.common.parallel.lifeline.start_process]'s
+  launcher thread. Under ``forkserver`` the parent is the fork server, which
+  exits when the caller's process dies, once no worker holds its "alive" pipe:
+  [`detach_from_forkserver`][easycore.common.parallel.lifeline.detach_from_forkserver]
+  closes a worker's copy.
+* [`parent_gone`][easycore.common.parallel.lifeline.parent_gone], polled by a
+  watchdog thread in the worker: the parent process id changes when the parent
+  dies and the worker is re-parented. Portable.
+* [`descendants`][easycore.common.parallel.lifeline.descendants]: the
+  processes a worker started (a producer's own subprocesses, data-loader
+  workers), found before the worker is killed, so they can be killed too.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
+import queue
 import signal
 import sys
-from typing import Optional
+import threading
+from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["arm_parent_death_signal", "parent_gone"]
+__all__ = [
+    "arm_parent_death_signal",
+    "parent_gone",
+    "start_process",
+    "detach_from_forkserver",
+    "descendants",
+    "kill_pids",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -40,7 +56,7 @@ def arm_parent_death_signal(sig: Optional[int] = None) -> bool:
     if sig is None:
         sig = signal.SIGKILL  # looked up here: Windows has no SIGKILL to import
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the libc already loaded: no search
         return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
@@ -56,3 +72,134 @@ def parent_gone(expected_ppid: int) -> bool:
         bool:
     """
     return os.getppid() != expected_ppid
+
+
+def detach_from_forkserver() -> None:
+    """In a worker started by the fork server: drop its copy of the server's "alive" pipe.
+
+    The fork server exits when every holder of that pipe is gone; a worker
+    keeping it would keep the server alive after the caller died, and the
+    worker's parent-death signal would never fire.
+    """
+    try:
+        from multiprocessing import forkserver
+    except ImportError:  # pragma: no cover - Windows
+        return
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
+# ---------------------------------------------------------------- launcher
+_launcher_lock = threading.Lock()
+_launcher_queue: Optional[queue.SimpleQueue] = None
+
+
+def _launcher_main(requests: queue.SimpleQueue) -> None:
+    while True:
+        fn, box, done = requests.get()
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+        del fn, box, done
+
+
+def start_process(start: Callable[[], Any]) -> Any:
+    """Call ``start`` (e.g. ``process.start``) from a thread that never exits.
+
+    On the main thread it runs right here. Elsewhere it runs on a launcher
+    thread made once per process, so a worker's parent-death signal, which
+    follows the thread that forked it, fires only when the process dies.
+
+    Args:
+        start (callable): starts the process.
+
+    Returns:
+        Any: what ``start`` returned.
+    """
+    global _launcher_queue
+    if threading.current_thread() is threading.main_thread() or not sys.platform.startswith(
+        "linux"
+    ):
+        return start()
+    with _launcher_lock:
+        if _launcher_queue is None:
+            _launcher_queue = queue.SimpleQueue()
+            threading.Thread(
+                target=_launcher_main,
+                args=(_launcher_queue,),
+                name="easycore-launcher",
+                daemon=True,
+            ).start()
+    box: Dict[str, Any] = {}
+    done = threading.Event()
+    _launcher_queue.put((start, box, done))
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+# ------------------------------------------------------------- descendants
+def _stat(pid: int) -> Optional[tuple]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[1]), int(fields[19])  # ppid, start time
+
+
+def descendants(pid: int) -> List[tuple]:
+    """The processes below ``pid`` (children, grandchildren ...), on Linux.
+
+    Args:
+        pid (int):
+
+    Returns:
+        list: ``(pid, start_time)`` pairs, so that a later kill can check the
+        pid was not reused meanwhile. Empty where ``/proc`` is missing.
+    """
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    children: Dict[int, List[tuple]] = {}
+    for p in pids:
+        st = _stat(p)
+        if st is not None:
+            children.setdefault(st[0], []).append((p, st[1]))
+    out: List[tuple] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child[0])
+    return out
+
+
+def kill_pids(procs: List[tuple], sig: int = 9) -> None:
+    """Send ``sig`` to each ``(pid, start_time)`` still the same process.
+
+    Args:
+        procs (list): from [`descendants`][easycore.common.parallel.lifeline.descendants].
+        sig (int): the signal (SIGKILL by default).
+    """
+    for pid, started in procs:
+        st = _stat(pid)
+        if st is None or st[1] != started:
+            continue  # gone, or the pid now names another process
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass

@@ -3,76 +3,108 @@
 Why pipes per worker rather than a shared queue: a shared queue's lock is
 left held (and its stream torn) when a worker dies in the middle of a read,
 which is how classic pools hang. Here each worker owns its task and result
-pipes, and the caller waits with :func:`multiprocessing.connection.wait` on
-every result pipe *and* every process sentinel at once, so a hook's error or
+pipes, and the caller waits on every result pipe *and* every process
+sentinel at once (one ``epoll`` set kept across polls), so a hook's error or
 a worker's death is seen the moment it happens, whatever the others do.
 
-Workers are not daemonic (a producer may start its own processes, e.g. data
-loader workers); a ``multiprocessing.util.Finalize`` with an exit priority
-kills them at interpreter exit, before multiprocessing would join them, and
-when the back-end is garbage-collected without being stopped. Workers kill
-themselves if the caller's process dies (:mod:`.lifeline`).
+Sends never block: the caller's end of each task pipe is non-blocking, and
+what a busy worker's pipe cannot take yet waits in a buffer that the polling
+thread flushes. So the caller can always read results, and a worker blocked
+writing results can never wait on a caller blocked writing tasks.
 
-Seams used here, provided by the runner: the multiprocessing context
-(``BaseRunner.get_mp_context``), the result :class:`~.transport.Transport`
-(``BaseRunner.make_transport``) and the runner class whose hooks, including
-``setup_worker``, the workers call.
+Workers are not daemonic (a producer may start its own processes, e.g. data
+loader workers); a ``multiprocessing.util.Finalize`` kills them at
+interpreter exit, before multiprocessing would join them, and when the
+back-end is garbage-collected without being stopped. Workers die with the
+caller's process ([`lifeline`][easycore.common.parallel.lifeline]). Ending
+after a failure is ``SIGTERM`` first (the worker exits through the
+interpreter's shutdown, which ends the daemonic processes it started), then
+``SIGKILL`` for the worker and every process below it.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import selectors
+import signal
+import struct
 import threading
 import time
-from multiprocessing import connection, util
+from multiprocessing import util
 from multiprocessing.context import BaseContext
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from .backend import Backend, ChannelBroken, Result
-from .errors import ParallelError, WorkerDiedError, WorkerError
+from . import lifeline, shm
+from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
+from .errors import WorkerDiedError, WorkerError
+from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from .transport import Transport
-from .worker import WorkerSpec, process_main
+from .worker import ProgressSlots, WorkerSpec, process_main
 
 __all__ = ["ProcessBackend"]
 
 _DUMP = pickle.HIGHEST_PROTOCOL
-_STOP = pickle.dumps(("stop",), protocol=_DUMP)
+
+
+def _frame(data: bytes) -> bytes:
+    """``data`` framed as ``multiprocessing.connection`` frames it (for recv_bytes)."""
+    n = len(data)
+    if n > 0x7FFFFFFF:
+        return struct.pack("!i", -1) + struct.pack("!Q", n) + data
+    return struct.pack("!i", n) + data
 
 
 class _Handle:
-    """The caller's side of one worker."""
+    """The caller's side of one worker process."""
 
-    def __init__(self, index: int, device: str, process: Any, tasks: Any, results: Any) -> None:
-        self.index = index
+    def __init__(self, slot: int, device: str, process: Any, tasks: Any, results: Any) -> None:
+        self.slot = slot
         self.device = device
         self.process = process
-        self.tasks = tasks  # write end of the task pipe
+        self.tasks = tasks  # write end of the task pipe (non-blocking)
+        self.task_fd = tasks.fileno()
         self.results = results  # read end of the result pipe
         self.pid: Optional[int] = None
+        self.out = bytearray()  # framed bytes the pipe could not take yet
         self.ready = False
         self.ended = False  # answered a stop
-        self.reported = False  # sent an error report, so its exit is no surprise
+        self.failed = False  # reported an init/end error: its exit is no surprise
+        self.expected_exit = False  # we stopped or killed it
         self.gone = False  # exited and reaped
-        # Serialises sends from the feeder with the close in abort(): a closed
-        # pipe's file descriptor number may be reused, a send must never race it.
-        self.send_lock = threading.Lock()
+        self.closed = False
+        # Serialises sends with close(): a closed pipe's file descriptor number
+        # may be reused, a write must never race it.
+        self.lock = threading.Lock()
 
     def started(self) -> bool:
         return self.process.pid is not None
 
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            for conn in (self.tasks, self.results):
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+            self.out.clear()
 
-def _kill_all(handles: List[_Handle], transport: Transport, grace: float = 2.0) -> None:
+
+def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
+              grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     for h in handles:
-        if h.started():
+        if h.started() and not h.gone:
             try:
-                h.process.kill()  # SIGKILL: workers hold nothing that needs a tidy exit
+                h.process.kill()
             except Exception:
                 pass
     deadline = time.monotonic() + grace
     for h in handles:
-        if h.started():
+        if h.started() and not h.gone:
             try:
                 h.process.join(max(0.0, deadline - time.monotonic()))
             except Exception:
@@ -81,120 +113,185 @@ def _kill_all(handles: List[_Handle], transport: Transport, grace: float = 2.0) 
         transport.cleanup()
     except Exception:
         pass
+    if progress is not None:
+        try:
+            shm.release(progress)
+        except Exception:
+            pass
 
 
 class ProcessBackend(Backend):
-    """Runs each device's producer hooks in its own process."""
+    """Runs each device's worker in its own process."""
 
-    #: seconds to wait for a stopped (or killed) worker to exit before killing it
-    join_timeout = 5.0
     #: longest single wait, so that signals are handled promptly
     tick = 0.25
+    #: seconds a worker gets to exit after SIGTERM before it is killed
+    term_grace = 0.5
+    tracks_items = True
 
     def __init__(
         self,
-        runner_cls: type,
-        devices: List[str],
-        cfg: Any,
+        spec: BackendSpec,
         context: BaseContext,
         transport: Transport,
     ) -> None:
         """
         Args:
-            runner_cls (type): the runner class; its static hooks run in the workers.
-            devices (list[str]): one worker per entry.
-            cfg (CfgNode): each worker gets its own copy.
+            spec (BackendSpec): the program, devices, cfg, policy and options.
             context (BaseContext): the multiprocessing context to start workers with.
-            transport (Transport): how results travel back.
+            transport (Transport): how items and results travel.
         """
-        self.devices = list(devices)
-        self._runner_cls = runner_cls
-        self._cfg = cfg
+        self.devices = list(spec.devices)
+        self.transport = transport
+        self._spec = spec
         self._ctx = context
-        self._transport = transport
+        self._method = context.get_start_method()
         self._handles: List[_Handle] = []
+        self._by_slot: Dict[int, _Handle] = {}
+        self._sel: Optional[selectors.BaseSelector] = None
         self._wake_r = self._wake_w = None
-        self._wake_lock = threading.Lock()
         self._wake_pending = False
-        self._finalizer = None
+        self._wake_lock = threading.Lock()
+        self._poll_lock = threading.RLock()
+        self._writers: set = set()  # slots with buffered output
+        self._writers_lock = threading.Lock()
+        self._registered_writers: set = set()
+        self._cfg_payload: Any = None
+        self._progress_name: Optional[str] = None
+        self._progress: Optional[ProgressSlots] = None
+        self._finalizer: Any = None
         self._closed = False
 
     @classmethod
-    def from_runner(cls, runner: Any, cfg: Any) -> ProcessBackend:
-        """Build from a runner's seams: ``get_mp_context()`` and ``make_transport()``.
+    def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
+        """Build from a spec; the process back-end takes no options.
 
         Args:
-            runner (BaseRunner):
-            cfg (CfgNode):
+            spec (BackendSpec):
+            **options: refused (a ``TypeError`` names them).
 
         Returns:
             ProcessBackend:
         """
-        return cls(type(runner), runner.devices, cfg, runner.get_mp_context(),
-                   runner.make_transport())
+        check_options("process", options, ())
+        policy = spec.policy
+        method = policy.start_method(spec.devices, spec.start_method, spec.threads)
+        return cls(spec, policy.mp_context(method), policy.make_transport())
 
     # ----------------------------------------------------------------- start
     def start(self) -> None:
-        self._transport.prepare()
-        method = self._ctx.get_start_method()
-        # PR_SET_PDEATHSIG fires when the *thread* that forked the worker ends;
-        # only the main thread (or the single-threaded forkserver) lives as
-        # long as the process. Elsewhere the polling lifeline alone is used.
-        arm = method == "forkserver" or threading.current_thread() is threading.main_thread()
-        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        self.transport.prepare()
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, ("wake", -1))
         self._finalizer = util.Finalize(
-            self, _kill_all, args=(self._handles, self._transport), exitpriority=10
+            self, _kill_all, args=(self._handles, self.transport, None), exitpriority=10
         )
         try:
-            for index, device in enumerate(self.devices):
-                self._start_one(index, device, method, arm)
-            while not all(h.ready for h in self._handles):
-                self._pump(None)
+            self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
+            if self._spec.track_items and shm.AVAILABLE:
+                name = f"/{shm.make_prefix('ecs')}p"
+                mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                self._progress_name, self._progress = name, ProgressSlots(mm)
+                self._finalizer.cancel()
+                self._finalizer = util.Finalize(
+                    self, _kill_all, args=(self._handles, self.transport, name), exitpriority=10
+                )
+            for slot in range(len(self.devices)):
+                self._start_one(slot)
+            deadline = None
+            while not all(h.ready for h in self._by_slot.values()):
+                for slot, message in self.poll(deadline):
+                    self._startup_message(slot, message)
         except BaseException:
             self.abort()
             raise
 
-    def _start_one(self, index: int, device: str, method: str, arm: bool) -> None:
+    def _startup_message(self, slot: int, message: Any) -> None:
+        h = self._by_slot[slot]
+        if isinstance(message, WorkerReady):
+            return
+        if isinstance(message, WorkerFailed):
+            raise WorkerError.from_report(message.report, h.device, slot, h.pid)
+        if isinstance(message, WorkerExited) and not message.expected:
+            raise WorkerDiedError(h.device, slot, message.pid, message.exitcode)
+
+    def _start_one(self, slot: int) -> None:
+        spec = self._spec
         task_r, task_w = self._ctx.Pipe(duplex=False)
         res_r, res_w = self._ctx.Pipe(duplex=False)
-        spec = WorkerSpec(
-            self._runner_cls, device, index, self._cfg.copy(), self._transport,
-            os.getpid(), method, arm,
+        context = spec.contexts[slot] if spec.contexts is not None else None
+        worker_spec = WorkerSpec(
+            spec.program, slot, self.devices[slot], self._cfg_payload, context,
+            self.transport, self._progress_name,
         )
         process = self._ctx.Process(
             target=process_main,
-            args=(spec, task_r, res_w),
-            name=f"easycore-parallel-{index}[{device}]",
+            args=(pickle.dumps(worker_spec, protocol=_DUMP), spec.threads, os.getpid(),
+                  self._method, task_r, res_w),
+            name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
-        handle = _Handle(index, device, process, task_w, res_r)
-        self._handles.append(handle)
+        h = _Handle(slot, self.devices[slot], process, task_w, res_r)
+        self._handles.append(h)
+        self._by_slot[slot] = h
         try:
-            process.start()
+            lifeline.start_process(process.start)
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.
             task_r.close()
             res_w.close()
-        handle.pid = process.pid
+        h.pid = process.pid
+        os.set_blocking(h.task_fd, False)
+        with self._poll_lock:
+            assert self._sel is not None
+            self._sel.register(res_r.fileno(), selectors.EVENT_READ, ("result", slot))
+            self._sel.register(process.sentinel, selectors.EVENT_READ, ("exit", slot))
 
-    # ------------------------------------------------------------ per chunk
-    def submit(self, worker: int, seq: int, items: List[Any]) -> None:
-        feedback = self._transport.feedback(worker)
-        data = pickle.dumps(("chunk", seq, items, feedback), protocol=_DUMP)
-        h = self._handles[worker]
-        with h.send_lock:
-            if h.tasks is None:
-                raise ChannelBroken(f"worker {worker} on device {h.device!r} is closed")
+    # ------------------------------------------------------------- messages
+    def send(self, worker: int, message: Any) -> None:
+        frame = _frame(pickle.dumps(message, protocol=_DUMP))
+        h = self._by_slot.get(worker)
+        if h is None:
+            raise ChannelBroken(f"worker {worker} does not exist")
+        with h.lock:
+            if h.closed or h.gone:
+                raise ChannelBroken(f"worker {worker} on device {h.device!r} is gone")
+            if not h.out:
+                try:
+                    n = os.write(h.task_fd, frame)
+                except BlockingIOError:
+                    n = 0
+                except OSError as exc:
+                    raise ChannelBroken(
+                        f"cannot send to worker {worker} on device {h.device!r}: {exc}"
+                    ) from exc
+                if n == len(frame):
+                    return
+                frame = frame[n:]
+            h.out += frame
+        with self._writers_lock:
+            self._writers.add(worker)
+        self.wakeup()  # the polling thread flushes it when the pipe has room
+
+    def _flush(self, h: _Handle) -> bool:
+        """Write what the pipe takes; True when the buffer is empty."""
+        with h.lock:
+            if h.closed or h.gone:
+                h.out.clear()
+                return True
             try:
-                h.tasks.send_bytes(data)
-            except OSError as exc:
-                raise ChannelBroken(
-                    f"cannot send to worker {worker} on device {h.device!r}: {exc}"
-                ) from exc
-
-    def poll(self, timeout: Optional[float]) -> List[Result]:
-        return self._pump(timeout)
+                n = os.write(h.task_fd, h.out)
+            except BlockingIOError:
+                return False
+            except OSError:
+                h.out.clear()  # the worker is gone; its exit is reported
+                return True
+            del h.out[:n]
+            return not h.out
 
     def wakeup(self) -> None:
         with self._wake_lock:
@@ -202,106 +299,171 @@ class ProcessBackend(Backend):
                 return
             self._wake_pending = True
             try:
-                self._wake_w.send_bytes(b"")
+                os.write(self._wake_w, b"x")
             except OSError:
                 pass
 
-    def _pump(self, timeout: Optional[float]) -> List[Result]:
-        """Wait for messages or exits; return results, raise on errors and deaths."""
-        by_conn, by_sentinel = {}, {}
-        for h in self._handles:
-            if not h.gone:
-                by_conn[id(h.results)] = h
-                by_sentinel[h.process.sentinel] = h
-        waitables = [h.results for h in by_conn.values()] + list(by_sentinel)
-        waitables.append(self._wake_r)
-        out: List[Result] = []
-        # Never block for long: a Ctrl-C delivered to another thread (a BLAS
-        # pool, the feeder) only reaches this one when it next runs Python code.
-        tick = self.tick if timeout is None else min(timeout, self.tick)
-        for obj in connection.wait(waitables, tick):
-            if obj is self._wake_r:
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
+        with self._poll_lock:
+            return self._poll(timeout)
+
+    def _poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
+        sel = self._sel
+        if sel is None or self._closed:
+            return []
+        self._update_writers(sel)
+        # Never block for long: a Ctrl-C delivered to another thread only
+        # reaches this one when it next runs Python code.
+        tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
+        out: List[Tuple[int, Any]] = []
+        for key, mask in sel.select(tick):
+            kind, slot = key.data
+            if kind == "wake":
                 # Reset before draining, so no wakeup is lost; no lock here: a
-                # Ctrl-C landing while this thread held one would deadlock abort().
+                # Ctrl-C landing while this thread held one would deadlock.
                 self._wake_pending = False
-                while self._wake_r.poll():
-                    self._wake_r.recv_bytes()
-            elif isinstance(obj, int):  # a sentinel: the process has exited
-                h = by_sentinel[obj]
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+            elif kind == "result":
+                self._drain(self._by_slot[slot], out)
+            elif kind == "exit":
+                h = self._by_slot[slot]
                 self._drain(h, out)  # what it said before dying comes first
-                self._reap(h)
-            else:
-                self._drain(by_conn[id(obj)], out)
+                self._reap(h, out)
+            elif kind == "write":
+                h = self._by_slot[slot]
+                if self._flush(h):
+                    with self._writers_lock:
+                        self._writers.discard(slot)
         return out
 
-    def _drain(self, h: _Handle, out: List[Result]) -> None:
+    def _update_writers(self, sel: selectors.BaseSelector) -> None:
+        with self._writers_lock:
+            want = set(self._writers)
+        for slot in want - self._registered_writers:
+            h = self._by_slot.get(slot)
+            if h is None or h.closed or h.gone:
+                with self._writers_lock:
+                    self._writers.discard(slot)
+                continue
+            if self._flush(h):
+                with self._writers_lock:
+                    self._writers.discard(slot)
+                continue
+            sel.register(h.task_fd, selectors.EVENT_WRITE, ("write", slot))
+            self._registered_writers.add(slot)
+        for slot in self._registered_writers - want:
+            h = self._by_slot.get(slot)
+            if h is not None and not h.closed:
+                try:
+                    sel.unregister(h.task_fd)
+                except (KeyError, ValueError):
+                    pass
+            self._registered_writers.discard(slot)
+
+    def _drain(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
         conn = h.results
-        while not h.gone:
+        while not h.gone and not h.closed:
             try:
                 if not conn.poll():
                     return
                 data = conn.recv_bytes()
             except (EOFError, OSError):
-                self._reap(h)  # EOF: the worker exited (its messages all read)
-                return
-            self._handle_message(h, pickle.loads(data), out)
+                return  # the worker exited; its sentinel reports it
+            message = pickle.loads(data)
+            if isinstance(message, WorkerReady):
+                h.ready, h.pid = True, message.pid
+            elif isinstance(message, WorkerEnded):
+                h.ended = True
+            elif isinstance(message, WorkerFailed) and message.job is None:
+                h.failed = True
+            feedback = getattr(message, "feedback", None)
+            if feedback is not None:
+                self.transport.on_worker_feedback(h.slot, feedback)
+            out.append((h.slot, message))
 
-    def _handle_message(self, h: _Handle, message: tuple, out: List[Result]) -> None:
-        kind = message[0]
-        if kind == "result":
-            _, seq, payload, n_items, seconds, nbytes = message
-            try:
-                results = self._transport.decode(payload)
-            except Exception as exc:
-                raise ParallelError(
-                    f"results of worker {h.index} on device {h.device!r} could not be "
-                    f"decoded in the caller: {type(exc).__name__}: {exc}"
-                ) from exc
-            out.append(Result(h.index, seq, results, n_items, seconds, nbytes))
-        elif kind == "ready":
-            h.ready, h.pid = True, message[1]
-        elif kind == "ended":
-            h.ended = True
-        elif kind == "error":
-            h.reported = True
-            raise WorkerError.from_report(message[2], h.device, h.index, h.pid)
-
-    def _reap(self, h: _Handle) -> None:
+    def _reap(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
         if h.gone:
             return
-        # EOF can come a moment before the process is reapable.
-        h.process.join(self.join_timeout)
+        h.process.join(1.0)  # the sentinel fired: it is exiting now
         h.gone = True
-        if not (h.ended or h.reported):
-            raise WorkerDiedError(h.device, h.index, h.pid, h.process.exitcode)
+        self._unregister(h)
+        expected = h.expected_exit or h.ended or h.failed
+        out.append((h.slot, WorkerExited(h.pid, h.process.exitcode, expected)))
+
+    def _unregister(self, h: _Handle) -> None:
+        sel = self._sel
+        if sel is None:
+            return
+        for fd in (h.results.fileno() if not h.closed else None, h.process.sentinel,
+                   h.task_fd if h.slot in self._registered_writers else None):
+            if fd is None:
+                continue
+            try:
+                sel.unregister(fd)
+            except (KeyError, ValueError, OSError):
+                pass
+        self._registered_writers.discard(h.slot)
+        with self._writers_lock:
+            self._writers.discard(h.slot)
+
+    # ---------------------------------------------------- one worker at a time
+    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
+        if self._progress is None:
+            return None
+        return self._progress.read(worker)
+
+    def kill(self, worker: int) -> None:
+        h = self._by_slot[worker]
+        h.expected_exit = True
+        self._terminate([h], graceful=False)
+
+    def restart(self, worker: int) -> None:
+        with self._poll_lock:
+            old = self._by_slot[worker]
+            if not old.gone:
+                raise RuntimeError(f"worker {worker} is still running")
+            old.close()
+            self.transport.worker_gone(worker)
+            self._start_one(worker)
 
     # ------------------------------------------------------------------ end
     def stop(self, timeout: Optional[float] = None) -> None:
         if self._closed:
             return
-        for h in self._handles:
-            with h.send_lock:
-                try:
-                    h.tasks.send_bytes(_STOP)
-                except OSError:
-                    pass  # already dead: _pump reports it
         deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
         try:
-            while any(not (h.gone or h.ended or h.reported) for h in self._handles):
+            for h in self._by_slot.values():
+                h.expected_exit = True
+                try:
+                    self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
+                except ChannelBroken:
+                    pass  # already gone: poll reports it
+            while any(not (h.gone or h.ended or h.failed) for h in self._by_slot.values()):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    errors.append(
-                        TimeoutError(f"producer_end did not finish within {timeout} s")
-                    )
+                    errors.append(TimeoutError(
+                        f"the workers' end hooks did not finish within {timeout} s"))
                     break
-                try:
-                    self._pump(remaining)
-                except ParallelError as exc:  # record, and keep ending the others
-                    errors.append(exc)
-            for h in self._handles:
-                if not h.gone:
-                    h.process.join(self.join_timeout)
+                for slot, message in self.poll(remaining):
+                    h = self._by_slot[slot]
+                    if isinstance(message, WorkerFailed) and message.job is None:
+                        errors.append(WorkerError.from_report(message.report, h.device, slot,
+                                                              h.pid))
+                    elif isinstance(message, WorkerExited) and not (h.ended or h.failed):
+                        errors.append(WorkerDiedError(h.device, slot, message.pid,
+                                                      message.exitcode))
+                    elif hasattr(message, "results"):  # a chunk nobody waits for
+                        self.transport.discard(slot, message.results)
+            # Ended workers exit by themselves; give them what is left of the time.
+            for h in self._by_slot.values():
+                if not h.gone and h.started():
+                    left = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                    h.process.join(min(left, 2.0))
         finally:
             self.abort()  # kills stragglers, releases pipes and shared memory
         if errors:
@@ -311,31 +473,78 @@ class ProcessBackend(Backend):
         if self._closed:
             return
         self._closed = True
-        _kill_all(self._handles, self._transport)
-        for h in self._handles:
+        self.wakeup()
+        with self._poll_lock:  # a concurrent poll returns first (woken above)
+            handles = [h for h in self._handles if h.started() and not h.gone]
+            for h in handles:
+                h.expected_exit = True
             try:
-                while h.results.poll():
-                    message = pickle.loads(h.results.recv_bytes())
-                    if message[0] == "result":
-                        self._transport.discard(message[2])
+                self._terminate(handles, graceful=True)
             except Exception:
-                pass  # EOF: drained
-            h.results.close()
-            with h.send_lock:
-                h.tasks.close()
-                h.tasks = None
-            h.gone = True
-        with self._wake_lock:
-            for conn in (self._wake_r, self._wake_w):
-                if conn is not None:
-                    conn.close()
-            self._wake_r = self._wake_w = None
+                pass
+            for h in self._handles:
+                if h.started() and not h.gone:
+                    try:
+                        h.process.join(1.0)
+                    except Exception:
+                        pass
+                    h.gone = True
+                self._discard_pending(h)
+                h.close()
+            if self._sel is not None:
+                try:
+                    self._sel.close()
+                except Exception:
+                    pass
+                self._sel = None
+            with self._wake_lock:
+                for fd in (self._wake_r, self._wake_w):
+                    if fd is not None:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                self._wake_r = self._wake_w = None
+            if self._finalizer is not None:
+                self._finalizer()  # kills what is left, cleans up the transport
+                self._finalizer = None
+
+    def _discard_pending(self, h: _Handle) -> None:
+        if h.closed:
+            return
         try:
-            self._transport.cleanup()  # again: segments discarded above are gone now
+            while h.results.poll():
+                message = pickle.loads(h.results.recv_bytes())
+                if hasattr(message, "results"):
+                    self.transport.discard(h.slot, message.results)
+                feedback = getattr(message, "feedback", None)
+                if feedback is not None:
+                    self.transport.on_worker_feedback(h.slot, feedback)
         except Exception:
-            pass
-        if self._finalizer is not None:
-            self._finalizer.cancel()
+            pass  # EOF: drained
+
+    def _terminate(self, handles: List[_Handle], graceful: bool) -> None:
+        """End ``handles``: SIGTERM and a short grace if ``graceful``, then SIGKILL,
+        for the workers and every process below them."""
+        if not handles:
+            return
+        below = {h.slot: lifeline.descendants(h.pid) for h in handles if h.pid}
+        if graceful and hasattr(signal, "SIGTERM"):
+            for h in handles:
+                try:
+                    h.process.terminate()
+                except Exception:
+                    pass
+            deadline = time.monotonic() + self.term_grace
+            for h in handles:
+                h.process.join(max(0.0, deadline - time.monotonic()))
+        for h in handles:
+            if h.process.exitcode is None:
+                try:
+                    h.process.kill()
+                except Exception:
+                    pass
+            lifeline.kill_pids(below.get(h.slot, []))
 
     @property
     def closed(self) -> bool:
@@ -344,4 +553,5 @@ class ProcessBackend(Backend):
 
     @property
     def pids(self) -> List[Optional[int]]:
-        return [h.pid for h in self._handles]
+        return [self._by_slot[s].pid for s in range(len(self.devices)) if s in self._by_slot]
+

@@ -1,44 +1,69 @@
-"""The public runners: :class:`BaseRunner`, :class:`UnorderedRunner`, :class:`OrderedRunner`.
+"""The public runners: [`BaseRunner`][easycore.common.parallel.BaseRunner],
+[`UnorderedRunner`][easycore.common.parallel.UnorderedRunner],
+[`OrderedRunner`][easycore.common.parallel.OrderedRunner].
 
-Subclass one and override the six static hooks. ``producer_*`` run in one
-worker per device, each with its own copy of ``cfg``; ``consumer_*`` run in
-the thread that calls the runner, with a fresh copy of ``cfg`` per call.
+Subclass one and override the static hooks. ``producer_*`` run in one worker
+per device, each with its own copy of ``cfg``; ``consumer_*`` run in the
+thread that calls the runner, with a fresh copy of ``cfg`` per call.
 
-Seams for other back-ends (override in a subclass, no copying of the runner):
-
-* ``get_mp_context(self) -> multiprocessing.context.BaseContext``: which
-  multiprocessing (context, start method) starts the workers.
-* ``validate_device(cls, device: str) -> str``: check / normalise one device
-  string (classmethod; ``normalize_devices`` calls it for each).
-* ``setup_worker(cls, device: str) -> None``: runs in each worker before
-  ``producer_init`` (classmethod; e.g. ``torch.cuda.set_device``).
-* ``make_transport(self) -> Transport`` / ``transport_class``: how results
-  are encoded in the worker and decoded for the consumer.
-* ``backends`` / ``make_backend(self) -> Backend``: who runs the producers;
-  ``backend="process"`` by default, extra keyword arguments of the
-  constructor go to the back-end class.
+A runner is one client of the [`engine`][easycore.common.parallel.engine]:
+a call is one job whose items are read lazily by the calling thread, which
+also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there. What
+is specific to runners is that a call fails as a whole: the first error
+(a hook that raised, a worker that died) ends it, and the runner closes; a
+task that overran ``task_timeout`` fails the call but only replaces its
+worker.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-import multiprocessing
+import pickle
 import threading
+import time
 from multiprocessing.context import BaseContext
 from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 
 from easycore.common.config import CfgNode
 
-from .backend import Backend
+from . import threads as _threads
+from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
-from .errors import RunnerClosedError
-from .pipeline import Pipeline
+from .engine import Engine, ItemError, JobSink
+from .errors import RunnerClosedError, TaskTimeoutError
+from .policy import DevicePolicy
 from .process_backend import ProcessBackend
-from .progress import ProgressOption
+from .progress import Progress, ProgressOption
+from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
+from .worker import RunnerProgram
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
+
+#: inputs the calling thread may slice without ever blocking
+_IN_MEMORY = (list, tuple, range)
+
+
+class _ConsumerSink(JobSink):
+    """Delivers a call's results to the runner's consumer hooks."""
+
+    def __init__(self, runner_cls: type, cfg: CfgNode, progress: Progress) -> None:
+        self._batch = runner_cls.consumer_work_batch
+        self._cfg = cfg
+        self._progress = progress
+        self.error: Optional[BaseException] = None
+        self.finished = False
+
+    def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
+        if failed:  # a fail-fast job fails before delivering; kept for safety
+            raise failed[min(failed)].exc
+        self._batch(self._cfg, results)
+        self._progress.update(len(results))
+
+    def finish(self, error: Optional[BaseException]) -> None:
+        self.error = error
+        self.finished = True
 
 
 class BaseRunner:
@@ -46,17 +71,24 @@ class BaseRunner:
 
     The runner starts one process per device for the producers and runs the
     consumer in the calling thread. It is reusable: workers (and whatever
-    ``producer_init`` put in their cfg) live until :meth:`close`.
+    ``producer_init`` put in their cfg) live until [`close`][easycore.common.parallel.BaseRunner.close].
 
     Errors never hang a call: an exception in any hook, or a worker that
     dies, is raised by the call (init hooks: by the constructor or
-    :meth:`activate`) within moments, naming the device and carrying the
-    worker's traceback. After a failed call (KeyboardInterrupt included) the
-    workers are gone and the runner is closed: :attr:`is_activate` is False,
-    calling it raises :class:`RunnerClosedError`, :meth:`activate` starts it
-    again. ``producer_end`` runs on :meth:`close`, not after a failure.
+    [`activate`][easycore.common.parallel.BaseRunner.activate]) within moments,
+    naming the device and carrying the worker's traceback. After a failed call
+    (KeyboardInterrupt included) the workers are gone and the runner is closed:
+    [`is_activate`][easycore.common.parallel.BaseRunner.is_activate] is False,
+    calling it raises [`RunnerClosedError`][easycore.common.parallel.RunnerClosedError],
+    `activate()` starts it again. One exception: a task that overran
+    ``task_timeout`` raises [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError]
+    and only its worker is replaced; the runner stays open. ``producer_end``
+    runs on `close()`, not after a failure; a worker that is ended after a
+    failure gets ``SIGTERM`` first (the processes it started as daemons end
+    with it), then ``SIGKILL`` with every process it started.
 
-    Not thread-safe: one call at a time.
+    Not thread-safe: one call at a time; `close()` from another thread ends a
+    running call with `RunnerClosedError`.
     """
 
     #: deliver results in input order
@@ -64,11 +96,14 @@ class BaseRunner:
     #: back-end name -> class, or "module:Class" imported on first use (Ray is optional)
     backends: ClassVar[Dict[str, Union[type, str]]] = {
         "process": ProcessBackend,
+        "thread": "easycore.common.parallel.thread_backend:ThreadBackend",
         "ray": "easycore.common.parallel.ray_backend:RayBackend",
     }
-    #: result transport of the process back-end
+    #: what devices mean: validation, availability, worker set-up, start method, transport
+    device_policy: ClassVar[DevicePolicy] = DevicePolicy()
+    #: transport of the process back-end (``make_transport`` makes one)
     transport_class: ClassVar[type] = SharedMemoryTransport
-    #: start method when none is given (None: the platform's default)
+    #: start method when none is given (None: the device policy's choice)
     default_start_method: ClassVar[Optional[str]] = None
 
     def __init__(
@@ -80,6 +115,8 @@ class BaseRunner:
         progress: ProgressOption = False,
         start_method: Optional[str] = None,
         backend: str = "process",
+        cpu_threads: ThreadsOption = "auto",
+        task_timeout: Optional[float] = None,
         **backend_options: Any,
     ) -> None:
         """
@@ -90,7 +127,8 @@ class BaseRunner:
                 iterable object, such as ["cpu", "cuda:0", "cuda:1"].
             cfg (easycore.common.config.CfgNode): user custom data (a dict is
                 converted); defaults to an empty CfgNode. The runner keeps a deep
-                copy: later changes to your object do not reach it.
+                copy: later changes to your object do not reach it. Its large
+                arrays reach the workers through shared memory, once.
             queue_scale (float): scale the queues for communication between
                 processes: each worker holds at most ``ceil(queue_scale)``
                 chunks at a time, which bounds how far the input is read ahead.
@@ -100,9 +138,20 @@ class BaseRunner:
             start_method (str or None): "fork", "forkserver" or "spawn"
                 (None: ``default_start_method``, else the platform's default).
             backend (str): which back-end runs the producers (``backends``):
-                "process" (local worker processes) or "ray" (one Ray actor per
-                device, see :mod:`.ray_backend`; needs the ``ray`` extra:
-                ``pip install 'easycore-parallel[ray]'``).
+                "process" (local worker processes), "thread" (threads of this
+                process: no pickling, for producers that release the GIL) or
+                "ray" (one Ray actor per device, see
+                [`ray_backend`][easycore.common.parallel.ray_backend]; needs the
+                ``ray`` extra: ``pip install 'easycore-parallel[ray]'``).
+            cpu_threads (int or str or None): threads each worker's thread
+                pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default)
+                gives each worker ``max(1, cpus // workers)`` of the CPUs this
+                process may run on; an int sets it; None leaves the libraries'
+                defaults (one thread per core in *every* worker).
+            task_timeout (float or None): seconds one item may run in a
+                worker; an item running longer makes the call raise
+                [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError],
+                its worker is killed and replaced. A call can override it.
             **backend_options: extra keyword arguments for the back-end class.
                 With ``backend="ray"``: ``address`` (str or None, default
                 None), passed to ``ray.init``: None connects to a running local
@@ -112,24 +161,33 @@ class BaseRunner:
                 ``num_cpus``). Both are ignored when this process is already
                 connected to Ray; a Ray the runner started is shut down on close.
         """
-        if queue_scale <= 0:
-            raise ValueError(f"queue_scale must be positive, got {queue_scale!r}")
+        if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
+                and queue_scale > 0):
+            raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
         if backend not in self.backends:
             raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
+        if task_timeout is not None and not (task_timeout > 0 and math.isfinite(task_timeout)):
+            raise ValueError(f"task_timeout must be a positive number of seconds, got "
+                             f"{task_timeout!r}")
         self._devices = self.normalize_devices(devices)
-        if backend == "process":
+        self._threads = _threads.budget(cpu_threads, len(self._devices))
+        if backend in ("process", "thread"):
             # Local workers can only use what this machine has; other back-ends
             # (Ray) place devices on their own nodes, which may differ.
             for device in self._devices:
                 self.check_available(device)
         self._cfg = self._snapshot_cfg(cfg)
+        self._cfg_blob: Optional[bytes] = None
         self._queue_scale = float(queue_scale)
         self._progress = progress
         self._start_method = start_method
+        self._task_timeout = task_timeout
         self._backend_name = backend
         self._backend_options = dict(backend_options)
-        self._backend: Optional[Backend] = None
+        self._engine: Optional[Engine] = None
+        self._chunker = AdaptiveChunker()
         self._busy = threading.Lock()
+        self._lifecycle = threading.Lock()
         self.activate()
 
     @staticmethod
@@ -139,6 +197,18 @@ class BaseRunner:
         if isinstance(cfg, CfgNode):
             return cfg.copy()
         return CfgNode(cfg)
+
+    def _consumer_cfg(self) -> CfgNode:
+        # A fresh deep copy per call, from a pickle made once: C speed, where
+        # copy.deepcopy walks a large cfg in Python on every call.
+        if self._cfg_blob is None:
+            try:
+                self._cfg_blob = pickle.dumps(self._cfg, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                self._cfg_blob = b""
+        if self._cfg_blob:
+            return pickle.loads(self._cfg_blob)
+        return self._cfg.copy()
 
     # ================================================================= hooks
     @staticmethod
@@ -206,6 +276,23 @@ class BaseRunner:
         """
         pass
 
+    @classmethod
+    def consumer_work_batch(cls, cfg: CfgNode, batch: List[Any]) -> None:
+        """Consume several results at once; by default ``consumer_work`` for each.
+
+        Override it (as a ``@staticmethod`` taking ``(cfg, batch)``) when
+        handling results one by one costs more than the producers: with tiny
+        items, calling ``consumer_work`` is most of the caller's time, and
+        ``cfg.total += sum(batch)`` is far cheaper than a call per item.
+
+        Args:
+            cfg (easycore.common.config.CfgNode): the consumer's config.
+            batch (list): consecutive results (in input order for an ordered runner).
+        """
+        work = cls.consumer_work
+        for data in batch:
+            work(cfg, data)
+
     @staticmethod
     def consumer_end(cfg: CfgNode) -> Any:
         """
@@ -229,7 +316,7 @@ class BaseRunner:
             devices (int or Iterable): a count of "cpu" workers, or device strings.
 
         Returns:
-            list[str]: validated by :meth:`validate_device`.
+            list[str]: validated by `validate_device`.
         """
         if isinstance(devices, bool) or not isinstance(devices, (int, Iterable)):
             raise TypeError(f"devices must be an int or an iterable of str, got {devices!r}")
@@ -246,7 +333,7 @@ class BaseRunner:
 
     @classmethod
     def validate_device(cls, device: str) -> str:
-        """Check one device string; override to accept only what you support.
+        """Check one device string (the device policy's ``validate``).
 
         Args:
             device (str): e.g. "cpu" or "cuda:0".
@@ -254,28 +341,32 @@ class BaseRunner:
         Returns:
             str: the device, possibly normalised.
         """
-        if not isinstance(device, str) or not device.strip():
-            raise ValueError(f"a device must be a non-empty str, got {device!r}")
-        return device.strip()
+        return cls.device_policy.validate(device)
 
     @classmethod
     def check_available(cls, device: str) -> None:
-        """Check that this machine has ``device``; override to raise if not.
+        """Check that this machine has ``device`` (the device policy's ``check_available``).
 
-        Called by the constructor for each device (after :meth:`validate_device`)
-        when the workers are local processes, before any worker starts.
+        Called by the constructor for each device when the workers are local.
 
         Args:
-            device (str): a device returned by :meth:`validate_device`.
+            device (str): a device returned by `validate_device`.
         """
+        cls.device_policy.check_available(device)
 
     @classmethod
     def setup_worker(cls, device: str) -> None:
-        """Runs in each worker process before ``producer_init``.
+        """Runs in each worker before ``producer_init`` (the device policy's ``setup_worker``).
 
         Args:
             device (str): this worker's device.
         """
+        cls.device_policy.setup_worker(device)
+
+    @property
+    def cpu_threads(self) -> Optional[int]:
+        """int or None: each worker's thread budget (None: libraries' defaults)."""
+        return self._threads
 
     def get_mp_context(self) -> BaseContext:
         """The multiprocessing context that starts the workers.
@@ -283,10 +374,12 @@ class BaseRunner:
         Returns:
             multiprocessing.context.BaseContext:
         """
-        return multiprocessing.get_context(self._start_method or self.default_start_method)
+        policy = self.device_policy
+        requested = self._start_method or self.default_start_method
+        return policy.mp_context(policy.start_method(self._devices, requested, self._threads))
 
     def make_transport(self) -> Transport:
-        """A fresh transport for the results of one activation.
+        """A fresh transport for one activation of the process back-end.
 
         Returns:
             Transport:
@@ -299,17 +392,27 @@ class BaseRunner:
         Returns:
             Backend:
         """
+        spec = BackendSpec(
+            RunnerProgram(type(self), self._threads), self.devices, self._cfg,
+            self.device_policy, self._start_method or self.default_start_method, self._threads,
+            None, True,
+        )
+        if self._backend_name == "process":
+            from .backend import check_options
+
+            check_options("process", self._backend_options, ())
+            return ProcessBackend(spec, self.get_mp_context(), self.make_transport())
         backend_cls = self.backends[self._backend_name]
         if isinstance(backend_cls, str):  # "module:Class": optional back-ends load lazily
             module, _, name = backend_cls.partition(":")
             backend_cls = getattr(importlib.import_module(module), name)
-        return backend_cls.from_runner(self, self._cfg, **self._backend_options)
+        return backend_cls.from_spec(spec, **self._backend_options)  # type: ignore[union-attr]
 
     # ============================================================= lifecycle
     @property
     def is_activate(self) -> bool:
         """bool: whether the runner is alive."""
-        return self._backend is not None
+        return self._engine is not None
 
     @property
     def devices(self) -> List[str]:
@@ -319,7 +422,8 @@ class BaseRunner:
     @property
     def worker_pids(self) -> List[Optional[int]]:
         """list: process ids of the workers (empty when closed)."""
-        return list(self._backend.pids) if self._backend is not None else []
+        engine = self._engine
+        return list(engine.backend.pids) if engine is not None else []
 
     def activate(self) -> None:
         """Restart all processes if this runner is closed.
@@ -328,24 +432,41 @@ class BaseRunner:
         them; raises their error (``WorkerError``) if one fails, leaving the
         runner closed.
         """
-        if self._backend is not None:
-            return
-        backend = self.make_backend()
-        backend.start()  # cleans up after itself if it raises
-        self._backend = backend
+        with self._lifecycle:
+            if self._engine is not None:
+                return
+            engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
+            engine.start()  # cleans up after itself if it raises
+            self._engine = engine
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Shutdown all processes if this runner is alive.
 
-        Runs ``producer_end`` in every worker, then joins them. Idempotent.
+        Runs ``producer_end`` in every worker, then joins them. Idempotent. A
+        call running in another thread ends with `RunnerClosedError` first.
 
         Args:
-            timeout (float or None): seconds to wait for ``producer_end``; after
-                that the workers are killed and ``TimeoutError`` is raised.
+            timeout (float or None): seconds for the whole close; after that the
+                workers are killed and ``TimeoutError`` is raised.
         """
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            backend.stop(timeout)  # raises a producer_end error after cleaning up
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lifecycle:
+            engine = self._engine
+            if engine is None:
+                return
+            if not self._busy.acquire(blocking=False):
+                engine.request_close()  # the call sees it at its next step
+                wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self._busy.acquire(timeout=wait):
+                    self._engine = None
+                    engine.abort()
+                    raise TimeoutError(f"the running call did not end within {timeout} s")
+            try:
+                self._engine = None
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                engine.close(remaining)  # raises a producer_end error after cleaning up
+            finally:
+                self._busy.release()
 
     def __enter__(self) -> BaseRunner:
         return self
@@ -359,12 +480,19 @@ class BaseRunner:
         except Exception:
             pass
 
-    def __call__(self, data_iter: Iterable, *, progress: Optional[ProgressOption] = None) -> Any:
+    def __call__(
+        self,
+        data_iter: Iterable,
+        *,
+        progress: Optional[ProgressOption] = None,
+        task_timeout: Optional[float] = None,
+    ) -> Any:
         """
         Args:
             data_iter (Iterable): iterator of data; read lazily, never ahead of
                 what the queues hold, so it may be a long generator.
             progress (bool or dict or None): override the constructor's ``progress``.
+            task_timeout (float or None): override the constructor's ``task_timeout``.
 
         Returns:
             Any: result, what ``consumer_end`` returned.
@@ -372,41 +500,83 @@ class BaseRunner:
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(f"{type(self).__name__} is already running a call")
         try:
-            backend = self._backend
-            if backend is None:
+            engine = self._engine
+            if engine is None:
                 raise RunnerClosedError(
                     f"{type(self).__name__} is closed; call activate() to start it again"
                 )
-            pipeline = Pipeline(
-                type(self),
-                backend,
-                self._cfg.copy(),
-                data_iter,
-                ordered=self.ordered,
-                credits=math.ceil(self._queue_scale),
-                chunker=AdaptiveChunker(),
-                progress=self._progress if progress is None else progress,
-                desc=type(self).__name__,
-            )
-            try:
-                return pipeline.run()
-            except BaseException:
-                self._backend = None
-                backend.abort()
-                raise
+            return self._run(engine, data_iter, progress, task_timeout)
         finally:
             self._busy.release()
+
+    def _run(self, engine: Engine, data: Iterable, progress: Optional[ProgressOption],
+             task_timeout: Optional[float]) -> Any:
+        cls = type(self)
+        lazy = not isinstance(data, _IN_MEMORY)
+        source = iter(data) if lazy else data  # fail here if not iterable
+        cfg = self._consumer_cfg()
+        timeout = self._task_timeout if task_timeout is None else task_timeout
+        bar = None
+        job = None
+        try:
+            cls.consumer_init(cfg)
+            bar = Progress(self._progress if progress is None else progress, _length(data),
+                           cls.__name__)
+            sink = _ConsumerSink(cls, cfg, bar)
+            job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
+                                    timeout=timeout, chunker=self._chunker)
+            while not job.done:
+                feeding = lazy and engine.feed(job)
+                engine.pump(0.0 if feeding and engine.has_credit() else None)
+                if engine.closing:
+                    raise RunnerClosedError(
+                        f"{cls.__name__} was closed while this call ran")
+            if job.error is not None:
+                raise job.error
+        except TaskTimeoutError:
+            # Only that worker was replaced; whatever else ran for this call
+            # is discarded when it comes back.
+            raise
+        except RunnerClosedError:
+            if not engine.closing:
+                self._abort(engine)
+            raise
+        except BaseException:
+            if job is not None:
+                engine.cancel(job)
+            self._abort(engine)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        try:
+            return cls.consumer_end(cfg)
+        except BaseException:
+            self._abort(engine)
+            raise
+
+    def _abort(self, engine: Engine) -> None:
+        if self._engine is engine:
+            self._engine = None
+        engine.abort()
 
     def __repr__(self) -> str:
         state = "active" if self.is_activate else "closed"
         return f"<{type(self).__name__} devices={self._devices!r} {state}>"
 
 
+def _length(data: Iterable) -> Optional[int]:
+    try:
+        return len(data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 class UnorderedRunner(BaseRunner):
     """A multi-process runner whose consumer receives data unordered (as finished).
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread. See :class:`BaseRunner`.
+    consumer in the calling thread. See [`BaseRunner`][easycore.common.parallel.BaseRunner].
     """
 
     ordered = False
@@ -416,7 +586,7 @@ class OrderedRunner(BaseRunner):
     """A multi-process runner whose consumer receives data in input order.
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread. See :class:`BaseRunner`.
+    consumer in the calling thread. See [`BaseRunner`][easycore.common.parallel.BaseRunner].
     """
 
     ordered = True

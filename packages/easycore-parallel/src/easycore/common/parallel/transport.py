@@ -1,201 +1,265 @@
-"""Result transport: how a chunk of producer results reaches the consumer.
+"""How items, results and ``cfg`` cross between the caller and its workers.
 
-A :class:`Transport` is made in the caller's process by
-:meth:`BaseRunner.make_transport`, pickled into every worker, and then used on
-both sides of the pipe:
+A [`Transport`][easycore.common.parallel.Transport] is made in the caller's
+process (the runner's ``make_transport`` seam), pickled into every worker,
+and used on both sides of the pipe, in both directions:
 
-* in the worker, :meth:`Transport.bind_worker` once, then
-  :meth:`Transport.encode` per chunk turns the result list into a small,
-  picklable *payload*;
-* in the caller, :meth:`Transport.decode` turns the payload back into the
-  list, :meth:`Transport.discard` releases a payload that will never be
-  decoded (the call failed), and :meth:`Transport.cleanup` releases whatever
-  is left once the workers are gone;
-* a feedback channel back to the worker: the back-end piggybacks
-  ``feedback(worker)`` (caller side) on the next chunk it sends that worker,
-  which hands it to ``on_feedback`` (worker side).
+* caller: ``encode_items(worker, items)`` before a chunk goes out,
+  ``decode_results(worker, payload)`` when its results come back,
+  ``feedback(worker)`` (data the worker gets with its next message) and
+  ``on_worker_feedback(worker, data)`` (data that came with a worker's
+  message), ``idle()`` between calls, ``worker_gone(worker)`` and
+  ``cleanup()``;
+* worker: ``bind_worker(index)`` once, then ``decode_items(payload)`` and
+  ``encode_results(results)`` per chunk, with ``on_feedback(data)`` and
+  ``worker_feedback()`` for the channel back;
+* ``encode_cfg(cfg)`` (caller) / ``decode_cfg(payload)`` (worker): the
+  runner's ``cfg``, once per worker.
 
-:class:`SharedMemoryTransport`, the default, pickles with protocol 5 and moves
-every large out-of-band buffer (NumPy arrays, anything that pickles through
-``PickleBuffer``) into a POSIX shared-memory segment instead of through the
-pipe: one copy in the worker, none in the caller, whose arrays *view* the
-segment. Segments are recycled, because on first touch fresh shared memory
-costs more than the copy: when the last array viewing a segment is
-garbage-collected, a weak reference queues it, the feedback channel returns
-it to its worker, and the worker writes the next results there. A worker
-keeps a few free segments mapped between calls; ``cleanup`` unlinks them all.
-NumPy is never imported here: arrays pickle themselves, and unpickling
-imports NumPy only when a result holds one.
+[`SharedMemoryTransport`][easycore.common.parallel.SharedMemoryTransport],
+the default, pickles with protocol 5 and moves every large out-of-band buffer
+(NumPy arrays, anything that pickles through ``PickleBuffer``; CPU tensors
+with easycore-torch) into POSIX shared memory instead of the pipe: one copy
+on the sending side, none on the receiving side, whose arrays *view* the
+segment. What it guarantees:
 
-Leak safety: the worker registers each segment with multiprocessing's
-resource tracker when it creates it, so if the whole process family is
-SIGKILLed the tracker still removes them. Only the caller unlinks (and
-unregisters): segments a worker no longer wants travel back in its next
-payload, and :meth:`~Transport.cleanup` unlinks every name the caller has seen
-(arrays still alive keep their memory until they die) and, on Linux, sweeps
-``/dev/shm`` for this activation's prefix (``ecp-<caller pid>-<token>-``) to
-catch segments a killed worker never sent. Workers, which may be killed at
-any instant, thus never leave the tracker's books and the files out of step.
+* **Segments belong to the caller** and are recycled: a segment comes back to
+  its worker's free list when the last array viewing it dies (a worker's
+  input arrays, the consumer's result arrays), and is written again instead
+  of faulting in fresh pages (which costs more than the copy). Both sides
+  keep their mappings open across chunks.
+* **Small things stay on the pipe**: buffers under ``threshold`` (64 KiB)
+  stay in the pickle; a pickle's own bytes move into the segment too when
+  they are large, so pipe messages stay small.
+* **A full ``/dev/shm`` is no crash**: space is reserved when a segment is
+  made; when there is none the chunk travels in-band through the pipe (one
+  ``ResourceWarning`` per runner) and the call goes on.
+* **An idle runner holds little**: ``idle()`` (the end of every call) gives
+  back every free segment beyond ``idle_keep_bytes`` per worker, including
+  the ones a worker was holding for its next results, at once.
+* **``cfg`` is shared, not copied**: its large buffers go into one segment
+  that every worker maps copy-on-write: each worker sees its own ``cfg``,
+  memory holds one copy until a worker writes to a page.
+* **No leaks**: every segment is registered with multiprocessing's resource
+  tracker by its creator, only the caller unlinks, and ``cleanup()`` also
+  sweeps ``/dev/shm`` for this activation's name prefix, to catch segments a
+  killed worker made but never reported (see [`shm`][easycore.common.parallel.shm]).
 
-A torch back-end overrides this seam (``BaseRunner.transport_class``), e.g.
-to carry tensor storages out of band through the same segments.
+Subclasses change *what* goes out of band by overriding
+[`dumps`][easycore.common.parallel.SharedMemoryTransport.dumps] (easycore-torch
+reduces CPU tensors to a buffer over their bytes).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
-import secrets
-import weakref
+import warnings
 from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import shm
+
 __all__ = ["Transport", "PickleTransport", "SharedMemoryTransport"]
 
-try:  # POSIX shared memory, the same primitive multiprocessing.shared_memory uses
-    import _posixshmem
-    from multiprocessing import resource_tracker
-except ImportError:  # Windows: results travel in-band through the pipe
-    _posixshmem = None
-    resource_tracker = None
-
-_SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory names, for the sweep
 _ALIGN = 64  # cache-line aligned buffers, as NumPy prefers
+_HIGHEST = pickle.HIGHEST_PROTOCOL
 
 
 class Transport:
-    """Interface of a result transport; see the module docstring for the protocol."""
+    """Interface of a transport; see the module docstring for who calls what."""
 
+    # ------------------------------------------------------------ caller side
     def prepare(self) -> None:
         """In the caller's process, before any worker starts."""
 
+    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+        """A chunk of inputs as a picklable payload for ``worker``.
+
+        Args:
+            worker (int): index of the worker that gets the chunk.
+            items (list): the inputs.
+
+        Returns:
+            tuple: ``(payload, nbytes)``, nbytes being the data moved.
+        """
+        data = pickle.dumps(items, protocol=_HIGHEST)
+        return data, len(data)
+
+    def decode_results(self, worker: int, payload: Any) -> List[Any]:
+        """The result list back from a worker's payload.
+
+        Args:
+            worker (int): the worker that sent it.
+            payload (Any): what ``encode_results`` made.
+
+        Returns:
+            list:
+        """
+        return pickle.loads(payload)
+
+    def discard(self, worker: int, payload: Any) -> None:
+        """Release a result payload that will never be decoded (its job was cancelled)."""
+
+    def feedback(self, worker: int) -> Any:
+        """Data for ``worker``, sent with its next message; None for nothing."""
+        return None
+
+    def on_worker_feedback(self, worker: int, data: Any) -> None:
+        """Data that came with a message of ``worker`` (never None)."""
+
+    def item_payload_done(self, worker: int, payload: Any) -> None:
+        """An items payload sent to ``worker`` will not be read (the worker died)."""
+
+    def idle(self) -> None:
+        """Nothing is in flight: give back what is only kept for speed."""
+
+    def worker_gone(self, worker: int) -> None:
+        """``worker`` died or was replaced: forget what it held."""
+
+    def encode_cfg(self, cfg: Any) -> Any:
+        """The runner's ``cfg`` as a payload every worker decodes once."""
+        return pickle.dumps(cfg, protocol=_HIGHEST)
+
+    def cleanup(self) -> None:
+        """After all workers ended: release everything."""
+
+    # ------------------------------------------------------------ worker side
     def bind_worker(self, worker_index: int) -> None:
-        """In the worker, once, before the first :meth:`encode`.
+        """In the worker, once, before anything else.
 
         Args:
             worker_index (int): position of this worker in ``devices``.
         """
 
-    def encode(self, results: List[Any]) -> Tuple[Any, int]:
-        """In the worker: turn one chunk's results into a picklable payload.
+    def decode_cfg(self, payload: Any) -> Any:
+        """In the worker: this worker's own ``cfg``."""
+        return pickle.loads(payload)
+
+    def decode_items(self, payload: Any) -> List[Any]:
+        """In the worker: the items of a chunk."""
+        return pickle.loads(payload)
+
+    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
+        """In the worker: a chunk's results as a payload.
 
         Args:
-            results (list): what ``producer_work`` returned, one per item.
+            results (list): one per item.
 
         Returns:
-            tuple: ``(payload, nbytes)``, nbytes being the data moved, for chunking.
+            tuple: ``(payload, nbytes)``.
         """
-        raise NotImplementedError
+        data = pickle.dumps(results, protocol=_HIGHEST)
+        return data, len(data)
 
-    def decode(self, payload: Any) -> List[Any]:
-        """In the caller's process: the result list back from a payload.
+    def on_feedback(self, data: Any) -> None:
+        """In the worker: what ``feedback`` returned (never None)."""
 
-        Args:
-            payload (Any): what :meth:`encode` returned.
-
-        Returns:
-            list:
-        """
-        raise NotImplementedError
-
-    def discard(self, payload: Any) -> None:
-        """In the caller's process: release a payload that will not be decoded."""
-
-    def feedback(self, worker_index: int) -> Any:
-        """In the caller's process: data for a worker, sent with its next chunk.
-
-        Args:
-            worker_index (int):
-
-        Returns:
-            Any: picklable, or None for nothing.
-        """
+    def worker_feedback(self) -> Any:
+        """In the worker: data for the caller with the next message; None for nothing."""
         return None
-
-    def on_feedback(self, feedback: Any) -> None:
-        """In the worker: receive what :meth:`feedback` returned (never None)."""
-
-    def cleanup(self) -> None:
-        """In the caller's process, after all workers ended: release leftovers."""
 
 
 class PickleTransport(Transport):
-    """Results pickled in-band through the pipe (the classic way)."""
-
-    def encode(self, results: List[Any]) -> Tuple[Any, int]:
-        data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
-        return data, len(data)
-
-    def decode(self, payload: Any) -> List[Any]:
-        return pickle.loads(payload)
+    """Everything pickled in-band through the pipe (the classic way)."""
 
 
-class SharedMemoryTransport(PickleTransport):
-    """Large out-of-band buffers go through recycled shared-memory segments.
+class _Segment:
+    """The caller's record of one segment."""
+
+    __slots__ = ("name", "size", "mm", "worker", "state")
+
+    def __init__(self, name: str, size: int, mm: Any, worker: int, state: str) -> None:
+        self.name = name
+        self.size = size
+        self.mm = mm  # the caller's mapping, or None until it needs one
+        self.worker = worker  # whose free list it joins when released
+        # "free" | "items" (lent to the worker) | "granted" (the worker may write
+        # its results there) | "results" (the caller's arrays view it)
+        self.state = state
+
+
+class _Packed(tuple):
+    """A payload that travels partly in a segment: (data, name, size, layout, data_span)."""
+
+    __slots__ = ()
+
+
+class SharedMemoryTransport(Transport):
+    """Large buffers through recycled shared-memory segments, both ways.
 
     Args:
-        threshold (int): buffers smaller than this many bytes stay in the
-            pickle; a segment costs a few system calls, a pipe ~1 GB/s.
+        threshold (int or None): buffers smaller than this many bytes stay in
+            the pickle (a segment costs a few system calls, a pipe ~1 GB/s).
     """
 
-    #: buffers smaller than this stay in the pickle
+    #: buffers (and pickles) smaller than this stay in-band
     threshold = 64 * 1024
-    #: free segments a worker keeps for reuse; it drops more (the caller unlinks them).
-    #: About what one worker has in flight at queue_scale=3, so big results reuse
-    #: segments instead of faulting in fresh pages (4 measured ~20% slower at 8 MB).
-    max_free_segments = 8
-    #: smallest segment size, so that small arrays of varying size share segments
+    #: smallest segment, so that small arrays of varying size share segments
     min_segment_bytes = 1 << 20
+    #: free segments a worker may hold for its next results
+    grants_per_worker = 2
+    #: free segments kept per worker while a call runs
+    max_free_per_worker = 8
+    #: bytes of free segments kept per worker between calls (see ``idle``)
+    idle_keep_bytes = 16 << 20
+    #: name tag of the segments (a leak check can tell torch's from ours)
+    tag = "ecp"
 
     def __init__(self, threshold: Optional[int] = None) -> None:
         if threshold is not None:
-            self.threshold = threshold
-        # Names carry the caller's pid (whose segments are these?) and a
-        # per-activation token, so the caller can sweep exactly its own, and
-        # restarts never collide with old names. Short: macOS allows 31 chars.
-        self.prefix = f"ecp-{os.getpid():x}-{secrets.token_hex(3)}-"
+            self.threshold = int(threshold)
+        self.prefix = shm.make_prefix(self.tag)
         self._init_state()
 
     def _init_state(self) -> None:
+        self._counter = 0
+        self._warned = False
+        # caller side
+        self._segs: Dict[str, _Segment] = {}
+        self._free: Dict[int, List[_Segment]] = {}
+        self._granted: Dict[int, List[_Segment]] = {}
+        self._unmap: Dict[int, List[str]] = {}  # names a worker should unmap
+        self._revoke: set = set()  # workers whose grants were taken back
+        self._returned: deque = deque()  # weakrefs of result views that died
+        self._watch: Dict[int, Tuple[Any, str]] = {}  # id(weakref) -> (weakref, name)
+        self._cfg_segment: Optional[str] = None
         # worker side
         self._index = -1
-        self._counter = 0
-        self._free: List[_Segment] = []  # mapped here, not lent: reusable
-        self._lent: Dict[str, _Segment] = {}  # handed to the caller, awaiting return
-        self._dropped: List[str] = []  # unmapped here; the caller unlinks them
-        # caller side
-        self._returns: Dict[int, deque] = {}  # worker -> weakrefs of mappings that died
-        self._mapped: Dict[weakref.ref, str] = {}  # weakref of a live mapping -> its name
-        self._known: set = set()  # every name seen, unlinked by cleanup()
+        self._maps: Dict[str, Any] = {}  # name -> mapping
+        self._grants: List[Tuple[str, int]] = []
+        self._lent_inputs: deque = deque()  # weakrefs of item views that died
+        self._input_watch: Dict[int, Tuple[Any, str]] = {}
+        self._created: List[Tuple[str, int]] = []
+        self._unused: List[str] = []  # grants handed back
+        self._full = False
 
     def __getstate__(self) -> dict:
-        # Only configuration crosses into a worker, never mappings or queues.
-        return {"threshold": self.threshold, "prefix": self.prefix}
+        # Only configuration crosses into a worker, never mappings or tables.
+        return {k: v for k, v in self.__dict__.items() if k in ("threshold", "prefix")}
 
     def __setstate__(self, state: dict) -> None:
-        self.threshold = state["threshold"]
-        self.prefix = state["prefix"]
+        self.__dict__.update(state)
         self._init_state()
 
     @property
     def available(self) -> bool:
         """bool: whether this platform has POSIX shared memory."""
-        return _posixshmem is not None
+        return shm.AVAILABLE
 
-    def prepare(self) -> None:
-        if self.available:
-            # Forked workers must share the caller's tracker; one started
-            # lazily inside a worker would "clean up" segments still in flight.
-            resource_tracker.ensure_running()
+    # ------------------------------------------------------------- pickling
+    def dumps(self, obj: Any) -> Tuple[bytes, List[memoryview], Any]:
+        """Pickle ``obj``, large buffers out of band.
 
-    # ---------------------------------------------------------------- worker
-    def bind_worker(self, worker_index: int) -> None:
-        self._index = worker_index
+        Override to send more kinds of objects out of band.
 
-    def encode(self, results: List[Any]) -> Tuple[Any, int]:
-        if not self.available:
-            return super().encode(results)
+        Args:
+            obj (Any):
+
+        Returns:
+            tuple: ``(pickle bytes, out-of-band buffers, keepalive)``;
+            ``keepalive`` holds temporaries the buffers point into until copied.
+        """
         buffers: List[memoryview] = []
         threshold = self.threshold
 
@@ -209,148 +273,369 @@ class SharedMemoryTransport(PickleTransport):
             buffers.append(raw)
             return False
 
-        data = pickle.dumps(results, protocol=5, buffer_callback=out_of_band)
-        dropped, self._dropped = self._dropped, []
-        if not buffers:
-            if dropped:
-                return (data, None, None, self._index, dropped), len(data)
+        return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), buffers, None
+
+    def _pack(self, obj: Any, segment_for: Any) -> Tuple[Any, int]:
+        """Pickle ``obj``; big parts into the segment ``segment_for(nbytes)`` returns."""
+        data, buffers, keepalive = self.dumps(obj)
+        if not buffers and len(data) < self.threshold:
             return data, len(data)
         layout = []
         total = 0
         for raw in buffers:
             layout.append((total, raw.nbytes))
             total += -(-raw.nbytes // _ALIGN) * _ALIGN
-        segment = self._segment_for(total)
-        mm = segment.mmap
+        inline = len(data) < self.threshold
+        data_span = None
+        if not inline:
+            data_span = (total, len(data))
+            total += len(data)
+        try:
+            name, size, mm = segment_for(total)
+        except shm.SharedMemoryFull:
+            self._full = True
+            # In-band through the pipe: slower, but the call goes on.
+            data = pickle.dumps(obj, protocol=_HIGHEST)
+            return data, len(data)
         for (off, n), raw in zip(layout, buffers):
             mm[off : off + n] = raw  # the only copy the data makes
-        self._lent[segment.name] = segment
-        return (data, segment.name, layout, self._index, dropped), len(data) + total
+        if data_span is not None:
+            mm[data_span[0] : data_span[0] + data_span[1]] = data
+        del keepalive
+        return _Packed((None if data_span else data, name, size, layout, data_span)), total
 
-    def _segment_for(self, nbytes: int) -> _Segment:
-        # Reuse beats fresh memory by far: a new tmpfs page must be allocated
-        # and zeroed on first touch, which costs more than the copy itself.
-        fits = [s for s in self._free if s.size >= nbytes]
-        if fits:
-            best = min(fits, key=lambda s: s.size)
-            self._free.remove(best)
-            return best
-        # Results outgrew the free segments (chunks grow while the chunker
-        # learns): drop them rather than keep memory that will not be reused.
-        for segment in self._free:
-            self._drop(segment)
-        self._free.clear()
-        size = max(self.min_segment_bytes, 1 << (nbytes - 1).bit_length())
-        name = f"/{self.prefix}{self._index}-{self._counter:x}"
+    def _unpack(self, payload: Any, mm: Any, on_free: Any, watch: Dict[int, Any]) -> Any:
+        data, name, size, layout, data_span = payload
+        view = shm.BufferView(mm, size, on_free)
+        # Keyed by id: the view is unhashable; the entry keeps the ref alive.
+        watch[id(view.ref)] = (view.ref, name)
+        if data_span is not None:
+            data = view.slice(*data_span)
+        buffers = [view.slice(off, n) for off, n in layout]
+        view.drop()
+        return pickle.loads(data, buffers=buffers)
+
+    def _new_name(self, who: str) -> str:
         self._counter += 1
-        fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
-        try:
-            # Registered before it holds data, so a crash from here on is still
-            # cleaned up by the tracker when the process family is gone.
-            resource_tracker.register(name, "shared_memory")
-            os.ftruncate(fd, size)  # sparse: unused tail pages cost nothing
-            mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        return _Segment(name, size, mm)
+        return f"/{self.prefix}{who}{self._counter:x}"
 
-    def on_feedback(self, feedback: Any) -> None:
-        for name in feedback:
-            segment = self._lent.pop(name, None)
-            if segment is not None:
-                self._free.append(segment)
-        while len(self._free) > self.max_free_segments:
-            self._drop(self._free.pop(0))
+    def _size_class(self, nbytes: int) -> int:
+        # Powers of two up to 64 MiB, then 16 MiB steps: few distinct sizes
+        # (so segments get reused), without doubling huge ones.
+        if nbytes <= self.min_segment_bytes:
+            return self.min_segment_bytes
+        if nbytes <= 64 << 20:
+            return 1 << (nbytes - 1).bit_length()
+        step = 16 << 20
+        return -(-nbytes // step) * step
 
-    def _drop(self, segment: _Segment) -> None:
-        # Workers never unlink: one killed between unlinking a name and telling
-        # the resource tracker would leave the tracker warning about a "leak" at
-        # exit. The caller, which we never kill, unlinks what we report.
-        segment.mmap.close()
-        self._dropped.append(segment.name)
+    def _warn_full(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                "/dev/shm is full: large items and results now travel through the pipe "
+                "(slower); give the container more shared memory (e.g. docker run "
+                "--shm-size=1g) to restore the fast path",
+                ResourceWarning,
+                stacklevel=3,
+            )
 
-    # ---------------------------------------------------------------- caller
-    def decode(self, payload: Any) -> List[Any]:
-        if not isinstance(payload, tuple):
-            return pickle.loads(payload)
-        data, name, layout, worker, dropped = payload
-        for old in dropped:
-            _unlink(old)
-            self._known.discard(old)
-        if name is None:
-            return pickle.loads(data)
-        self._known.add(name)
-        total = layout[-1][0] + layout[-1][1]
-        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
-        try:
-            mm = mmap.mmap(fd, total)
-        finally:
-            os.close(fd)
-        # When the last array viewing this mapping dies, the segment goes back
-        # to its worker for reuse. The callback is deque.append, C code: Python
-        # code run from a weakref callback would swallow a KeyboardInterrupt
-        # delivered while it runs, and Ctrl-C would be lost.
-        returns = self._returns.get(worker)
-        if returns is None:
-            returns = self._returns[worker] = deque()
-        ref = weakref.ref(mm, returns.append)
-        hash(ref)  # a weakref hashes its referent, which must still be alive
-        self._mapped[ref] = name
-        view = memoryview(mm)
-        return pickle.loads(data, buffers=[view[off : off + n] for off, n in layout])
+    # ---------------------------------------------------------- caller side
+    def prepare(self) -> None:
+        if self.available:
+            # Forked workers must share the caller's tracker; one started
+            # lazily inside a worker would "clean up" segments still in flight.
+            shm.resource_tracker.ensure_running()
 
-    def feedback(self, worker_index: int) -> Any:
-        returns = self._returns.get(worker_index)
-        if not returns:
+    def encode_cfg(self, cfg: Any) -> Any:
+        if not self.available:
+            return super().encode_cfg(cfg)
+
+        def segment_for(nbytes: int) -> Tuple[str, int, Any]:
+            name = self._new_name("g")
+            mm = shm.create(name, nbytes)
+            self._cfg_segment = name
+            return name, nbytes, mm
+
+        payload, _ = self._pack(cfg, segment_for)
+        if self._full:
+            self._full = False
+            self._warn_full()
+        return payload
+
+    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+        if not self.available:
+            return super().encode_items(worker, items)
+        used: List[_Segment] = []
+
+        def segment_for(nbytes: int) -> Tuple[str, int, Any]:
+            seg = self._take_free(worker, nbytes)
+            if seg is None:
+                name = self._new_name("c")
+                size = self._size_class(nbytes)
+                seg = _Segment(name, size, shm.create(name, size), worker, "items")
+                self._segs[name] = seg
+            seg.state = "items"
+            if seg.mm is None:
+                seg.mm = shm.open_existing(seg.name, seg.size)
+            used.append(seg)
+            return seg.name, seg.size, seg.mm
+
+        payload, nbytes = self._pack(items, segment_for)
+        if self._full:
+            self._full = False
+            self._warn_full()
+        return payload, nbytes
+
+    def _take_free(self, worker: int, nbytes: int) -> Optional[_Segment]:
+        free = self._free.get(worker)
+        if not free:
             return None
-        names = []
-        try:
-            while True:  # popleft is atomic: mappings may die meanwhile
-                names.append(self._mapped.pop(returns.popleft()))
-        except IndexError:
-            pass
-        return names
+        fits = [s for s in free if s.size >= nbytes]
+        if not fits:
+            return None
+        best = min(fits, key=lambda s: s.size)
+        free.remove(best)
+        return best
 
-    def discard(self, payload: Any) -> None:
-        if isinstance(payload, tuple):  # unlinked by cleanup(), after the worker is gone
-            self._known.update(payload[4])
-            if payload[1] is not None:
-                self._known.add(payload[1])
+    def decode_results(self, worker: int, payload: Any) -> List[Any]:
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        name, size = payload[1], payload[2]
+        seg = self._segs.get(name)
+        if seg is None:  # made by the worker: now the caller's
+            seg = self._segs[name] = _Segment(name, size, None, worker, "results")
+        else:
+            self._remove_grant(seg)
+        seg.state = "results"
+        if seg.mm is None:
+            seg.mm = shm.open_existing(name, size)
+        return self._unpack(payload, seg.mm, self._returned.append, self._watch)
+
+    def _remove_grant(self, seg: _Segment) -> None:
+        granted = self._granted.get(seg.worker)
+        if granted and seg in granted:
+            granted.remove(seg)
+
+    def discard(self, worker: int, payload: Any) -> None:
+        if isinstance(payload, _Packed):
+            name, size = payload[1], payload[2]
+            seg = self._segs.get(name)
+            if seg is None:
+                seg = self._segs[name] = _Segment(name, size, None, worker, "free")
+            else:
+                self._remove_grant(seg)
+            self._make_free(seg)
+
+    def item_payload_done(self, worker: int, payload: Any) -> None:
+        if isinstance(payload, _Packed):
+            seg = self._segs.get(payload[1])
+            if seg is not None and seg.state == "items":
+                self._make_free(seg)
+
+    def _make_free(self, seg: _Segment) -> None:
+        seg.state = "free"
+        free = self._free.setdefault(seg.worker, [])
+        free.append(seg)
+        while len(free) > self.max_free_per_worker:
+            self._retire(free.pop(0))
+
+    def _retire(self, seg: _Segment) -> None:
+        """Give a free segment's memory back now; the worker unmaps it later."""
+        self._segs.pop(seg.name, None)
+        self._unmap.setdefault(seg.worker, []).append(seg.name)
+        self._close(seg)
+        shm.release(seg.name, free_now=True)
+
+    @staticmethod
+    def _close(seg: _Segment) -> None:
+        if seg.mm is not None:
+            try:
+                seg.mm.close()
+            except BufferError:  # still viewed: dropped with its last view
+                pass
+            seg.mm = None
+
+    def _collect_returns(self) -> None:
+        returned, watch = self._returned, self._watch
+        while returned:
+            entry = watch.pop(id(returned.popleft()), None)
+            seg = self._segs.get(entry[1]) if entry is not None else None
+            if seg is not None and seg.state == "results":
+                self._make_free(seg)
+
+    def feedback(self, worker: int) -> Any:
+        if not self.available:
+            return None
+        self._collect_returns()
+        unmap = self._unmap.pop(worker, None)
+        grants = None
+        granted = self._granted.setdefault(worker, [])
+        free = self._free.get(worker)
+        while free and len(granted) < self.grants_per_worker:
+            seg = max(free, key=lambda s: s.size)
+            free.remove(seg)
+            seg.state = "granted"
+            granted.append(seg)
+            if grants is None:
+                grants = []
+            grants.append((seg.name, seg.size))
+        revoke = worker in self._revoke
+        if revoke:
+            self._revoke.discard(worker)
+        if unmap is None and grants is None and not revoke:
+            return None
+        return (grants, unmap, revoke)
+
+    def on_worker_feedback(self, worker: int, data: Any) -> None:
+        released, unused, full = data
+        for name in released:  # inputs the worker no longer views
+            seg = self._segs.get(name)
+            if seg is not None and seg.state == "items":
+                self._make_free(seg)
+        for name in unused:  # grants the worker handed back
+            seg = self._segs.get(name)
+            if seg is not None and seg.state == "granted":
+                self._remove_grant(seg)
+                self._make_free(seg)
+        if full:
+            self._warn_full()
+
+    def idle(self) -> None:
+        if not self.available:
+            return
+        self._collect_returns()
+        # Grants are idle too: the worker writes into one only while it runs a
+        # chunk, and it reads this revocation (with the next chunk) first.
+        for worker, granted in self._granted.items():
+            if granted:
+                self._revoke.add(worker)
+            for seg in granted:
+                seg.state = "free"
+                self._free.setdefault(worker, []).append(seg)
+            granted.clear()
+        for free in self._free.values():
+            free.sort(key=lambda s: s.size)
+            kept = 0
+            for seg in list(free):
+                if kept + seg.size <= self.idle_keep_bytes:
+                    kept += seg.size
+                    continue
+                free.remove(seg)
+                self._retire(seg)
+
+    def worker_gone(self, worker: int) -> None:
+        # Its mappings died with it: whatever it held is free memory now.
+        for seg in list(self._segs.values()):
+            if seg.worker == worker and seg.state in ("items", "granted", "free"):
+                self._remove_grant(seg)
+                if seg in self._free.get(worker, ()):
+                    self._free[worker].remove(seg)
+                self._retire(seg)
+        self._unmap.pop(worker, None)
+        self._granted.pop(worker, None)
+        self._revoke.discard(worker)
 
     def cleanup(self) -> None:
         if not self.available:
             return
-        self._mapped.clear()  # arrays still alive keep their memory, not their slot
-        self._returns.clear()
-        for name in list(self._known):
-            _unlink(name)
-        if os.path.isdir(_SHM_DIR):  # Linux: also what workers made but never sent
+        self._collect_returns()
+        for seg in list(self._segs.values()):
+            # Result arrays the caller still holds keep their memory until they
+            # die (unlinking only removes the name); nothing else reads the rest.
+            viewed = seg.state == "results"
+            if not viewed:
+                self._close(seg)
+            shm.release(seg.name, free_now=not viewed)
+        self._segs.clear()
+        self._free.clear()
+        self._granted.clear()
+        self._unmap.clear()
+        self._watch.clear()
+        self._returned.clear()
+        if self._cfg_segment is not None:
+            # Workers map it copy-on-write: its pages may still back theirs.
+            shm.release(self._cfg_segment)
+            self._cfg_segment = None
+        shm.sweep(self.prefix)
+
+    # ---------------------------------------------------------- worker side
+    def bind_worker(self, worker_index: int) -> None:
+        self._index = worker_index
+
+    def decode_cfg(self, payload: Any) -> Any:
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        data, name, size, layout, data_span = payload
+        mm = shm.open_existing(name, size, private=True)
+        view = memoryview(mm)
+        if data_span is not None:
+            data = bytes(view[data_span[0] : data_span[0] + data_span[1]])
+        return pickle.loads(data, buffers=[view[off : off + n] for off, n in layout])
+
+    def decode_items(self, payload: Any) -> List[Any]:
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        name, size = payload[1], payload[2]
+        mm = self._maps.get(name)
+        if mm is None:
+            mm = self._maps[name] = shm.open_existing(name, size)
+        return self._unpack(payload, mm, self._lent_inputs.append, self._input_watch)
+
+    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
+        if not self.available:
+            return super().encode_results(results)
+        return self._pack(results, self._result_segment)
+
+    def _result_segment(self, nbytes: int) -> Tuple[str, int, Any]:
+        fits = [g for g in self._grants if g[1] >= nbytes]
+        if fits:
+            name, size = min(fits, key=lambda g: g[1])
+            self._grants.remove((name, size))
+        else:
+            # The pid in the name: a replacement worker (same index) never
+            # collides with a name its predecessor made.
+            name = self._new_name(f"w{self._index}.{os.getpid():x}-")
+            size = self._size_class(nbytes)
+            self._maps[name] = shm.create(name, size)
+            # Grants too small for results this size will not be used soon.
+            self._unused.extend(g[0] for g in self._grants)
+            for g in self._grants:
+                self._unmap_one(g[0])
+            self._grants.clear()
+        mm = self._maps.get(name)
+        if mm is None:
+            mm = self._maps[name] = shm.open_existing(name, size)
+        return name, size, mm
+
+    def on_feedback(self, data: Any) -> None:
+        grants, unmap, revoke = data
+        if revoke:
+            self._grants.clear()
+        if unmap:
+            for name in unmap:
+                self._unmap_one(name)
+                self._grants = [g for g in self._grants if g[0] != name]
+        if grants:
+            self._grants.extend(grants)
+
+    def _unmap_one(self, name: str) -> None:
+        mm = self._maps.pop(name, None)
+        if mm is not None:
             try:
-                names = os.listdir(_SHM_DIR)
-            except OSError:
-                names = []
-            for entry in names:
-                if entry.startswith(self.prefix):
-                    _unlink("/" + entry, registered=False)
+                mm.close()
+            except BufferError:  # a user's object still views it: it goes with that
+                pass
 
-
-class _Segment:
-    __slots__ = ("name", "size", "mmap")
-
-    def __init__(self, name: str, size: int, mm: mmap.mmap) -> None:
-        self.name = name
-        self.size = size
-        self.mmap = mm
-
-
-def _unlink(name: str, registered: bool = True) -> None:
-    try:
-        _posixshmem.shm_unlink(name)
-    except FileNotFoundError:
-        return  # someone else unlinked (and unregistered) it
-    if not registered:
-        # A worker killed between creating a segment and registering it left
-        # a name the tracker never heard of, and unregistering an unknown name
-        # makes it print a traceback; registering first is idempotent.
-        resource_tracker.register(name, "shared_memory")
-    resource_tracker.unregister(name, "shared_memory")
+    def worker_feedback(self) -> Any:
+        lent, watch = self._lent_inputs, self._input_watch
+        released = []
+        while lent:
+            entry = watch.pop(id(lent.popleft()), None)
+            if entry is not None:
+                released.append(entry[1])
+        unused, self._unused = self._unused, []
+        full, self._full = self._full, False
+        if not released and not unused and not full:
+            return None
+        return (released, unused, full)

@@ -1,40 +1,64 @@
-"""The producer side: the hook contract, and the loop a worker process runs.
+"""The worker side: what a worker runs, and the loop of a worker process.
 
-:class:`ProducerWorker` is the whole producer contract for one device and
-knows nothing about processes or pipes: ``init()`` (``setup_worker`` then
-``producer_init``), ``run_chunk(items)`` (``producer_work`` once per item) and
-``end()`` (``producer_end``), each turning a hook's exception into
-:class:`HookFailed` with an :class:`~.errors.ErrorReport`. A Ray actor wraps
-exactly this class; the process back-end wraps it with :func:`process_main`.
+A worker runs a *program* (its init and end hooks, and how a job's function
+is built) and then chunks of *jobs*:
 
-:func:`process_main` is the entry point of a worker process. Messages are
-pickled tuples:
+* [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] is the
+  interface; [`RunnerProgram`][easycore.common.parallel.worker.RunnerProgram]
+  runs a runner's producer hooks (``setup_worker`` and ``producer_init``,
+  ``producer_work`` per item, ``producer_end``). ``Pool`` brings its own.
+* [`Executor`][easycore.common.parallel.worker.Executor] is the whole worker
+  contract for one device and knows nothing about processes or pipes: it runs
+  the init hooks, caches each job's function (sent once per job), runs chunks
+  item by item (an item that raises fails alone: the others keep their
+  results) and the end hook. The process loop, the Ray actor and the thread
+  back-end all wrap exactly this class.
+* [`process_main`][easycore.common.parallel.worker.process_main] is the entry
+  point of a worker process: it reads [`protocol`][easycore.common.parallel.protocol]
+  messages from its task pipe in the main thread (no relay thread between
+  the pipe and the work), and sends the answers back on its result pipe.
 
-* caller -> worker: ``("chunk", seq, items, feedback)``, ``("stop",)``;
-* worker -> caller: ``("ready", pid)``, ``("result", seq, payload, n_items,
-  seconds, nbytes)``, ``("error", seq_or_None, ErrorReport)``, ``("ended",)``.
-
-A small inbox thread drains the task pipe into a local queue (so the caller's
-feeder never blocks on a busy worker) and watches the parent
-(:mod:`.lifeline`); the main thread runs the hooks.
+A worker process limits its thread pools before it unpickles anything (see
+[`threads`][easycore.common.parallel.threads]), dies with its parent
+([`lifeline`][easycore.common.parallel.lifeline]), ignores Ctrl-C (the
+caller decides), and on ``SIGTERM`` (how the caller ends a worker after a
+failure) exits through the interpreter's normal shutdown, which ends the
+daemonic processes it started.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import queue
 import signal
+import struct
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from . import lifeline, threads
 from .errors import ErrorReport
-from .lifeline import arm_parent_death_signal, parent_gone
-from .transport import Transport
+from .protocol import (
+    ChunkDone,
+    ItemFailure,
+    RunChunk,
+    WorkerEnded,
+    WorkerFailed,
+    WorkerReady,
+)
 
-__all__ = ["HookFailed", "ProducerWorker", "WorkerSpec", "process_main"]
+__all__ = [
+    "HookFailed",
+    "Terminated",
+    "WorkerContext",
+    "WorkerProgram",
+    "RunnerProgram",
+    "Executor",
+    "ProducerWorker",
+    "ProgressSlots",
+    "WorkerSpec",
+    "process_main",
+]
 
 #: exit code of a worker that found its parent gone
 EXIT_PARENT_GONE = 75
@@ -42,167 +66,423 @@ _DUMP = pickle.HIGHEST_PROTOCOL
 
 
 class HookFailed(Exception):
-    """A producer hook raised; ``report`` describes the original exception."""
+    """A hook raised; ``report`` describes the original exception."""
 
     def __init__(self, report: ErrorReport) -> None:
         super().__init__(report.hook, report.exc_type, report.message)
         self.report = report
 
 
-class ProducerWorker:
-    """Runs one device's producer hooks, with that worker's own ``cfg``."""
+class Terminated(SystemExit):
+    """Raised in a worker by ``SIGTERM``: unwind and exit, whatever runs."""
 
-    def __init__(self, runner_cls: type, device: str, cfg: Any) -> None:
+
+class WorkerContext(NamedTuple):
+    """What a worker knows about itself, given to functions that ask for it.
+
+    Attributes:
+        index (int): the worker's position in the pool (``0 .. processes - 1``).
+        device (str): its device, e.g. ``"cpu"`` or ``"cuda:1"``.
+        cfg (Any): the pool's ``cfg``: this worker's own copy.
+        context (Any): this worker's entry of ``worker_contexts`` (None without).
+    """
+
+    index: int
+    device: str
+    cfg: Any
+    context: Any
+
+
+class WorkerProgram:
+    """What a worker runs besides its jobs' functions; subclass it.
+
+    Instances are pickled into the workers, so keep them small and picklable.
+    """
+
+    def init(self, ctx: WorkerContext) -> None:
+        """Run once in the worker before any chunk (raise to fail the start)."""
+
+    def end(self, ctx: WorkerContext) -> None:
+        """Run once when the worker is asked to stop."""
+
+    def function(self, blob: Optional[bytes], ctx: WorkerContext) -> Callable[[Any], Any]:
+        """Build a job's per-item function from what the caller sent.
+
+        Args:
+            blob (bytes or None): the job's function as the caller encoded it.
+            ctx (WorkerContext): this worker.
+
+        Returns:
+            callable: ``item -> result``.
+        """
+        raise NotImplementedError
+
+    def hook_name(self, blob: Optional[bytes]) -> str:
+        """The name errors give to a job's per-item function."""
+        return "task"
+
+
+class RunnerProgram(WorkerProgram):
+    """A runner's producer hooks: ``setup_worker`` and ``producer_init``,
+    ``producer_work`` per item, ``producer_end``."""
+
+    def __init__(self, runner_cls: type, threads: Optional[int] = None) -> None:
+        """
+        Args:
+            runner_cls (type): the runner class whose static hooks to call.
+            threads (int or None): the worker's thread budget (set by the back-end).
+        """
+        self.runner_cls = runner_cls
+        self.threads = threads
+
+    def init(self, ctx: WorkerContext) -> None:
+        cls = self.runner_cls
+        _call_hook("setup_worker", cls.setup_worker, ctx.device)
+        _call_hook("producer_init", cls.producer_init, ctx.device, ctx.cfg)
+
+    def end(self, ctx: WorkerContext) -> None:
+        _call_hook("producer_end", self.runner_cls.producer_end, ctx.device, ctx.cfg)
+
+    def function(self, blob: Optional[bytes], ctx: WorkerContext) -> Callable[[Any], Any]:
+        work, device, cfg = self.runner_cls.producer_work, ctx.device, ctx.cfg
+        return lambda item: work(device, cfg, item)
+
+    def hook_name(self, blob: Optional[bytes]) -> str:
+        return "producer_work"
+
+
+def _call_hook(name: str, hook: Callable, *args: Any) -> Any:
+    try:
+        return hook(*args)
+    except Terminated:
+        raise
+    except BaseException as exc:
+        raise HookFailed(ErrorReport.capture(name, exc)) from None
+
+
+class ProgressSlots:
+    """Where each worker says which item it runs since when (for task timeouts).
+
+    A small shared-memory array, one slot per worker: job, chunk, item index
+    and start time (``time.monotonic()``, the same clock in every process of
+    a machine). Workers write their slot only for jobs with a timeout; the
+    caller reads it to tell exactly which item overran, with no messages.
+    """
+
+    _FMT = struct.Struct("qqqd")
+
+    def __init__(self, buffer: Any) -> None:
+        self._buf = buffer
+
+    def write(self, slot: int, job: int, seq: int, item: int, started: float) -> None:
+        """Record that ``slot``'s worker started ``item`` of chunk ``seq`` of ``job``."""
+        self._FMT.pack_into(self._buf, slot * self._FMT.size, job, seq, item, started)
+
+    def read(self, slot: int) -> Tuple[int, int, int, float]:
+        """``(job, seq, item, started)`` last written to ``slot``."""
+        return self._FMT.unpack_from(self._buf, slot * self._FMT.size)
+
+    @classmethod
+    def nbytes(cls, slots: int) -> int:
+        """Bytes needed for ``slots`` slots."""
+        return cls._FMT.size * max(1, slots)
+
+
+class Executor:
+    """Runs one worker's program and jobs; back-ends wrap it."""
+
+    def __init__(
+        self,
+        program: WorkerProgram,
+        ctx: WorkerContext,
+        progress: Optional[ProgressSlots] = None,
+    ) -> None:
+        """
+        Args:
+            program (WorkerProgram): the init/end hooks and the job functions.
+            ctx (WorkerContext): this worker (its index, device and own cfg).
+            progress (ProgressSlots or None): where to say which item runs.
+        """
+        self.program = program
+        self.ctx = ctx
+        self.progress = progress
+        self._jobs: Dict[int, Tuple[Callable[[Any], Any], str]] = {}
+
+    @property
+    def cfg(self) -> Any:
+        """Any: this worker's cfg."""
+        return self.ctx.cfg
+
+    def init(self) -> None:
+        """Run the program's init; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        try:
+            self.program.init(self.ctx)
+        except (HookFailed, Terminated):
+            raise
+        except BaseException as exc:
+            raise HookFailed(ErrorReport.capture("init", exc)) from None
+
+    def end(self) -> None:
+        """Run the program's end; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        try:
+            self.program.end(self.ctx)
+        except (HookFailed, Terminated):
+            raise
+        except BaseException as exc:
+            raise HookFailed(ErrorReport.capture("end", exc)) from None
+
+    def forget(self, jobs: Any) -> None:
+        """Drop the functions of finished jobs."""
+        for job in jobs:
+            self._jobs.pop(job, None)
+
+    def run_chunk(
+        self,
+        job: int,
+        seq: int,
+        function: Optional[bytes],
+        items: List[Any],
+        track_items: bool = False,
+    ) -> Tuple[List[Any], List[ItemFailure]]:
+        """Run ``items`` with job ``job``'s function, each in turn.
+
+        Args:
+            job (int): the job id.
+            seq (int): the chunk's number in its job (for the progress slot).
+            function (bytes or None): the job's function, the first time this
+                worker sees the job.
+            items (list): the inputs.
+            track_items (bool): write each item's start to the progress slot.
+
+        Returns:
+            tuple: ``(results, failures)``: one result per item (None where it
+            failed) and an [`ItemFailure`][easycore.common.parallel.protocol.ItemFailure]
+            per failed item. Raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]
+            if the job's function cannot be built.
+        """
+        entry = self._jobs.get(job)
+        if entry is None:
+            program = self.program
+            name = program.hook_name(function)
+            try:
+                fn = program.function(function, self.ctx)
+            except Terminated:
+                raise
+            except BaseException as exc:
+                raise HookFailed(ErrorReport.capture(f"{name} (receiving it)", exc)) from None
+            entry = self._jobs[job] = (fn, name)
+        fn, name = entry
+        results: List[Any] = []
+        failures: List[ItemFailure] = []
+        if track_items and self.progress is not None:
+            self._run_tracked(fn, name, job, seq, items, results, failures)
+            return results, failures
+        append = results.append
+        remaining = items
+        while True:
+            try:
+                for item in remaining:
+                    append(fn(item))
+                return results, failures
+            except Terminated:
+                raise
+            except BaseException as exc:  # this item fails alone; go on after it
+                i = len(results)
+                append(None)
+                failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
+                remaining = items[i + 1 :]
+
+    def _run_tracked(self, fn: Callable, name: str, job: int, seq: int, items: List[Any],
+                     results: List[Any], failures: List[ItemFailure]) -> None:
+        progress, slot, monotonic = self.progress, self.ctx.index, time.monotonic
+        assert progress is not None
+        for i, item in enumerate(items):
+            progress.write(slot, job, seq, i, monotonic())
+            try:
+                results.append(fn(item))
+            except Terminated:
+                raise
+            except BaseException as exc:
+                results.append(None)
+                failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
+
+
+class ProducerWorker(Executor):
+    """A runner's producer for one device (an [`Executor`][easycore.common.parallel.worker.Executor]
+    running a [`RunnerProgram`][easycore.common.parallel.worker.RunnerProgram])."""
+
+    def __init__(self, runner_cls: type, device: str, cfg: Any, index: int = 0) -> None:
         """
         Args:
             runner_cls (type): the runner class whose static hooks to call.
             device (str): this worker's device.
             cfg (CfgNode): this worker's copy of the runner's cfg.
+            index (int): this worker's position in ``devices``.
         """
-        self.runner_cls = runner_cls
-        self.device = device
-        self.cfg = cfg
-
-    def init(self) -> None:
-        """Run ``setup_worker`` then ``producer_init``; raises :class:`HookFailed`."""
-        for hook in ("setup_worker", "producer_init"):
-            try:
-                if hook == "setup_worker":
-                    self.runner_cls.setup_worker(self.device)
-                else:
-                    self.runner_cls.producer_init(self.device, self.cfg)
-            except BaseException as exc:
-                raise HookFailed(ErrorReport.capture(hook, exc)) from None
-
-    def run_chunk(self, items: List[Any]) -> List[Any]:
-        """Call ``producer_work`` on each item, in order.
-
-        Args:
-            items (list): a chunk of inputs.
-
-        Returns:
-            list: one result per item. Raises :class:`HookFailed`.
-        """
-        work, device, cfg = self.runner_cls.producer_work, self.device, self.cfg
-        try:
-            return [work(device, cfg, item) for item in items]
-        except BaseException as exc:
-            raise HookFailed(ErrorReport.capture("producer_work", exc)) from None
-
-    def end(self) -> None:
-        """Run ``producer_end``; raises :class:`HookFailed`."""
-        try:
-            self.runner_cls.producer_end(self.device, self.cfg)
-        except BaseException as exc:
-            raise HookFailed(ErrorReport.capture("producer_end", exc)) from None
+        super().__init__(RunnerProgram(runner_cls), WorkerContext(index, device, cfg, None))
 
 
-@dataclass
-class WorkerSpec:
-    """Everything a worker process needs; pickled under spawn and forkserver."""
+class WorkerSpec(NamedTuple):
+    """Everything a worker process needs besides its pipes (pickled as bytes)."""
 
-    runner_cls: type
-    device: str
+    program: WorkerProgram
     index: int
-    cfg: Any
-    transport: Transport
-    owner_pid: int
-    start_method: str
-    arm_pdeathsig: bool
+    device: str
+    cfg: Any  #: the transport's payload of the cfg
+    context: Any  #: this worker's entry of worker_contexts (Pool)
+    transport: Any
+    progress: Optional[str]  #: shared-memory name of the progress slots
 
 
-class _Inbox(threading.Thread):
-    """Drains the task pipe into a queue and exits the process if the parent dies."""
-
-    interval = 0.2  # seconds between parent checks while idle
-
-    def __init__(self, conn: Any, expected_ppid: int) -> None:
-        super().__init__(name="easycore-parallel-inbox", daemon=True)
-        self._conn = conn
-        self._expected_ppid = expected_ppid
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-
-    def run(self) -> None:
-        conn, put = self._conn, self._queue.put
-        while True:
-            try:
-                if conn.poll(self.interval):
-                    put(conn.recv_bytes())
-                    continue
-            except (EOFError, OSError):
-                # The caller closes the task pipe only after this worker should
-                # be gone, or by dying: either way nobody needs us any more.
-                os._exit(EXIT_PARENT_GONE)
-            if parent_gone(self._expected_ppid):
-                os._exit(EXIT_PARENT_GONE)
-
-    def get(self) -> bytes:
-        return self._queue.get()
-
-
-def process_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
+def process_main(
+    spec_bytes: bytes,
+    n_threads: Optional[int],
+    owner_pid: int,
+    start_method: str,
+    tasks: Any,
+    results: Any,
+) -> None:
     """Entry point of a worker process.
 
     Args:
-        spec (WorkerSpec): what to run.
+        spec_bytes (bytes): the pickled [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec],
+            unpickled only after the thread limits are set.
+        n_threads (int or None): the thread budget (None: leave it alone).
+        owner_pid (int): the process that made the runner.
+        start_method (str): how this process was started.
         tasks (Connection): read end of this worker's task pipe.
         results (Connection): write end of this worker's result pipe.
     """
-    # Ctrl-C reaches the whole process group; the caller decides what happens,
-    # workers must not print their own KeyboardInterrupt tracebacks.
+    # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if spec.arm_pdeathsig:
-        arm_parent_death_signal()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if n_threads is not None:
+        threads.set_thread_env(n_threads)  # before any library is imported here
+    lifeline.arm_parent_death_signal()
     expected_ppid = os.getppid()
-    # Arming after the parent already died would never fire: check once by hand.
-    if spec.start_method != "forkserver" and expected_ppid != spec.owner_pid:
-        os._exit(EXIT_PARENT_GONE)
-    inbox = _Inbox(tasks, expected_ppid)
-    inbox.start()
+    if start_method == "forkserver":
+        lifeline.detach_from_forkserver()
+    elif expected_ppid != owner_pid:
+        os._exit(EXIT_PARENT_GONE)  # the parent died before the signal was armed
+    _start_watchdog(expected_ppid)
 
-    def post(message: tuple) -> None:
+    def post(message: Any) -> None:
         results.send_bytes(pickle.dumps(message, protocol=_DUMP))
 
+    try:
+        _serve(spec_bytes, n_threads, tasks, post)
+    except Terminated:
+        pass  # asked to go: the interpreter's normal exit cleans up
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated(0)
+
+
+def _start_watchdog(expected_ppid: int) -> None:
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if lifeline.parent_gone(expected_ppid):
+                os._exit(EXIT_PARENT_GONE)
+
+    threading.Thread(target=watch, name="easycore-lifeline", daemon=True).start()
+
+
+def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callable) -> None:
+    try:
+        spec: WorkerSpec = pickle.loads(spec_bytes)
+    except BaseException as exc:
+        post(WorkerFailed(None, None, _unpickling_report(exc)))
+        return
     transport = spec.transport
-    worker = ProducerWorker(spec.runner_cls, spec.device, spec.cfg)
+    if n_threads is not None:
+        threads.limit_threads(n_threads)  # what a fork inherited already loaded
+    progress = None
     try:
         transport.bind_worker(spec.index)
-        worker.init()
-    except HookFailed as failed:
-        post(("error", None, failed.report))
-        return
-    post(("ready", os.getpid()))
+        cfg = transport.decode_cfg(spec.cfg)
+        if spec.progress is not None:
+            from . import shm
 
+            progress = ProgressSlots(shm.open_existing(spec.progress, ProgressSlots.nbytes(
+                spec.index + 1)))
+    except BaseException as exc:
+        post(WorkerFailed(None, None, ErrorReport.capture("receiving cfg", exc)))
+        return
+    executor = Executor(spec.program, WorkerContext(spec.index, spec.device, cfg, spec.context),
+                        progress)
+    try:
+        executor.init()
+    except HookFailed as failed:
+        post(WorkerFailed(None, None, failed.report))
+        return
+    post(WorkerReady(os.getpid()))
     while True:
-        data = inbox.get()
+        try:
+            data = tasks.recv_bytes()
+        except (EOFError, OSError):
+            # The caller closes the task pipe only after this worker should be
+            # gone, or by dying: either way nobody needs us any more.
+            os._exit(EXIT_PARENT_GONE)
         start = time.perf_counter()
         try:
             message = pickle.loads(data)
+            if message.feedback is not None:
+                transport.on_feedback(message.feedback)
         except BaseException as exc:
-            post(("error", None, ErrorReport.capture("receiving items", exc)))
+            post(WorkerFailed(None, None, ErrorReport.capture("receiving a message", exc)))
             continue
-        if message[0] != "chunk":  # ("stop",)
+        if type(message) is not RunChunk:  # StopWorker
             break
-        _, seq, items, feedback = message
-        if feedback is not None:
-            transport.on_feedback(feedback)
+        if message.forget:
+            executor.forget(message.forget)
         try:
-            out = worker.run_chunk(items)
-        except HookFailed as failed:
-            post(("error", seq, failed.report))
-            continue
-        try:
-            payload, nbytes = transport.encode(out)
+            items = transport.decode_items(message.items)
         except BaseException as exc:
-            post(("error", seq, ErrorReport.capture("sending results", exc)))
+            report = ErrorReport.capture("receiving items", exc)
+            post(WorkerFailed(message.job, message.seq, report))
             continue
-        del out  # shared-memory results are copied out; free the originals now
+        n_items = len(items)
+        try:
+            out, failures = executor.run_chunk(
+                message.job, message.seq, message.function, items, message.track_items
+            )
+        except HookFailed as failed:
+            del items
+            post(WorkerFailed(message.job, message.seq, failed.report))
+            continue
+        del items  # input arrays free their segments now
+        try:
+            payload, nbytes = transport.encode_results(out)
+        except BaseException as exc:
+            del out
+            report = ErrorReport.capture("sending results", exc)
+            post(WorkerFailed(message.job, message.seq, report))
+            continue
+        del out  # results are copied out: free the originals now
         elapsed = time.perf_counter() - start
-        post(("result", seq, payload, len(items), elapsed, nbytes + len(data)))
-
+        post(ChunkDone(message.job, message.seq, payload, n_items, elapsed,
+                       nbytes + len(data), failures, transport.worker_feedback()))
     try:
-        worker.end()
+        executor.end()
     except HookFailed as failed:
-        post(("error", None, failed.report))
+        post(WorkerFailed(None, None, failed.report))
         return
-    post(("ended",))
+    post(WorkerEnded(transport.worker_feedback()))
+
+
+def _unpickling_report(exc: BaseException) -> ErrorReport:
+    report = ErrorReport.capture("starting the worker", exc)
+    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+        hint = (
+            "\n\nThe worker could not import a class or function it was sent. Under the "
+            "'spawn' and 'forkserver' start methods (the default for CUDA devices, and "
+            "on macOS and Windows) a worker imports your module anew: define the runner "
+            "class (and what its hooks use) at the top level of an importable module, "
+            "not inside `if __name__ == \"__main__\":`, a function, a notebook cell or "
+            "code read from stdin; or use start_method='fork' where the platform has it."
+        )
+        report = report._replace(message=report.message + hint)
+    return report
+

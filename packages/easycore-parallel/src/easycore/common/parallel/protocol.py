@@ -1,0 +1,105 @@
+"""The wire protocol between the caller and its workers, in one place.
+
+Every message is a small named tuple: it pickles by reference to its class
+plus its fields, reads as words in the code on both sides, and is the same
+for every back-end (a process pipe, a thread queue, a Ray actor call).
+
+Caller to worker:
+
+* [`RunChunk`][easycore.common.parallel.protocol.RunChunk]: run a chunk of a job's items;
+* [`StopWorker`][easycore.common.parallel.protocol.StopWorker]: run the worker's
+  end hook and exit.
+
+Worker to caller:
+
+* [`WorkerReady`][easycore.common.parallel.protocol.WorkerReady]: the init hooks ran;
+* [`ChunkDone`][easycore.common.parallel.protocol.ChunkDone]: a chunk's results
+  (and the failures of single items);
+* [`WorkerFailed`][easycore.common.parallel.protocol.WorkerFailed]: an init or end
+  hook raised, or a message could not be read;
+* [`WorkerEnded`][easycore.common.parallel.protocol.WorkerEnded]: the end hook ran,
+  the worker exits.
+
+Payloads (``RunChunk.items``, ``ChunkDone.results``) are whatever the
+back-end's transport made of the objects (shared-memory references, in-band
+pickles); the protocol does not look inside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+from .errors import ErrorReport
+
+__all__ = [
+    "RunChunk",
+    "StopWorker",
+    "WorkerReady",
+    "ChunkDone",
+    "WorkerFailed",
+    "WorkerEnded",
+    "ItemFailure",
+]
+
+
+class RunChunk(NamedTuple):
+    """Run ``items`` with job ``job``'s function, in order."""
+
+    job: int  #: the job's id, unique for the engine's lifetime
+    seq: int  #: the chunk's number within its job
+    items: Any  #: the transport's payload of the list of items
+    #: the job's function, sent with the first chunk of the job a worker gets
+    #: (None afterwards: the worker keeps it until told to forget the job)
+    function: Optional[bytes]
+    #: ids of finished jobs whose functions the worker may drop
+    forget: Tuple[int, ...]
+    #: transport data for the worker (e.g. shared-memory segments it may reuse)
+    feedback: Any
+    #: write the start time of each item to the worker's progress slot (task timeouts)
+    track_items: bool
+
+
+class StopWorker(NamedTuple):
+    """Run the end hook, then exit."""
+
+    feedback: Any = None
+
+
+class WorkerReady(NamedTuple):
+    """The init hooks returned: the worker takes chunks now."""
+
+    pid: Optional[int]
+
+
+class ItemFailure(NamedTuple):
+    """One item of a chunk raised; the others have results."""
+
+    index: int  #: position of the item in its chunk
+    report: ErrorReport
+
+
+class ChunkDone(NamedTuple):
+    """The results of one chunk, one per item; failed items hold None."""
+
+    job: int
+    seq: int
+    results: Any  #: the transport's payload of the list of results
+    n_items: int
+    seconds: float  #: time the worker spent on the chunk, for the chunker
+    nbytes: int  #: bytes moved (inputs and results), for the chunker
+    failures: List[ItemFailure]
+    feedback: Any  #: transport data for the caller (e.g. segments released)
+
+
+class WorkerFailed(NamedTuple):
+    """A hook that is not per item (init, end) raised, or a message was unreadable."""
+
+    job: Optional[int]
+    seq: Optional[int]
+    report: ErrorReport
+
+
+class WorkerEnded(NamedTuple):
+    """The end hook ran; the worker exits next."""
+
+    feedback: Any = None

@@ -1,0 +1,247 @@
+"""POSIX shared-memory segments: create, map, release, sweep.
+
+The same primitive ``multiprocessing.shared_memory`` uses (``shm_open`` and
+``mmap``), without its object per segment, so that a transport can keep
+mappings open across chunks and reuse them (fresh shared memory costs a page
+fault and a zeroed page per 4 KiB on first touch, more than the copy itself).
+
+Three rules make segments safe:
+
+* **Space is reserved when a segment is made** (``posix_fallocate``): on a
+  full ``/dev/shm`` (Docker's default is 64 MB) creating the segment fails
+  with [`SharedMemoryFull`][easycore.common.parallel.shm.SharedMemoryFull],
+  which the transport handles by sending that chunk through the pipe instead,
+  rather than a worker dying of ``SIGBUS`` when it first writes a page that
+  tmpfs cannot back.
+* **Only the caller unlinks.** Workers may be killed at any instant; the caller
+  is not. A segment is registered with multiprocessing's resource tracker by
+  whoever creates it, so that if the whole process family is killed the
+  tracker still removes it, and unregistered by the caller when it unlinks it.
+* **Idle memory goes back at once**: [`release`][easycore.common.parallel.shm.release]
+  can truncate a free segment before unlinking it, which gives its pages back
+  even while a worker still maps it (that worker is told to unmap it and
+  never touches it again).
+
+Names carry the caller's pid and a per-activation token
+(``ecp-<pid>-<token>-...``), so [`sweep`][easycore.common.parallel.shm.sweep]
+can remove exactly one activation's leftovers on Linux, where names are files
+in ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import secrets
+import weakref
+from typing import Any, Callable, Dict, Optional
+
+__all__ = [
+    "AVAILABLE",
+    "SharedMemoryFull",
+    "create",
+    "open_existing",
+    "release",
+    "sweep",
+    "make_prefix",
+    "BufferView",
+]
+
+try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
+    import _posixshmem
+    from multiprocessing import resource_tracker
+except ImportError:  # Windows: everything travels in-band through the pipe
+    _posixshmem = None
+    resource_tracker = None
+
+#: whether this platform has POSIX shared memory
+AVAILABLE = _posixshmem is not None
+_SHM_DIR = "/dev/shm"
+# Mapping a segment that already holds data: fault its pages in with one call
+# (Linux) rather than one page fault per 4 KiB as the copy walks through it.
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+class SharedMemoryFull(OSError):
+    """``/dev/shm`` has no room for a new segment (or shared memory is unavailable)."""
+
+
+def make_prefix(tag: str = "ecp") -> str:
+    """A fresh name prefix for one activation: ``<tag>-<pid>-<token>-``.
+
+    Short, because macOS allows 31 characters per name.
+
+    Args:
+        tag (str): what made the segments (``"ecp"``: easycore-parallel).
+
+    Returns:
+        str:
+    """
+    return f"{tag}-{os.getpid():x}-{secrets.token_hex(3)}-"
+
+
+def create(name: str, size: int) -> mmap.mmap:
+    """Create, reserve and map a new segment of ``size`` bytes.
+
+    Args:
+        name (str): the POSIX name, ``/`` first.
+        size (int): bytes; the whole size is reserved (``posix_fallocate``).
+
+    Returns:
+        mmap.mmap: a shared, writable mapping of the whole segment.
+
+    Raises:
+        SharedMemoryFull: no room left in ``/dev/shm``.
+    """
+    if not AVAILABLE:
+        raise SharedMemoryFull(errno.ENOSYS, "no POSIX shared memory on this platform")
+    fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    try:
+        # Registered before it holds data: a crash from here on is still
+        # cleaned up by the tracker once the process family is gone.
+        resource_tracker.register(name, "shared_memory")
+        try:
+            _reserve(fd, size)
+            return mmap.mmap(fd, size)
+        except OSError as exc:
+            _unlink(name)
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                raise SharedMemoryFull(exc.errno, f"no room in {_SHM_DIR} for {size} bytes")
+            raise
+    finally:
+        os.close(fd)
+
+
+def _reserve(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            # Filesystems without fallocate keep the sparse file (as before).
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+def open_existing(name: str, size: int, *, private: bool = False) -> mmap.mmap:
+    """Map an existing segment.
+
+    Args:
+        name (str): the POSIX name.
+        size (int): bytes to map from the start.
+        private (bool): a copy-on-write mapping: writes stay in this process.
+
+    Returns:
+        mmap.mmap:
+    """
+    fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+    try:
+        if private:  # no populate: that would copy every page for this process
+            return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE)
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
+    finally:
+        os.close(fd)
+
+
+def release(name: str, *, free_now: bool = False, registered: bool = True) -> None:
+    """Remove a segment's name (caller only); its memory goes with the last mapping.
+
+    Args:
+        name (str): the POSIX name.
+        free_now (bool): also give its pages back at once, even while another
+            process maps it. Only for segments nobody reads any more: a
+            mapping touched after that dies of ``SIGBUS``.
+        registered (bool): whether the resource tracker knows the name.
+    """
+    if free_now:
+        try:
+            fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+        except FileNotFoundError:
+            return
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if not registered:
+        # A worker killed between creating a segment and registering it left a
+        # name the tracker never heard of; unregistering an unknown name makes
+        # the tracker print a traceback, registering first is harmless.
+        resource_tracker.register(name, "shared_memory")
+    _unlink(name)
+
+
+def _unlink(name: str) -> None:
+    try:
+        _posixshmem.shm_unlink(name)
+    except FileNotFoundError:
+        return
+    resource_tracker.unregister(name, "shared_memory")
+
+
+def sweep(prefix: str) -> None:
+    """Release every segment whose name starts with ``prefix`` (Linux only).
+
+    Args:
+        prefix (str): from [`make_prefix`][easycore.common.parallel.shm.make_prefix].
+    """
+    if not AVAILABLE or not os.path.isdir(_SHM_DIR):
+        return
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return
+    for entry in names:
+        if entry.startswith(prefix):
+            release("/" + entry, registered=False)
+
+
+# ------------------------------------------------------------ watched views
+_view_types: Dict[int, type] = {}
+
+
+def _view_type(size: int) -> type:
+    cls = _view_types.get(size)
+    if cls is None:
+        # A subclass, so that instances take weak references. One type per
+        # segment size, and segment sizes come in few classes.
+        cls = _view_types[size] = type("SegmentView", (ctypes.c_char * size,), {})
+    return cls
+
+
+class BufferView:
+    """A buffer over a mapping whose death can be watched.
+
+    Arrays unpickled from a segment view the mapping; the mapping stays open
+    for reuse, so its own lifetime says nothing. Each use gets a fresh view
+    object instead, a ctypes array over the mapping (C code, a few
+    microseconds): every buffer handed to ``pickle.loads`` derives from it,
+    and when the last array built on them is collected, ``on_free(token)``
+    runs. ``on_free`` should be C code (``deque.append``): Python code run
+    from a weakref callback would swallow a ``KeyboardInterrupt`` delivered
+    while it runs.
+    """
+
+    __slots__ = ("memory", "_ref")
+
+    def __init__(self, mm: mmap.mmap, size: int, on_free: Callable[[Any], Any]) -> None:
+        view = _view_type(size).from_buffer(mm)
+        self._ref = weakref.ref(view, on_free)
+        self.memory: Optional[memoryview] = memoryview(view).cast("B")
+
+    @property
+    def ref(self) -> weakref.ref:
+        """weakref.ref: the token ``on_free`` receives."""
+        return self._ref
+
+    def slice(self, offset: int, nbytes: int) -> memoryview:
+        """A view of ``nbytes`` at ``offset`` (holds the watched object alive)."""
+        assert self.memory is not None
+        return self.memory[offset : offset + nbytes]
+
+    def drop(self) -> None:
+        """Stop holding the view; only the slices handed out keep it alive."""
+        self.memory = None

@@ -1,0 +1,156 @@
+"""A thread budget per worker: N workers must not each use every core.
+
+NumPy's BLAS, OpenMP and torch start one thread per core in *every* process
+by default. With 8 workers on 16 cores that is 128 busy threads fighting for
+16 cores: on a 16-core machine with one GPU, two workers' CPU preprocessing
+ran 30 times slower than at one thread each. So each worker limits its thread
+pools to ``max(1, cpu_count // workers)`` unless told otherwise, where
+``cpu_count`` is the number of CPUs this process may run on (its affinity
+mask, which containers and ``taskset`` set), not the machine's.
+
+How, without importing anything heavy:
+
+* environment variables (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+  ``MKL_NUM_THREADS`` ...) set in the worker before anything else is
+  unpickled or imported there: libraries loaded afterwards read them;
+* libraries already loaded (a forked worker inherits NumPy's): through
+  ``threadpoolctl`` when it is installed, else the setters of OpenBLAS and
+  OpenMP found among the loaded libraries (Linux);
+* torch's intra-op pool: ``torch.set_num_threads`` when torch is already
+  imported, else ``OMP_NUM_THREADS`` covers it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional, Union
+
+__all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads"]
+
+#: the default of ``cpu_threads``: ``max(1, available_cpus() // workers)``
+AUTO = "auto"
+#: what ``cpu_threads=`` accepts: ``"auto"``, a positive int, or None (leave alone)
+ThreadsOption = Union[int, str, None]
+
+_ENV = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def available_cpus() -> int:
+    """The number of CPUs this process may run on.
+
+    Returns:
+        int: the affinity mask's size where the platform has one, else ``os.cpu_count()``.
+    """
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:
+            pass
+    return os.cpu_count() or 1
+
+
+def budget(option: ThreadsOption, workers: int) -> Optional[int]:
+    """Resolve a ``cpu_threads`` option into a thread count (or None).
+
+    Args:
+        option (int or str or None): ``"auto"``, a positive int, or None.
+        workers (int): how many workers share this machine's CPUs.
+
+    Returns:
+        int or None: threads per worker; None means "leave the libraries alone".
+
+    Raises:
+        ValueError: an int below 1 or an unknown string.
+    """
+    if option is None:
+        return None
+    if option == AUTO:
+        return max(1, available_cpus() // max(1, workers))
+    if isinstance(option, bool) or not isinstance(option, int) or option < 1:
+        raise ValueError(f"cpu_threads must be 'auto', None or an int >= 1, got {option!r}")
+    return option
+
+
+def set_thread_env(n: int) -> None:
+    """Set the thread environment variables (for libraries loaded after this).
+
+    Args:
+        n (int): threads.
+    """
+    for key in _ENV:
+        os.environ[key] = str(n)
+
+
+def limit_threads(n: int) -> None:
+    """Limit this process's thread pools to ``n`` threads, loaded ones included.
+
+    Args:
+        n (int): threads.
+    """
+    set_thread_env(n)
+    if "numpy" in sys.modules or "torch" in sys.modules:
+        _limit_loaded(n)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.set_num_threads(n)
+        except Exception:
+            pass
+
+
+def _limit_loaded(n: int) -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        _limit_by_symbols(n)
+        return
+    try:
+        threadpool_limits(n)
+    except Exception:
+        _limit_by_symbols(n)
+
+
+# Setters of the BLAS and OpenMP runtimes that NumPy and torch ship with.
+_SETTERS = (
+    "openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "scipy_openblas_set_num_threads64_",
+    "omp_set_num_threads",
+    "MKL_Set_Num_Threads",
+)
+_LIBS = ("openblas", "libgomp", "libiomp", "libomp", "libmkl_rt")
+
+
+def _loaded_libraries() -> List[str]:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if any(tag in os.path.basename(p) for tag in _LIBS))
+
+
+def _limit_by_symbols(n: int) -> None:
+    import ctypes
+
+    for path in _loaded_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                try:
+                    setter(ctypes.c_int(n))
+                except Exception:
+                    pass
