@@ -41,7 +41,7 @@ REQUIRES = {
     "easycore-config": {"": {"pyyaml"}},
     "easycore-registry": {},
     "easycore-path": {"": {"requests", "tqdm", "filelock"}},
-    "easycore-parallel": {"": {"easycore-config", "tqdm"}, "ray": {"ray"}},
+    "easycore-parallel": {"": {"easycore-config", "tqdm", "cloudpickle"}, "ray": {"ray"}},
     "easycore-torch": {"": {"easycore-parallel", "torch"}},
     "easycore": {
         "": {"easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"},

@@ -124,13 +124,13 @@ def test_numpy_arrays_and_plain_objects_still_travel(no_leaks):
     transport.bind_worker(0)
     try:
         results = [np.arange(200_000.0), {"x": 1, "y": "two"}, None, b"bytes", torch.ones(3)]
-        payload, nbytes = transport.encode(results)
+        payload, nbytes = transport.encode_results(results)
         assert nbytes >= 200_000 * 8
-        out = transport.decode(payload)
+        out = transport.decode_results(0, payload)
         assert np.array_equal(out[0], results[0]) and out[1:4] == results[1:4]
         assert torch.equal(out[4], results[4])
-        plain, _ = transport.encode([1, 2, 3])
-        assert transport.decode(plain) == [1, 2, 3]
+        plain, _ = transport.encode_results([1, 2, 3])
+        assert transport.decode_results(0, plain) == [1, 2, 3]
         del out
     finally:
         transport.cleanup()

@@ -78,12 +78,17 @@ from .errors import (
     WorkerError,
 )
 from .policy import DevicePolicy
+from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .process_backend import ProcessBackend
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import PickleTransport, SharedMemoryTransport, Transport
 from .worker import Executor, ProducerWorker, WorkerContext, WorkerProgram
 
 __all__ = [
+    "Pool",
+    "AsyncResult",
+    "MapResult",
+    "IMapIterator",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

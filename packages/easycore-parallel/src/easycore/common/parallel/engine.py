@@ -138,6 +138,7 @@ class Job:
         self.taken_items = 0
         self.deaths = 0
         self.done = False
+        self.finished = threading.Event()  # set with done, for threads that wait
         self.error: Optional[BaseException] = None
         self.pull_cap = chunker.max_items
         # ordered delivery, by input index (retried items come back in pieces)
@@ -494,7 +495,7 @@ class Engine:
         transport = self.transport
         try:
             payload, _ = transport.encode_items(slot, items)
-        except BaseException as exc:
+        except Exception as exc:
             self._unreserve(slot, job)
             job.seq -= 1
             self._finish(job, _wrap_encode_error(exc, self.devices[slot], slot, first))
@@ -562,7 +563,7 @@ class Engine:
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes)
             try:
                 results = self.transport.decode_results(slot, msg.results)
-            except BaseException as exc:
+            except Exception as exc:
                 err = ParallelError(
                     f"results of worker {slot} on device {self.devices[slot]!r} could not be "
                     f"decoded in the caller: {type(exc).__name__}: {exc}"
@@ -761,7 +762,7 @@ class Engine:
         try:
             self.backend.restart(w.slot)
             w.alive = True
-        except BaseException as exc:
+        except Exception as exc:
             self._break(ParallelError(
                 f"worker {w.slot} on device {self.devices[w.slot]!r} could not be restarted: "
                 f"{type(exc).__name__}: {exc}"))
@@ -828,6 +829,7 @@ class Engine:
         try:
             job.sink.finish(error)
         finally:
+            job.finished.set()
             if not any(x.fifo for x in self._workers):
                 try:
                     self.transport.idle()

@@ -45,11 +45,20 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .backend import Backend, ChannelBroken, Result
+from . import threads as _threads
+from .backend import (
+    Backend,
+    BackendSpec,
+    ChannelBroken,
+    DirectTransport,
+    WorkerExited,
+    check_options,
+)
 from .errors import ParallelError, WorkerDiedError, WorkerError
-from .worker import HookFailed, ProducerWorker
+from .protocol import ChunkDone, RunChunk, WorkerEnded, WorkerFailed, WorkerReady
+from .worker import Executor, HookFailed, WorkerContext
 
 __all__ = ["RayBackend", "RayWorkerDiedError"]
 
@@ -64,12 +73,8 @@ def _import_ray() -> Any:
     return ray
 
 
-def _is_cuda(device: str) -> bool:
-    return device == "cuda" or device.startswith("cuda:")
-
-
 class RayWorkerDiedError(WorkerDiedError):
-    """A producer actor died (its process or its node); names device and node.
+    """A worker actor died (its process or its node); names device and node.
 
     Attributes:
         node_id (str or None): the Ray node the actor ran on.
@@ -79,9 +84,10 @@ class RayWorkerDiedError(WorkerDiedError):
 
     def __init__(
         self, device: str, worker_index: int, pid: Optional[int], node_id: Optional[str],
-        node_ip: Optional[str], reason: str,
+        node_ip: Optional[str], reason: str, items: Optional[List[int]] = None,
     ) -> None:
         self.device, self.worker_index, self.pid, self.exitcode = device, worker_index, pid, None
+        self.items = items
         self.node_id, self.node_ip, self.reason = node_id, node_ip, reason
         ParallelError.__init__(
             self,
@@ -90,15 +96,19 @@ class RayWorkerDiedError(WorkerDiedError):
         )
 
     def __reduce__(self):
-        args = (self.device, self.worker_index, self.pid, self.node_id, self.node_ip, self.reason)
+        args = (self.device, self.worker_index, self.pid, self.node_id, self.node_ip,
+                self.reason, self.items)
         return (type(self), args)
 
 
-class _Producer:
-    """One device's producer; made a Ray actor class by :meth:`RayBackend.start`."""
+class _Actor:
+    """One worker; made a Ray actor class by [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
 
-    def __init__(self, runner_cls: type, device: str, cfg: Any) -> None:
-        self.worker = ProducerWorker(runner_cls, device, cfg)
+    def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
+                 n_threads: Optional[int]) -> None:
+        if n_threads is not None:
+            _threads.limit_threads(n_threads)
+        self.executor = Executor(program, WorkerContext(index, device, cfg, context))
 
     def where(self) -> tuple:
         import ray
@@ -106,29 +116,33 @@ class _Producer:
         ctx = ray.get_runtime_context()
         return os.getpid(), ctx.get_node_id(), ray.util.get_node_ip_address()
 
-    def init(self) -> tuple:
+    def init(self) -> Any:
         try:
-            self.worker.init()
+            self.executor.init()
         except HookFailed as failed:
-            return ("error", failed.report)
-        return ("ready",)
+            return WorkerFailed(None, None, failed.report)
+        return WorkerReady(os.getpid())
 
-    def run_chunk(self, items: List[Any]) -> tuple:
+    def run(self, job: int, seq: int, function: Optional[bytes], items: List[Any],
+            forget: Tuple[int, ...], track: bool) -> Any:
         start = time.perf_counter()
+        if forget:
+            self.executor.forget(forget)
         try:
-            out = self.worker.run_chunk(items)
+            out, failures = self.executor.run_chunk(job, seq, function, items, track)
         except HookFailed as failed:
-            return ("error", failed.report)
+            return WorkerFailed(job, seq, failed.report)
         # For the chunker only: the bytes of top-level arrays and tensors.
-        nbytes = sum(getattr(r, "nbytes", 0) for r in out)
-        return ("result", out, len(items), time.perf_counter() - start, nbytes)
+        nbytes = sum(getattr(r, "nbytes", 0) or 0 for r in out if not isinstance(r, int))
+        return ChunkDone(job, seq, out, len(items), time.perf_counter() - start, nbytes,
+                         failures, None)
 
-    def end(self) -> tuple:
+    def end(self) -> Any:
         try:
-            self.worker.end()
+            self.executor.end()
         except HookFailed as failed:
-            return ("error", failed.report)
-        return ("ended",)
+            return WorkerFailed(None, None, failed.report)
+        return WorkerEnded()
 
 
 # The Ray this module started, shared by every runner that finds it running:
@@ -178,22 +192,20 @@ def _release_ray(ray: Any) -> None:
 
 
 class RayBackend(Backend):
-    """Runs each device's producer hooks in a Ray actor."""
+    """Runs each device's worker in a Ray actor."""
 
-    #: seconds a :meth:`poll` waits in ``ray.wait`` before checking for a wakeup
+    #: seconds a poll waits in ``ray.wait`` before checking for a wakeup
     wakeup_interval = 0.05
     #: seconds to wait for killed actors to be gone
     kill_timeout = 5.0
 
     def __init__(
-        self, runner_cls: type, devices: List[str], cfg: Any, address: Optional[str] = None,
+        self, spec: BackendSpec, address: Optional[str] = None,
         ray_init_kwargs: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """
         Args:
-            runner_cls (type): the runner class; its static hooks run in the actors.
-            devices (list[str]): one actor per entry.
-            cfg (CfgNode): each actor gets its own copy.
+            spec (BackendSpec): the program, devices, cfg and policy.
             address (str or None): for ``ray.init``: None connects to a running
                 local Ray or starts one, ``"auto"``, ``"host:port"`` or
                 ``"ray://host:port"`` join a cluster.
@@ -203,38 +215,37 @@ class RayBackend(Backend):
         init_kwargs = dict(ray_init_kwargs or {})
         if "address" in init_kwargs:
             raise ValueError("pass address=..., not ray_init_kwargs['address']")
-        self.devices = list(devices)
-        self._runner_cls = runner_cls
-        self._cfg = cfg
+        self.devices = list(spec.devices)
+        self.transport = DirectTransport()
+        self._spec = spec
         self._address = address
         self._init_kwargs = init_kwargs
-        self._actors: List[Any] = []
-        self._where: List[Optional[tuple]] = []  # (pid, node id, node ip) per actor
-        self._where_refs: List[Any] = []
-        self._pending: Dict[Any, tuple] = {}  # ObjectRef -> (worker, seq)
+        self._actors: List[Any] = [None] * len(self.devices)
+        self._where: List[Optional[tuple]] = [None] * len(self.devices)
+        self._where_refs: List[Any] = [None] * len(self.devices)
+        self._pending: Dict[Any, int] = {}  # ObjectRef -> worker
+        self._dead: set = set()  # slots whose death was reported
+        self._killed: set = set()  # slots we killed: their exit is expected
+        self._ending: set = set()  # slots asked to end
         self._lock = threading.Lock()
-        self._changed = threading.Event()  # a submit or a wakeup happened
+        self._changed = threading.Event()
         self._woken = False
         self._owns_session = False
         self._closed = False
 
     @classmethod
-    def from_runner(
-        cls, runner: Any, cfg: Any, address: Optional[str] = None,
-        ray_init_kwargs: Optional[Mapping[str, Any]] = None,
-    ) -> RayBackend:
-        """Build from a runner; ``address`` and ``ray_init_kwargs`` are its options.
+    def from_spec(cls, spec: BackendSpec, **options: Any) -> RayBackend:
+        """Build from a spec; takes ``address`` and ``ray_init_kwargs``.
 
         Args:
-            runner (BaseRunner):
-            cfg (CfgNode):
-            address (str or None): see :class:`RayBackend`.
-            ray_init_kwargs (dict or None):
+            spec (BackendSpec):
+            **options: ``address``, ``ray_init_kwargs``.
 
         Returns:
             RayBackend:
         """
-        return cls(type(runner), runner.devices, cfg, address, ray_init_kwargs)
+        check_options("ray", options, ("address", "ray_init_kwargs"))
+        return cls(spec, **options)
 
     # ----------------------------------------------------------------- start
     def start(self) -> None:
@@ -242,56 +253,84 @@ class RayBackend(Backend):
         self._owns_session = _acquire_ray(ray, self._address, self._init_kwargs)
         try:
             self._check_resources()
-            actor_cls = ray.remote(_Producer)
-            for device in self.devices:
-                gpu = _is_cuda(device)
-                actor = actor_cls.options(num_cpus=1, num_gpus=int(gpu), max_restarts=0).remote(
-                    self._runner_cls, "cuda:0" if gpu else device, self._cfg.copy()
-                )
-                self._actors.append(actor)
-                self._where_refs.append(actor.where.remote())
-                self._where.append(None)
-            inits = {a.init.remote(): i for i, a in enumerate(self._actors)}
-            self._gather(inits, None)
-            for i in range(len(self._actors)):
-                self._locate(i)
+            for slot in range(len(self.devices)):
+                self._start_one(slot)
+            waiting = set(range(len(self.devices)))
+            while waiting:
+                for slot, message in self.poll(None):
+                    if isinstance(message, WorkerReady):
+                        waiting.discard(slot)
+                    elif isinstance(message, WorkerFailed):
+                        raise WorkerError.from_report(message.report, self.devices[slot], slot,
+                                                      self._locate(slot)[0])
+                    elif isinstance(message, WorkerExited):
+                        raise self._death(slot, message.reason)
         except BaseException:
             self.abort()
             raise
 
+    def _start_one(self, slot: int) -> None:
+        ray, spec = self._ray, self._spec
+        num_cpus, num_gpus, inner = spec.policy.ray_resources(self.devices[slot])
+        context = spec.contexts[slot] if spec.contexts is not None else None
+        actor = ray.remote(_Actor).options(
+            num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0
+        ).remote(spec.program, slot, inner, spec.cfg, context, spec.threads)
+        self._actors[slot] = actor
+        self._where[slot] = None
+        self._where_refs[slot] = actor.where.remote()
+        self._dead.discard(slot)
+        self._killed.discard(slot)
+        with self._lock:
+            self._pending[actor.init.remote()] = slot
+        self._changed.set()
+
     def _check_resources(self) -> None:
         have = self._ray.cluster_resources()
-        cpus, gpus = len(self.devices), sum(map(_is_cuda, self.devices))
+        cpus = gpus = 0.0
+        for device in self.devices:
+            c, g, _ = self._spec.policy.ray_resources(device)
+            cpus, gpus = cpus + c, gpus + g
         if cpus > have.get("CPU", 0) or gpus > have.get("GPU", 0):
             raise ParallelError(
-                f"devices={self.devices!r} asks Ray for {cpus} CPUs and {gpus} GPUs (an "
+                f"devices={self.devices!r} asks Ray for {cpus:g} CPUs and {gpus:g} GPUs (an "
                 f"actor of one CPU per device, plus a GPU per CUDA device) but the cluster "
                 f"has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; use fewer "
                 f"devices, or, when the runner starts Ray, ray_init_kwargs={{'num_cpus': "
-                f"{cpus}}}"
+                f"{int(cpus)}}}"
             )
 
-    def _locate(self, i: int) -> tuple:
-        """(pid, node id, node ip) of actor ``i``, or Nones if it never told."""
-        if self._where[i] is None:
+    def _locate(self, slot: int) -> tuple:
+        """(pid, node id, node ip) of the actor in ``slot``, or Nones if it never told."""
+        if self._where[slot] is None and self._where_refs[slot] is not None:
             try:
-                self._where[i] = self._ray.get(self._where_refs[i], timeout=5)
+                self._where[slot] = self._ray.get(self._where_refs[slot], timeout=5)
             except Exception:
                 return (None, None, None)
-        return self._where[i]
+        return self._where[slot] or (None, None, None)
 
-    # ------------------------------------------------------------ per chunk
-    def submit(self, worker: int, seq: int, items: List[Any]) -> None:
-        if self._closed:
-            raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is closed")
-        # Returns at once: Ray queues the task on the actor. The pipeline's
-        # credits bound how many are queued, so nothing grows unboundedly.
-        ref = self._actors[worker].run_chunk.remote(items)
+    def _death(self, slot: int, reason: str) -> RayWorkerDiedError:
+        pid, node_id, node_ip = self._locate(slot)
+        return RayWorkerDiedError(self.devices[slot], slot, pid, node_id, node_ip, reason)
+
+    # -------------------------------------------------------------- messages
+    def send(self, worker: int, message: Any) -> None:
+        if self._closed or worker in self._dead:
+            raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is gone")
+        actor = self._actors[worker]
+        if isinstance(message, RunChunk):
+            ref = actor.run.remote(message.job, message.seq, message.function, message.items,
+                                   message.forget, message.track_items)
+        else:  # StopWorker
+            self._ending.add(worker)
+            ref = actor.end.remote()
+        # Returns at once: Ray queues the task on the actor; the engine's
+        # credits bound how many are queued.
         with self._lock:
-            self._pending[ref] = (worker, seq)
+            self._pending[ref] = worker
         self._changed.set()
 
-    def poll(self, timeout: Optional[float]) -> List[Result]:
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -302,7 +341,8 @@ class RayBackend(Backend):
                 refs = list(self._pending)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not refs:
-                if remaining == 0.0 or not self._changed.wait(remaining):
+                if remaining == 0.0 or not self._changed.wait(
+                        self.wakeup_interval if remaining is None else remaining):
                     return []
                 continue
             wait = self.wakeup_interval if remaining is None else min(self.wakeup_interval,
@@ -310,65 +350,61 @@ class RayBackend(Backend):
             ready, _ = self._ray.wait(refs, num_returns=1, timeout=wait)
             if ready:  # and whatever else is done already
                 ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-                return [self._result(ref) for ref in ready]
+                out: List[Tuple[int, Any]] = []
+                for ref in ready:
+                    self._reply(ref, out)
+                return out
             if remaining == 0.0:
                 return []
 
-    def _result(self, ref: Any) -> Result:
+    def _reply(self, ref: Any, out: List[Tuple[int, Any]]) -> None:
+        ray = self._ray
         with self._lock:
-            worker, seq = self._pending.pop(ref)
-        _, results, n_items, seconds, nbytes = self._reply(worker, ref)
-        return Result(worker, seq, results, n_items, seconds, nbytes)
-
-    def _reply(self, worker: int, ref: Any) -> tuple:
-        """The actor's answer to ``ref``; raises its hook's error or its death."""
-        ray, device = self._ray, self.devices[worker]
+            slot = self._pending.pop(ref, None)
+        if slot is None or slot in self._dead:
+            return
         try:
-            reply = ray.get(ref)
+            message = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            if exc.actor_init_failed:  # most often: the hooks' module is not on that node
-                raise WorkerError(
-                    device, "creating the actor", worker, None, type(exc).__name__,
-                    "the actor could not be built from the runner class and cfg; are they "
-                    "importable on every node (see runtime_env in ray_init_kwargs)?", str(exc),
-                ) from None
-            pid, node_id, node_ip = self._locate(worker)
-            raise RayWorkerDiedError(device, worker, pid, node_id, node_ip, str(exc)) from None
+            self._dead.add(slot)
+            with self._lock:  # its other calls fail the same way: one exit is enough
+                for other in [r for r, s in self._pending.items() if s == slot]:
+                    del self._pending[other]
+            if getattr(exc, "actor_init_failed", False):
+                out.append((slot, WorkerFailed(None, None, _init_failed_report(exc))))
+            expected = slot in self._killed or slot in self._ending
+            out.append((slot, WorkerExited(self._locate(slot)[0], None, expected, str(exc))))
+            return
         except ray.exceptions.RayError as exc:  # e.g. results Ray could not serialise
             cause = getattr(exc, "cause", None) or exc
-            raise WorkerError(
-                device, "sending results", worker, self._locate(worker)[0],
-                type(cause).__name__, (str(cause).strip().splitlines() or [""])[0], str(exc),
-            ) from None
-        if reply[0] == "error":
-            raise WorkerError.from_report(reply[1], device, worker, self._locate(worker)[0])
-        return reply
+            from .errors import ErrorReport
+
+            report = ErrorReport("sending results", type(cause).__name__,
+                                 (str(cause).strip().splitlines() or [""])[0], str(exc), None)
+            out.append((slot, WorkerFailed(-1, -1, report)))
+            return
+        out.append((slot, message))
+        if isinstance(message, (WorkerEnded,)) or (
+            isinstance(message, WorkerFailed) and message.job is None and slot in self._ending
+        ):
+            self._dead.add(slot)
+            out.append((slot, WorkerExited(self._locate(slot)[0], 0, True)))
 
     def wakeup(self) -> None:
         with self._lock:
             self._woken = True
         self._changed.set()
 
-    def _gather(self, refs: Dict[Any, int], timeout: Optional[float],
-                errors: Optional[List[BaseException]] = None) -> None:
-        """Wait for the replies to ``refs`` (ref -> worker), ``timeout`` s at most.
+    # ---------------------------------------------------- one worker at a time
+    def kill(self, worker: int) -> None:
+        self._killed.add(worker)
+        try:
+            self._ray.kill(self._actors[worker], no_restart=True)
+        except Exception:
+            pass
 
-        Raises the first hook error or death at once; given an ``errors`` list,
-        appends them there instead and waits for the others.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while refs:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"producer_end did not finish within {timeout} s")
-            ready, _ = self._ray.wait(list(refs), num_returns=1, timeout=remaining)
-            for ref in ready:
-                try:
-                    self._reply(refs.pop(ref), ref)
-                except ParallelError as exc:
-                    if errors is None:
-                        raise
-                    errors.append(exc)
+    def restart(self, worker: int) -> None:
+        self._start_one(worker)
 
     # ------------------------------------------------------------------ end
     def stop(self, timeout: Optional[float] = None) -> None:
@@ -377,11 +413,27 @@ class RayBackend(Backend):
         if not self._ray.is_initialized():  # someone shut Ray down: the actors are gone
             self.abort()
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
         try:
-            self._gather({a.end.remote(): i for i, a in enumerate(self._actors)}, timeout, errors)
-        except TimeoutError as exc:
-            errors.append(exc)
+            for slot in range(len(self.devices)):
+                if slot not in self._dead:
+                    self._ending.add(slot)
+                    with self._lock:
+                        self._pending[self._actors[slot].end.remote()] = slot
+            while any(s not in self._dead for s in range(len(self.devices))):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    errors.append(TimeoutError(
+                        f"the workers' end hooks did not finish within {timeout} s"))
+                    break
+                for slot, message in self.poll(remaining):
+                    if isinstance(message, WorkerFailed) and message.job is None:
+                        errors.append(WorkerError.from_report(
+                            message.report, self.devices[slot], slot, self._locate(slot)[0]))
+                        self._dead.add(slot)
+                    elif isinstance(message, WorkerExited) and not message.expected:
+                        errors.append(self._death(slot, message.reason))
         finally:
             self.abort()  # kills the actors; shuts Ray down if this runner started it
         if errors:
@@ -409,12 +461,13 @@ class RayBackend(Backend):
         each refuses calls: the kill travels through Ray's control plane, so a
         call made right after it could still run."""
         ray = self._ray
-        for actor in self._actors:
+        actors = [a for a in self._actors if a is not None]
+        for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:
                 pass  # already gone
-        alive, deadline = list(self._actors), time.monotonic() + self.kill_timeout
+        alive, deadline = list(actors), time.monotonic() + self.kill_timeout
         while alive and time.monotonic() < deadline:
             probes = {actor.where.remote(): actor for actor in alive}
             ready, _ = ray.wait(list(probes), num_returns=len(probes),
@@ -446,4 +499,15 @@ class RayBackend(Backend):
 
     @property
     def pids(self) -> List[Optional[int]]:
-        return [w[0] if w else None for w in self._where]
+        return [self._locate(s)[0] if self._where_refs[s] is not None else None
+                for s in range(len(self.devices))]
+
+
+def _init_failed_report(exc: Exception) -> Any:
+    from .errors import ErrorReport
+
+    return ErrorReport(
+        "creating the actor", type(exc).__name__,
+        "the actor could not be built from the runner class and cfg; are they importable on "
+        "every node (see runtime_env in ray_init_kwargs)?", str(exc), None,
+    )

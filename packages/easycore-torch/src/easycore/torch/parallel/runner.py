@@ -1,29 +1,20 @@
-"""The torch runners: easycore-parallel's runners with torch's seams filled in.
+"""The torch runners: easycore-parallel's runners with torch's device policy.
 
-Everything that makes a runner a runner (worker processes, per-worker pipes,
-adaptive chunking, ordering, error and death propagation, cleanup) is
-:class:`easycore.common.parallel.BaseRunner`'s. These classes override only
-its documented seams:
-
-* ``validate_device``: ``"cpu"`` / ``"cuda:N"`` parsed (:mod:`.devices`); the
-  constructor then checks that this machine has each GPU (``check_available``,
-  process back-end only: Ray places GPUs on its own nodes);
-* ``get_mp_context``: ``torch.multiprocessing``, ``spawn`` when a device is
-  CUDA (:mod:`.context`);
-* ``setup_worker``: ``torch.cuda.set_device`` / ``torch.set_num_threads`` in
-  each worker (:mod:`.devices`);
-* ``transport_class``: tensors through shared memory (:mod:`.transport`).
+Everything that makes a runner a runner (worker processes, the engine,
+chunking, ordering, errors, deaths, timeouts, cleanup) is
+[`easycore.common.parallel.BaseRunner`][easycore.common.parallel.BaseRunner]'s.
+These classes only set its ``device_policy``
+([`TorchDevicePolicy`][easycore.torch.parallel.policy.TorchDevicePolicy]) and
+its transport ([`TensorTransport`][easycore.torch.parallel.TensorTransport]).
 """
 
 from __future__ import annotations
 
-from multiprocessing.context import BaseContext
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from easycore.common import parallel as _common
 
-from .context import get_context, select_start_method
-from .devices import DeviceLike, canonical_device, check_device, setup_device
+from .policy import TorchDevicePolicy
 from .transport import TensorTransport
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
@@ -33,7 +24,7 @@ class BaseRunner(_common.BaseRunner):
     """A multi-process runner on ``torch.multiprocessing`` whose consumer receives data unordered.
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread; see :class:`easycore.common.parallel.BaseRunner`
+    consumer in the calling thread; see [`easycore.common.parallel.BaseRunner`][easycore.common.parallel.BaseRunner]
     for the hooks, the lifecycle and the error guarantees, which are the same.
     What torch changes:
 
@@ -42,69 +33,28 @@ class BaseRunner(_common.BaseRunner):
       machine does not have, is a ``ValueError`` naming it (with
       ``backend="ray"`` only the spelling is checked here: Ray places GPUs);
     * each CUDA worker makes its device current (``torch.cuda.set_device``),
-      so ``"cuda"`` in your code means the worker's GPU; each CPU worker runs
-      torch on :attr:`cpu_threads` intra-op threads (one by default);
-    * workers start with ``spawn`` as soon as a device is CUDA (keep the code
-      that builds the runner under ``if __name__ == "__main__":``), otherwise
-      with the platform's default start method;
-    * CPU tensors returned by ``producer_work`` reach the consumer through
-      shared memory without being copied there (return ``output.cpu()``).
+      so ``"cuda"`` in your code means the worker's GPU; every worker, CPU or
+      CUDA, runs torch (and NumPy's BLAS) on ``cpu_threads`` threads:
+      ``max(1, cpus // workers)`` by default;
+    * workers start with ``spawn`` as soon as a device is CUDA or a CPU worker
+      runs torch on more than one thread (keep the code that builds the runner
+      under ``if __name__ == "__main__":``), otherwise with the platform's
+      default start method;
+    * CPU tensors travel through shared memory both ways: inputs to the
+      workers and results back, without copies on the receiving side.
     """
 
-    #: torch.set_num_threads in each CPU worker; None keeps torch's default (one
-    #: per core in every worker). Above one, workers start with spawn.
-    cpu_threads: ClassVar[Optional[int]] = 1
-    #: result transport: CPU tensors and NumPy arrays through shared memory
+    #: devices: "cpu" / "cuda:N", checked, set up and started as torch needs
+    device_policy: ClassVar[_common.DevicePolicy] = TorchDevicePolicy()
+    #: tensors (and NumPy arrays) through shared memory
     transport_class: ClassVar[type] = TensorTransport
-
-    @classmethod
-    def validate_device(cls, device: DeviceLike) -> str:  # type: ignore[override]
-        """Parse one device (the constructor then checks that this machine has it).
-
-        Args:
-            device (str or torch.device): "cpu", "cuda", "cuda:N".
-
-        Returns:
-            str: the canonical device ("cuda" becomes "cuda:0").
-        """
-        return canonical_device(device)
-
-    @classmethod
-    def check_available(cls, device: str) -> None:
-        """Raise ``ValueError`` unless this machine has ``device`` (a GPU torch sees).
-
-        Called by the constructor for each device when the workers are local
-        processes (the base runner's seam).
-
-        Args:
-            device (str): a device returned by :meth:`validate_device`.
-        """
-        check_device(device)
-
-    @classmethod
-    def setup_worker(cls, device: str) -> None:
-        """Runs in each worker before ``producer_init``: select its GPU, or its CPU threads.
-
-        Args:
-            device (str): this worker's device.
-        """
-        setup_device(device, cls.cpu_threads)
-
-    def get_mp_context(self) -> BaseContext:
-        """The ``torch.multiprocessing`` context that starts the workers.
-
-        Returns:
-            multiprocessing.context.BaseContext: spawn when a device is CUDA.
-        """
-        requested = self._start_method or self.default_start_method
-        return get_context(select_start_method(self.devices, requested, self.cpu_threads))
 
 
 class UnorderedRunner(BaseRunner, _common.UnorderedRunner):
     """A multi-process runner on ``torch.multiprocessing`` whose consumer receives data unordered.
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread. See :class:`BaseRunner`.
+    consumer in the calling thread. See [`BaseRunner`][easycore.torch.parallel.BaseRunner].
     """
 
     ordered = False
@@ -114,7 +64,7 @@ class OrderedRunner(BaseRunner, _common.OrderedRunner):
     """A multi-process runner on ``torch.multiprocessing`` whose consumer receives data in order.
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread. See :class:`BaseRunner`.
+    consumer in the calling thread. See [`BaseRunner`][easycore.torch.parallel.BaseRunner].
     """
 
     ordered = True

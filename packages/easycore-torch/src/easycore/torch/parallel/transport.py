@@ -1,16 +1,16 @@
-"""Producer results with tensors, through shared memory: :class:`TensorTransport`.
+"""Tensors through shared memory, both ways: [`TensorTransport`][easycore.torch.parallel.TensorTransport].
 
-How: tensor bytes ride in easycore's shared-memory segments. A chunk's
-results are pickled in the worker by a pickler that reduces every CPU tensor
-to its metadata (dtype, size, stride) plus a ``PickleBuffer`` over the bytes
-it spans; those buffers, and NumPy's, are handed to
-:class:`~easycore.common.parallel.SharedMemoryTransport`, which copies them
-once into a recycled POSIX shared-memory segment. In the caller each tensor
-is rebuilt *on* the mapped segment (``torch.frombuffer`` + ``as_strided``):
-no copy, and the segment goes back to its worker for reuse when the last
-tensor viewing it is garbage-collected. The parent class is used as is (its
-``encode`` / ``decode`` around one object carrying the inner pickle and its
-buffers), so segment recycling and leak safety are exactly easycore-parallel's.
+How: tensor bytes ride in easycore's shared-memory segments. Items going to a
+worker and results coming back are pickled by a pickler that reduces every
+CPU tensor to its metadata (dtype, size, stride) plus a ``PickleBuffer`` over
+the bytes it spans; those buffers, and NumPy's, are what
+[`SharedMemoryTransport`][easycore.common.parallel.SharedMemoryTransport]
+copies once into a recycled POSIX shared-memory segment (this class only
+overrides its ``dumps``). On the receiving side each tensor is rebuilt *on*
+the mapped segment (``torch.frombuffer`` + ``as_strided``): no copy, and the
+segment is recycled when the last tensor viewing it is garbage-collected.
+Segment recycling, the full-``/dev/shm`` fallback and leak safety are thus
+exactly easycore-parallel's.
 
 Why not torch's own sharing (``torch.multiprocessing``'s ForkingPickler
 reductions)? Those move each storage into a *fresh* shared-memory file in the
@@ -45,7 +45,8 @@ What travels how:
   subclasses, tensors with Python attributes) uses its own pickling, in-band:
   correct, not zero-copy (a sparse tensor's indices and values, plain
   tensors, still go out of band). Return CPU tensors from ``producer_work``
-  (``.cpu()``); a CUDA tensor would be rebuilt on its GPU *in the caller*.
+  (``.cpu()``); a CUDA tensor would be rebuilt on its GPU *in the caller*
+  (through CUDA IPC: use ``Pool(tensor_sharing="torch")`` for that on purpose).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import copyreg
 import ctypes
 import io
 import pickle
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Tuple
 
 import torch
 
@@ -71,59 +72,29 @@ _PyBUF_WRITE = 0x200
 
 
 class TensorTransport(SharedMemoryTransport):
-    """Results with CPU tensors (and NumPy arrays) through recycled shared memory.
+    """CPU tensors (and NumPy arrays) through recycled shared memory, both ways.
 
     Args:
-        threshold (int): buffers smaller than this many bytes stay in the pickle.
+        threshold (int): tensors and buffers smaller than this many bytes stay
+            in the pickle.
     """
 
-    def __init__(self, threshold: Optional[int] = None) -> None:
-        super().__init__(threshold)
-        # Our own name prefix ("ect-" for "ecp-", the rest as the parent makes
-        # it): a leak check can tell torch runners' segments from others'.
-        if self.prefix.startswith("ecp-"):
-            self.prefix = "ect-" + self.prefix[4:]
+    #: name tag of the segments: a leak check can tell torch runners' from others'
+    tag = "ect"
 
-    def encode(self, results: List[Any]) -> Tuple[Any, int]:
-        """In the worker: tensors' storages out of band, into a shared segment.
+    def dumps(self, obj: Any) -> Tuple[bytes, List[memoryview], Any]:
+        """Pickle ``obj`` with every large CPU tensor's bytes out of band.
 
         Args:
-            results (list): what ``producer_work`` returned, one per item.
+            obj (Any):
 
         Returns:
-            tuple: ``(payload, nbytes)``.
+            tuple: ``(pickle bytes, out-of-band buffers, keepalive)``.
         """
         pickler = self.__dict__.get("_pickler")
-        if pickler is None:  # made in the worker, once: never pickled with the transport
-            pickler = self._pickler = _TensorPickler()
-        data, buffers, keepalive = pickler.pickle(results)
-        if not buffers:
-            return (False, data), len(data)
-        # The inner pickle's buffers become arguments of one object, so the
-        # parent class places them (segment or in-band) and rebuilds them.
-        payload, nbytes = super().encode([_Packed(data, buffers)])
-        del keepalive  # temporaries (compacted views) were needed until copied
-        return (True, payload), nbytes
-
-    def decode(self, payload: Any) -> List[Any]:
-        """In the caller: the results, tensors viewing the shared segment.
-
-        Args:
-            payload (Any): what :meth:`encode` returned.
-
-        Returns:
-            list:
-        """
-        packed, inner = payload
-        if not packed:
-            return pickle.loads(inner)
-        return super().decode(inner)[0]
-
-    def discard(self, payload: Any) -> None:
-        """In the caller: release a payload that will not be decoded."""
-        packed, inner = payload
-        if packed:
-            super().discard(inner)
+        if pickler is None:  # made once per process: never pickled with the transport
+            pickler = self._pickler = _TensorPickler(self.threshold)
+        return pickler.pickle(obj)
 
 
 # ----------------------------------------------------------------- worker side
@@ -138,21 +109,32 @@ class _TensorPickler(pickle.Pickler):
     dtype, size, stride, requires_grad)``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, threshold: int) -> None:
         self._file = io.BytesIO()
-        self._buffers: List[pickle.PickleBuffer] = []
-        super().__init__(self._file, protocol=5, buffer_callback=self._buffers.append)
+        self._buffers: List[memoryview] = []
+        self._threshold = threshold
+        super().__init__(self._file, protocol=5, buffer_callback=self._out_of_band)
         table = copyreg.dispatch_table.copy()
         table[torch.Tensor] = self._reduce_tensor
         self.dispatch_table = table
         # tensors made here (compacted or resolved views) that buffers point into
         self._keepalive: List[torch.Tensor] = []
 
-    def pickle(self, results: List[Any]) -> Tuple[bytes, List[pickle.PickleBuffer], list]:
-        """Pickle ``results``; return the bytes, the out-of-band buffers, and
+    def _out_of_band(self, buf: pickle.PickleBuffer) -> bool:
+        try:
+            raw = buf.raw()
+        except BufferError:  # not contiguous: pickle copies it in-band
+            return True
+        if raw.nbytes < self._threshold:
+            return True
+        self._buffers.append(raw)
+        return False
+
+    def pickle(self, obj: Any) -> Tuple[bytes, List[memoryview], list]:
+        """Pickle ``obj``; return the bytes, the out-of-band buffers, and
         the temporaries those buffers point into (keep them until copied)."""
         try:
-            self.dump(results)
+            self.dump(obj)
             return self._file.getvalue(), list(self._buffers), self._keepalive
         finally:
             # Forget this chunk: the memo holds references to every object in it.
@@ -192,31 +174,16 @@ class _TensorPickler(pickle.Pickler):
             self._keepalive.append(t)
             stride, span = t.stride(), need
         view = _memory_from_address(t.data_ptr(), span, _PyBUF_WRITE)
+        if span < self._threshold:  # small: a copy inside the pickle beats a segment
+            return _rebuild_tensor, (bytearray(view), dtype, size, stride, requires_grad)
         return _rebuild_tensor, (pickle.PickleBuffer(view), dtype, size, stride, requires_grad)
 
 
 _STRIDED = torch.strided
 
 
-class _Packed:
-    """A chunk's inner pickle and its buffers, as one object for the parent transport."""
-
-    __slots__ = ("data", "buffers")
-
-    def __init__(self, data: bytes, buffers: List[pickle.PickleBuffer]) -> None:
-        self.data = data
-        self.buffers = buffers
-
-    def __reduce_ex__(self, protocol: int) -> Any:
-        return _unpack, (self.data, *self.buffers)
-
-
 # ----------------------------------------------------------------- caller side
-# Module-level functions: pickle finds them by name in the caller.
-def _unpack(data: bytes, *buffers: Any) -> List[Any]:
-    return pickle.loads(data, buffers=buffers)
-
-
+# Module-level functions: pickle finds them by name on the receiving side.
 def _rebuild_tensor(
     buffer: Any,
     dtype: torch.dtype,

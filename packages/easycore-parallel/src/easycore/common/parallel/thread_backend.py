@@ -1,0 +1,237 @@
+"""The thread back-end: workers are threads of the caller's process (``backend="thread"``).
+
+The same engine, jobs and errors as with processes, without pickling:
+items, functions and results are handed over as they are, so anything
+works, closures and open files included. Threads share the GIL, so this pays
+off for work that releases it (I/O, NumPy, torch) or waits (network calls).
+
+What differs from processes, and why:
+
+* Each worker still gets its own copy of ``cfg`` (a deep copy), so hooks
+  behave as with processes.
+* A thread cannot be killed. A task past its ``task_timeout`` still fails
+  with [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError] and a
+  fresh thread takes its place at once, but the stuck thread runs on until
+  its task returns, then exits without delivering anything.
+* Nothing dies the way a process does: a hook's exception is the only
+  failure, and ``cpu_threads`` does not apply (one process, one set of
+  library thread pools).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import threading
+import time
+from typing import Any, List, Optional, Tuple
+
+from .backend import Backend, BackendSpec, ChannelBroken, DirectTransport, WorkerExited, check_options
+from .errors import WorkerError
+from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
+from .worker import Executor, HookFailed, WorkerContext
+
+__all__ = ["ThreadBackend"]
+
+_WAKE = object()
+
+
+class _Slot:
+    __slots__ = ("thread", "inbox", "token", "progress", "index")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.thread: Optional[threading.Thread] = None
+        self.inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.token: Optional[object] = None  # the running thread's; None: abandoned
+        self.progress: List[Any] = [-1, -1, -1, 0.0]
+
+
+class _ThreadProgress:
+    """Progress slots for threads: plain lists, no shared memory needed."""
+
+    def __init__(self, slot: _Slot) -> None:
+        self._slot = slot
+
+    def write(self, index: int, job: int, seq: int, item: int, started: float) -> None:
+        self._slot.progress[:] = [job, seq, item, started]
+
+
+class ThreadBackend(Backend):
+    """Runs each device's worker in a thread of this process."""
+
+    tracks_items = True
+
+    def __init__(self, spec: BackendSpec) -> None:
+        """
+        Args:
+            spec (BackendSpec): the program, devices, cfg and policy.
+        """
+        self.devices = list(spec.devices)
+        self.transport = DirectTransport()
+        self._spec = spec
+        self._slots = [_Slot(i) for i in range(len(self.devices))]
+        self._out: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._closed = False
+
+    @classmethod
+    def from_spec(cls, spec: BackendSpec, **options: Any) -> ThreadBackend:
+        """Build from a spec; the thread back-end takes no options.
+
+        Args:
+            spec (BackendSpec):
+            **options: refused (a ``TypeError`` names them).
+
+        Returns:
+            ThreadBackend:
+        """
+        check_options("thread", options, ())
+        return cls(spec)
+
+    def start(self) -> None:
+        for slot in self._slots:
+            self._start_one(slot)
+        waiting = set(range(len(self.devices)))
+        try:
+            while waiting:
+                for index, message in self.poll(None):
+                    if isinstance(message, WorkerReady):
+                        waiting.discard(index)
+                    elif isinstance(message, WorkerFailed):
+                        raise WorkerError.from_report(message.report, self.devices[index],
+                                                      index, os.getpid())
+        except BaseException:
+            self.abort()
+            raise
+
+    def _start_one(self, slot: _Slot) -> None:
+        token = slot.token = object()
+        slot.inbox = queue.SimpleQueue()
+        spec = self._spec
+        context = spec.contexts[slot.index] if spec.contexts is not None else None
+        cfg = copy.deepcopy(spec.cfg)
+        ctx = WorkerContext(slot.index, self.devices[slot.index], cfg, context)
+        executor = Executor(spec.program, ctx, _ThreadProgress(slot))  # type: ignore[arg-type]
+        slot.thread = threading.Thread(
+            target=self._run, args=(slot, token, slot.inbox, executor),
+            name=f"easycore-worker-{slot.index}[{self.devices[slot.index]}]", daemon=True,
+        )
+        slot.thread.start()
+
+    def _run(self, slot: _Slot, token: object, inbox: Any, executor: Executor) -> None:
+        post = self._out.put
+        index = slot.index
+        try:
+            executor.init()
+        except HookFailed as failed:
+            post((index, WorkerFailed(None, None, failed.report)))
+            return
+        post((index, WorkerReady(os.getpid())))
+        while True:
+            message = inbox.get()
+            if slot.token is not token:
+                return  # abandoned or replaced: whatever is left belongs to nobody
+            if isinstance(message, StopWorker):
+                break
+            start = time.perf_counter()
+            if message.forget:
+                executor.forget(message.forget)
+            try:
+                out, failures = executor.run_chunk(message.job, message.seq, message.function,
+                                                   message.items, message.track_items)
+            except HookFailed as failed:
+                if slot.token is token:
+                    post((index, WorkerFailed(message.job, message.seq, failed.report)))
+                continue
+            if slot.token is not token:
+                return  # timed out and replaced: its results are nobody's
+            post((index, ChunkDone(message.job, message.seq, out, len(message.items),
+                                   time.perf_counter() - start, 0, failures, None)))
+        try:
+            executor.end()
+        except HookFailed as failed:
+            post((index, WorkerFailed(None, None, failed.report)))
+            post((index, WorkerExited(os.getpid(), 0, True)))
+            return
+        post((index, WorkerEnded()))
+        post((index, WorkerExited(os.getpid(), 0, True)))
+
+    def send(self, worker: int, message: Any) -> None:
+        if self._closed:
+            raise ChannelBroken(f"worker {worker} is closed")
+        slot = self._slots[worker]
+        if not isinstance(message, (RunChunk, StopWorker)):
+            raise TypeError(f"cannot send {type(message).__name__}")
+        slot.inbox.put(message)
+
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
+        out: List[Tuple[int, Any]] = []
+        try:
+            # Short waits, so that Ctrl-C reaches the waiting thread promptly.
+            first = self._out.get(timeout=0.25 if timeout is None else min(timeout, 0.25))
+        except queue.Empty:
+            return out
+        while True:
+            if first is not _WAKE:
+                out.append(first)
+            try:
+                first = self._out.get_nowait()
+            except queue.Empty:
+                return out
+
+    def wakeup(self) -> None:
+        self._out.put(_WAKE)
+
+    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
+        p = self._slots[worker].progress
+        return (p[0], p[1], p[2], p[3])
+
+    def kill(self, worker: int) -> None:
+        slot = self._slots[worker]
+        slot.token = None  # it cannot be stopped; it exits when its task returns
+        self._out.put((worker, WorkerExited(os.getpid(), None, True, "abandoned")))
+
+    def restart(self, worker: int) -> None:
+        self._start_one(self._slots[worker])
+
+    def stop(self, timeout: Optional[float] = None) -> None:
+        if self._closed:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        errors: List[BaseException] = []
+        alive = set()
+        for slot in self._slots:
+            if slot.thread is not None and slot.thread.is_alive() and slot.token is not None:
+                slot.inbox.put(StopWorker())
+                alive.add(slot.index)
+        while alive:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                errors.append(TimeoutError(
+                    f"the workers' end hooks did not finish within {timeout} s"))
+                break
+            for index, message in self.poll(remaining):
+                if isinstance(message, WorkerFailed) and message.job is None:
+                    errors.append(WorkerError.from_report(message.report, self.devices[index],
+                                                          index, os.getpid()))
+                elif isinstance(message, WorkerExited):
+                    alive.discard(index)
+        self.abort()
+        if errors:
+            raise errors[0]
+
+    def abort(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            slot.token = None
+            slot.inbox.put(StopWorker())
+        for slot in self._slots:
+            if slot.thread is not None and slot.thread is not threading.current_thread():
+                slot.thread.join(0.5)  # a thread stuck in a task cannot be stopped
+
+    @property
+    def pids(self) -> List[Optional[int]]:
+        return [os.getpid()] * len(self.devices)
