@@ -129,7 +129,7 @@ def test_equivalent_spellings_share_an_entry(tmp_path):
         "http://example.com//a//b.txt",
         "http://example.com/%61/b.txt",
         "http://example.com/a/b.txt#fragment",
-        "http://user@example.com/a/b.txt",
+        "http://:@example.com/a/b.txt",  # empty credentials: none are sent
     ]
     assert len({url_to_cache_path(cache, url) for url in same}) == 1
     assert url_to_cache_path(cache, same[0]) == os.path.join(cache, "example.com", "a", "b.txt")

@@ -1,0 +1,182 @@
+"""Deadlines: for a whole download, and for waiting while another process downloads.
+
+A per-read timeout cannot stop a server that sends a byte every few seconds: every read
+succeeds. A [`Deadline`][easycore.common.network.deadline.Deadline] can. When it passes, a
+timer shuts down the sockets the transfer opened (they are registered by the connection
+classes in `.session`), so a read blocked in the middle of the headers or the body
+returns at once and the transfer ends with a
+[`DownloadError`][easycore.common.network.DownloadError].
+
+Both limits are arguments (`deadline=`, `lock_timeout=`) of
+[`HTTPURLHandler`][easycore.common.path.HTTPURLHandler] and
+[`download_file`][easycore.common.network.download_file], and fall back to environment
+variables read at download time, then to defaults.
+"""
+
+import math
+import os
+import socket
+import threading
+import time
+from typing import List, Optional, Tuple, Union
+
+from .errors import DownloadError
+
+__all__ = [
+    "DEADLINE_ENV",
+    "DEFAULT_DEADLINE",
+    "LOCK_TIMEOUT_ENV",
+    "Deadline",
+    "resolve_deadline",
+    "resolve_lock_timeout",
+]
+
+DEADLINE_ENV = "EASYCORE_DOWNLOAD_DEADLINE"
+LOCK_TIMEOUT_ENV = "EASYCORE_DOWNLOAD_LOCK_TIMEOUT"
+DEFAULT_DEADLINE = 3600.0  # seconds for one download, every attempt and pause included
+# Waiting for another process's download gives up only after that download's own deadline
+# (if it uses the same settings) could have passed: a little more than the deadline.
+LOCK_MARGIN = 60.0
+
+_local = threading.local()
+
+
+def resolve_deadline(value: Optional[float]) -> float:
+    """The deadline in seconds: `value`, else `$EASYCORE_DOWNLOAD_DEADLINE`, else one hour.
+
+    Args:
+        value (float or None): seconds, positive; `math.inf` turns the deadline off.
+
+    Returns:
+        float: positive seconds, possibly `math.inf`.
+
+    Raises:
+        ValueError: the value (or the variable) is not a positive number of seconds.
+    """
+    if value is None:
+        return _from_env(DEADLINE_ENV, DEFAULT_DEADLINE)
+    return _seconds("deadline", value)
+
+
+def resolve_lock_timeout(value: Optional[float], deadline: float) -> float:
+    """How long to wait for another process's download of the same file.
+
+    `value`, else `$EASYCORE_DOWNLOAD_LOCK_TIMEOUT`, else `deadline` plus one minute.
+
+    Args:
+        value (float or None): seconds, positive; `math.inf` waits for ever.
+        deadline (float): this download's deadline, from `resolve_deadline`.
+
+    Returns:
+        float: positive seconds, possibly `math.inf`.
+
+    Raises:
+        ValueError: the value (or the variable) is not a positive number of seconds.
+    """
+    if value is None:
+        return _from_env(LOCK_TIMEOUT_ENV, deadline + LOCK_MARGIN)
+    return _seconds("lock_timeout", value)
+
+
+def _from_env(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${name} must be a number of seconds, got {text!r}") from None
+    return _seconds(f"${name}", value)
+
+
+def _seconds(what: str, value: Union[int, float]) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{what} must be positive seconds (math.inf for none), got {value!r}")
+    return float(value)
+
+
+class Deadline:
+    """The time left to one download, enforced on its sockets.
+
+    Used as a context manager around the transfer. While it is entered, sockets that the
+    transfer's connections open in this thread are registered with it; when the deadline
+    passes, `expired` becomes true and they are shut down, which wakes any read blocked
+    on them.
+
+    Args:
+        seconds (float): how long the transfer may take, `math.inf` for no limit.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._sockets: List[socket.socket] = []
+        self._timer: Optional[threading.Timer] = None
+        self._outer: Optional[Deadline] = None
+
+    def __enter__(self) -> "Deadline":
+        if math.isfinite(self.seconds):
+            self._timer = threading.Timer(self.remaining(), self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+        self._outer = getattr(_local, "deadline", None)
+        _local.deadline = self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _local.deadline = self._outer
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+        with self._lock:
+            self._sockets.clear()
+
+    def remaining(self) -> float:
+        """Seconds left (0 once passed; `math.inf` without a deadline)."""
+        return max(0.0, self._end - time.monotonic())
+
+    def cap(self, timeout: Union[float, Tuple[float, float]]) -> Tuple[float, float]:
+        """`(connect, read)` timeouts, each no longer than the time left (but positive)."""
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        left = max(self.remaining(), 0.001)
+        return min(connect, left), min(read, left)
+
+    def error(self, url: str) -> DownloadError:
+        """The error for a download this deadline ended, naming the URL and the knob."""
+        return DownloadError(
+            url,
+            f"did not finish within its deadline of {self.seconds:g} s "
+            f"(set deadline= or ${DEADLINE_ENV})",
+            transient=True,
+        )
+
+    def watch(self, sock: socket.socket) -> None:
+        """Register a socket of the transfer; shut it down now if the deadline passed."""
+        with self._lock:
+            if not self.expired:
+                self._sockets.append(sock)
+                return
+        _shutdown(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shutdown(sock)
+
+
+def current() -> Optional[Deadline]:
+    """The deadline entered in this thread, if any (for the connection classes)."""
+    return getattr(_local, "deadline", None)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # shutdown, not close: it wakes a recv blocked in another thread, and leaves closing
+    # the descriptor to its owner (closing it here could hand the number to a new file).
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed or never connected
