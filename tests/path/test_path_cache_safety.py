@@ -169,3 +169,17 @@ def test_a_url_below_a_cached_file_fails_clearly(server, http_handler, uid):
     with pytest.raises(OSError) as info:
         PathManager.get_local_path(server.url(f"/nest/{uid}/child.txt"))
     assert server.url(f"/nest/{uid}/child.txt") in str(info.value)
+
+
+def test_a_path_deeper_than_the_os_allows_gets_a_shorter_name(
+    server, http_handler, uid, cache_dir, expected_body
+):
+    path = f"/deep/{uid}/" + "/".join(f"{i:03d}" + "d" * 150 for i in range(40)) + "/f.bin"
+    local = PathManager.get_local_path(server.url(path))
+    assert_strictly_inside(cache_dir, local)
+    assert len(os.path.relpath(local, cache_dir).encode()) < 1024
+    assert local.endswith("f.bin")
+    with open(local, "rb") as f:
+        assert f.read() == expected_body(path)
+    other = path.replace("039", "038")  # a sibling is another entry
+    assert PathManager.get_local_path(server.url(other)) != local
