@@ -178,7 +178,7 @@ def test_the_library_adds_no_logging_handler():
         "assert logging.getLogger().handlers == root\n"
         "for name in ('easycore', 'easycore.common', 'easycore.common.network'):\n"
         "    assert logging.getLogger(name).handlers == [], name\n"
-        "assert transfer.logger.name == 'easycore.common.network'\n"
+        "assert transfer.logger().name == 'easycore.common.network'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()

@@ -6,8 +6,8 @@ import stat
 from typing import Optional
 from urllib.parse import unquote, urlsplit
 
-from .deadline import resolve_deadline, resolve_lock_timeout
 from .errors import DownloadError
+from .limits import resolve_deadline, resolve_lock_timeout
 from .transfer import (
     DEFAULT_TIMEOUT,
     Timeout,

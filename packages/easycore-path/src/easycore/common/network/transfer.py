@@ -9,16 +9,20 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 """
 
 import errno
-import logging
 import os
 import re
 import secrets
 import time
-from typing import Any, Callable, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
 
-from .deadline import Deadline, resolve_deadline
 from .errors import DownloadError
+from .limits import resolve_deadline
 from .urls import credentials, redact
+
+if TYPE_CHECKING:
+    import logging
+
+    from .deadline import Deadline
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -41,7 +45,8 @@ _HEADERS = {"Accept-Encoding": "identity"}
 # Temporary files are "<dst>@<8 hex>.part" (see _create_temporary_file).
 _PART_SUFFIX = re.compile(r"@[0-9a-f]{8}\.part")
 
-logger = logging.getLogger("easycore.common.network")
+#: Retries are logged (as warnings) here; the library configures no handler.
+LOGGER_NAME = "easycore.common.network"
 
 T = TypeVar("T")
 
@@ -87,6 +92,7 @@ def fetch(
     check_attempts(max_attempts)
     clock_seconds = resolve_deadline(deadline)
     private = credentials(url) is not None
+    from .deadline import Deadline
     from .session import new_session
 
     with Deadline(clock_seconds) as clock, new_session() as session:
@@ -128,6 +134,7 @@ def probe(
     clock_seconds = resolve_deadline(deadline)
     import requests
 
+    from .deadline import Deadline
     from .session import new_session
 
     def once() -> int:
@@ -192,8 +199,15 @@ def remove_stale_parts(dst: str) -> None:
             _unlink_quietly(os.path.join(directory, entry))
 
 
+def logger() -> "logging.Logger":
+    """The `easycore.common.network` logger (imported on first use: logging is not light)."""
+    import logging
+
+    return logging.getLogger(LOGGER_NAME)
+
+
 def _with_retries(
-    attempt: Callable[[], T], url: str, max_attempts: int, backoff: float, clock: Deadline
+    attempt: Callable[[], T], url: str, max_attempts: int, backoff: float, clock: "Deadline"
 ) -> T:
     for k in range(max_attempts):
         if clock.expired:
@@ -211,7 +225,7 @@ def _with_retries(
                     raise DownloadError(url, reason, err.status, True) from err
                 raise
             delay = backoff * 2**k
-            logger.warning(
+            logger().warning(
                 "download of %s failed (%s%s); attempt %d of %d, retrying in %.3g s",
                 redact(url),
                 f"HTTP {err.status} " if err.status is not None else "",
@@ -229,7 +243,7 @@ def _fetch_once(
     url: str,
     dst: str,
     progress: bool,
-    clock: Deadline,
+    clock: "Deadline",
     timeout: Timeout,
     chunk_size: int,
     private: bool,

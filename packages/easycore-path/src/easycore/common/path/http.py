@@ -9,8 +9,8 @@ import errno
 import os
 from typing import IO, Any, List, Optional
 
-from easycore.common.network.deadline import resolve_deadline, resolve_lock_timeout
 from easycore.common.network.download import fetch_locked
+from easycore.common.network.limits import resolve_deadline, resolve_lock_timeout
 from easycore.common.network.transfer import (
     DEFAULT_TIMEOUT,
     Timeout,

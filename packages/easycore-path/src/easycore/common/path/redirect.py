@@ -3,8 +3,8 @@
 import contextlib
 import os
 import re
-import threading
-from typing import IO, Any, Iterator, List
+from contextvars import ContextVar
+from typing import IO, Any, Iterator, List, Tuple
 from urllib.parse import unquote
 
 from .manager import PathManager
@@ -15,7 +15,8 @@ __all__ = ["RedirectPathHandler"]
 
 MAX_REDIRECTS = 32  # hops through redirected prefixes before a chain counts as a loop
 
-_chains = threading.local()  # the paths being redirected in this thread, outermost first
+# The paths being redirected in this thread (or task), outermost first.
+_chain: ContextVar[Tuple[str, ...]] = ContextVar("easycore_redirect_chain", default=())
 
 
 class RedirectPathHandler(PathHandler):
@@ -100,16 +101,16 @@ class RedirectPathHandler(PathHandler):
     @contextlib.contextmanager
     def _redirected(self, path: str) -> Iterator[str]:
         """The redirected path, while this thread remembers it to catch loops."""
-        chain: List[str] = _chains.__dict__.setdefault("paths", [])
+        chain = _chain.get()
         target = self.redirect(path)
         if path in chain or len(chain) >= MAX_REDIRECTS:
             hops = " -> ".join([*chain[chain.index(path) if path in chain else 0 :], path])
             raise ValueError(f"redirect loop: {hops} (after {len(chain)} redirects)")
-        chain.append(path)
+        token = _chain.set((*chain, path))
         try:
             yield target
         finally:
-            chain.pop()
+            _chain.reset(token)
 
     def get_local_path(self, path: str) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
