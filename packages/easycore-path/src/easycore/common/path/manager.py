@@ -21,17 +21,26 @@ _native = NativePathHandler()
 
 
 def _handler_for(path: str) -> PathHandler:
-    key = normalise_scheme(path)
+    # Hot path (every cache hit goes through here): plain prefix tests first; the scheme
+    # is lower-cased only for paths that no prefix leads as they are spelt.
     for prefix in _prefixes:
-        if leads(prefix, key):
+        # leads(prefix, path), inlined: a prefix ending in "/" (as "http://") leads all
+        if path.startswith(prefix) and (
+            prefix[-1] in "/:" or len(path) == len(prefix) or path[len(prefix)] == "/"
+        ):
             return _handlers[prefix]
-    if has_scheme(path):
-        known = ", ".join(sorted(_handlers)) or "none"
-        raise ValueError(
-            f"no PathHandler registered for {redact(path)!r} (registered prefixes: {known}); "
-            "register one with PathManager.register()"
-        )
-    return _native
+    if not has_scheme(path):
+        return _native
+    key = normalise_scheme(path)
+    if key != path:
+        for prefix in _prefixes:
+            if leads(prefix, key):
+                return _handlers[prefix]
+    known = ", ".join(sorted(_handlers)) or "none"
+    raise ValueError(
+        f"no PathHandler registered for {redact(path)!r} (registered prefixes: {known}); "
+        "register one with PathManager.register()"
+    )
 
 
 class PathManager:
