@@ -183,3 +183,14 @@ def test_a_path_deeper_than_the_os_allows_gets_a_shorter_name(
         assert f.read() == expected_body(path)
     other = path.replace("039", "038")  # a sibling is another entry
     assert PathManager.get_local_path(server.url(other)) != local
+
+
+def test_a_cache_directory_too_deep_for_the_os_is_a_clear_error(
+    server, http_handler, uid, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EASYCORE_CACHE", str(tmp_path) + ("/" + "d" * 200) * 25)
+    url = server.url(f"/toolong/{uid}.bin")
+    with pytest.raises(OSError) as info:
+        PathManager.get_local_path(url)
+    assert url in str(info.value) and "longer than the file system allows" in str(info.value)
+    assert server.count(f"/toolong/{uid}.bin") == 0

@@ -126,11 +126,9 @@ def fetch_locked(
     wait = resolve_lock_timeout(lock_timeout, seconds)
     try:
         lock = file_lock(lock_path, timeout=-1 if wait == float("inf") else wait)
-    except (FileExistsError, NotADirectoryError) as exc:
+    except OSError as exc:
         # e.g. the cache holds a file ".../a" and this URL is ".../a/b"
-        raise type(exc)(
-            exc.errno, f"cannot download {redact(url)}: {exc.strerror}", exc.filename
-        ) from None
+        raise _path_error(url, exc, dst) from None
     try:
         lock.acquire()
     except LockTimeout as exc:
@@ -164,19 +162,8 @@ def _is_downloaded(path: str, url: str) -> bool:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return False
-    except NotADirectoryError:
-        # a file stands where a parent directory of `path` should be
-        raise NotADirectoryError(
-            errno.ENOTDIR, f"cannot download {redact(url)}: a parent is not a directory", path
-        ) from None
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:
-            raise
-        raise OSError(
-            errno.ENAMETOOLONG,
-            f"cannot download {redact(url)}: its path is longer than the file system allows",
-            path,
-        ) from None
+        raise _path_error(url, exc, path) from None
     if stat.S_ISREG(mode):
         return True
     if stat.S_ISDIR(mode):
@@ -186,6 +173,18 @@ def _is_downloaded(path: str, url: str) -> bool:
     raise FileExistsError(
         errno.EEXIST, f"cannot download {redact(url)}: a non-regular file has its name", path
     )
+
+
+def _path_error(url: str, exc: OSError, path: str) -> OSError:
+    """`exc` (about where `url` is to be stored) again, naming the URL."""
+    reasons = {
+        errno.ENOTDIR: "a parent of its path is not a directory",
+        errno.EEXIST: "a parent of its path is not a directory",
+        errno.ENAMETOOLONG: "its path is longer than the file system allows",
+    }
+    why = reasons.get(exc.errno or 0, exc.strerror)
+    # OSError(errno, ...) builds the matching subclass (NotADirectoryError for ENOTDIR).
+    return OSError(exc.errno, f"cannot download {redact(url)}: {why}", exc.filename or path)
 
 
 def _filename_from_url(url: str) -> str:
