@@ -7,6 +7,8 @@ from contextvars import ContextVar
 from typing import IO, Any, Iterator, List, Tuple
 from urllib.parse import unquote
 
+from easycore.common.network.urls import redact
+
 from .manager import PathManager
 from .path_handler import PathHandler
 from .prefixes import has_scheme, split_prefix
@@ -76,23 +78,24 @@ class RedirectPathHandler(PathHandler):
         """
         rest = split_prefix(self.new_prefix, path)
         if rest is None:
-            raise ValueError(f"{path!r} does not start with {self.new_prefix!r}")
+            raise ValueError(f"{redact(path)!r} does not start with {self.new_prefix!r}")
         self._check_stays_inside(path, rest)
         return self.old_prefix + rest
 
     def _check_stays_inside(self, path: str, rest: str) -> None:
-        remote = has_scheme(self.old_prefix)
-        # A server (and urllib3) reads %2e%2e as '..'; on Windows '\\' separates too.
-        separators = r"[/\\]" if os.name == "nt" and not remote else "/"
+        if has_scheme(self.old_prefix):
+            # A server may read %2e%2e as '..' and '\\' (or %5C) as '/': so do we. The
+            # query and fragment are no part of the path.
+            segments = re.split(r"[/\\]", unquote(re.split(r"[?#]", rest, maxsplit=1)[0]))
+        else:
+            segments = re.split(r"[/\\]" if os.name == "nt" else "/", rest)
         depth = 0
-        for segment in re.split(separators, rest):
-            if remote:
-                segment = unquote(segment)
+        for segment in segments:
             if segment == "..":
                 depth -= 1
                 if depth < 0:
                     raise ValueError(
-                        f"refusing {path!r}: its '..' leaves {self.old_prefix!r}, "
+                        f"refusing {redact(path)!r}: its '..' leaves {redact(self.old_prefix)!r}, "
                         f"the root {self.new_prefix!r} redirects to"
                     )
             elif segment not in ("", "."):
@@ -104,7 +107,9 @@ class RedirectPathHandler(PathHandler):
         chain = _chain.get()
         target = self.redirect(path)
         if path in chain or len(chain) >= MAX_REDIRECTS:
-            hops = " -> ".join([*chain[chain.index(path) if path in chain else 0 :], path])
+            hops = " -> ".join(
+                redact(hop) for hop in [*chain[chain.index(path) if path in chain else 0 :], path]
+            )
             raise ValueError(f"redirect loop: {hops} (after {len(chain)} redirects)")
         token = _chain.set((*chain, path))
         try:
