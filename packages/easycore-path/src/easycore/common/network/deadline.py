@@ -37,7 +37,7 @@ class Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.expired = False
+        self._fired = False  # set (under the lock) when the timer shut the sockets down
         self._end = time.monotonic() + seconds
         self._lock = threading.Lock()
         self._sockets: List[socket.socket] = []
@@ -61,6 +61,11 @@ class Deadline:
         with self._lock:
             self._sockets.clear()
 
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline has passed (even if its timer has not run yet)."""
+        return self._fired or time.monotonic() >= self._end
+
     def remaining(self) -> float:
         """Seconds left (0 once passed; `math.inf` without a deadline)."""
         return max(0.0, self._end - time.monotonic())
@@ -83,14 +88,14 @@ class Deadline:
     def watch(self, sock: socket.socket) -> None:
         """Register a socket of the transfer; shut it down now if the deadline passed."""
         with self._lock:
-            if not self.expired:
+            if not self._fired:
                 self._sockets.append(sock)
                 return
         _shutdown(sock)
 
     def _expire(self) -> None:
         with self._lock:
-            self.expired = True
+            self._fired = True
             sockets, self._sockets = self._sockets, []
         for sock in sockets:
             _shutdown(sock)
