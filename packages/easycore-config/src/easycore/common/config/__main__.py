@@ -54,5 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

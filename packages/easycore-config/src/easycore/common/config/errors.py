@@ -47,8 +47,10 @@ class ConfigDecodeError(UnicodeDecodeError, ConfigError):
         return self.message
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.encoding, self.object, self.start, self.end,
-                             self.reason))
+        return (
+            type(self),
+            (self.message, self.encoding, self.object, self.start, self.end, self.reason),
+        )
 
 
 class ConfigKeyError(KeyError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-
 from _collections_abc import Mapping  # collections.abc without importing `collections`
 
 from .errors import ConfigError, ConfigFileNotFoundError

@@ -63,7 +63,7 @@ def _is_dunder(key: str) -> bool:
     return key[:2] == "__" and key[-2:] == "__"
 
 
-class CfgNode(dict):  # type: ignore[type-arg]
+class CfgNode(dict):
     """Config Node: a `dict` whose keys are also attributes.
 
     Nested dictionaries become CfgNodes, so `cfg.MODEL.NUM_CLASSES` and
@@ -190,8 +190,10 @@ class CfgNode(dict):  # type: ignore[type-arg]
             mirror[name] = value
             return
         if name in type(self)._reserved or _is_dunder(name):
-            kind = "a CfgNode method or attribute" if name in type(self)._reserved else (
-                "a Python special name"
+            kind = (
+                "a CfgNode method or attribute"
+                if name in type(self)._reserved
+                else ("a Python special name")
             )
             raise AttributeError(
                 f"cannot set {self._path_of(name)!r} as an attribute: {name!r} is {kind}; "
@@ -218,7 +220,7 @@ class CfgNode(dict):  # type: ignore[type-arg]
         dict.__delitem__(self, key)
         self.__dict__.pop(key, None)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         """Set several keys at once, as `dict.update` does; all or none of them.
 
         Raises:
@@ -226,22 +228,23 @@ class CfgNode(dict):  # type: ignore[type-arg]
             ConfigKeyError: a key is invalid (nothing is changed then).
         """
         self._check_mutable()
-        prepared = [(key, self._prepare(key, value)) for key, value in dict(*args, **kwargs).items()]
+        items = dict(*args, **kwargs).items()
+        prepared = [(key, self._prepare(key, value)) for key, value in items]
         for key, value in prepared:
             self._store(key, value)
 
-    def __ior__(self, other: Any) -> Self:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> Self:
         self.update(other)
         return self
 
-    def __or__(self, other: Any) -> CfgNode:  # type: ignore[override]
+    def __or__(self, other: Any) -> CfgNode:
         if not isinstance(other, Mapping):
             return NotImplemented
         merged = CfgNode(self, copy=False)
         merged.update(other)
         return merged
 
-    def pop(self, key: Any, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: Any, *default: Any) -> Any:
         self._check_mutable(key)
         if key not in self and not default:
             raise ConfigKeyError(self._missing_message(key))
@@ -254,7 +257,7 @@ class CfgNode(dict):  # type: ignore[type-arg]
         self.__dict__.pop(key, None)
         return key, value
 
-    def setdefault(self, key: Any, default: Any = None) -> Any:  # type: ignore[override]
+    def setdefault(self, key: Any, default: Any = None) -> Any:
         self._check_mutable(key)
         if key not in self:
             self._set(key, default)
@@ -289,13 +292,13 @@ class CfgNode(dict):  # type: ignore[type-arg]
         """
         return self._frozen
 
-    def copy(self) -> Self:  # type: ignore[override]
+    def copy(self) -> Self:
         """deepcopy this CfgNode (the copy keeps the frozen state)
 
         Returns:
             CfgNode: a deep copy, of the same class as this node.
         """
-        return _deepcopy(self)  # type: ignore[no-any-return]
+        return _deepcopy(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         new = type(self)()
@@ -526,7 +529,7 @@ class CfgNode(dict):  # type: ignore[type-arg]
         """
         ascii_only = not kwargs.get("allow_unicode", True)
         data = _encode_tree(cfg, "", ascii_only, 0)
-        return yaml_io.safe_dump(data, stream, encoding=encoding, **kwargs)  # type: ignore[no-any-return]
+        return yaml_io.safe_dump(data, stream, encoding=encoding, **kwargs)
 
 
 CfgNode._reserved = frozenset(dir(CfgNode))
@@ -558,11 +561,12 @@ def _set_key_path(node: CfgNode, path: str) -> None:
 def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
     if isinstance(value, (Mapping, list)):
         if depth >= yaml_io.MAX_DEPTH:
-            raise ConfigError(
-                f"cannot save {path or 'config'!r}: nested more than {yaml_io.MAX_DEPTH} levels deep"
-            )
+            limit = yaml_io.MAX_DEPTH
+            raise ConfigError(f"cannot save {path or 'config'!r}: nested more than {limit} levels")
         if isinstance(value, list):
-            return [_encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)]
+            return [
+                _encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
+            ]
         return {
             k: _encode_tree(v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1)
             for k, v in value.items()

@@ -46,7 +46,7 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 
 # ---------------------------------------------------------------- loading
-class ConfigLoader(_SafeLoader):  # type: ignore[misc,valid-type]
+class ConfigLoader(_SafeLoader):
     """PyYAML's safe loader with the config rules (see the module docstring)."""
 
     def flatten_mapping(self, node: MappingNode) -> None:
@@ -54,13 +54,15 @@ class ConfigLoader(_SafeLoader):  # type: ignore[misc,valid-type]
         # own; remember how many are its own before that happens (a node can be
         # flattened first as the source of another node's merge).
         if not hasattr(node, "own_pairs"):
-            node.own_pairs = sum(1 for key, _ in node.value if key.tag != _MERGE)  # type: ignore[attr-defined]
+            own = sum(1 for key, _ in node.value if key.tag != _MERGE)
+            node.own_pairs = own  # type: ignore[attr-defined]
         super().flatten_mapping(node)
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, MappingNode):
+            found = type(node).__name__
             raise ConstructorError(
-                None, None, f"expected a mapping node, but found {node.id}", node.start_mark
+                None, None, f"expected a mapping node, but found a {found}", node.start_mark
             )
         self.flatten_mapping(node)
         first_own = len(node.value) - node.own_pairs  # type: ignore[attr-defined]
@@ -182,9 +184,10 @@ def _check_depth(text: str, source: str) -> None:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
                     raise ConfigError(
-                        f"{source}, line {event.start_mark.line + 1}: nested more than "
-                        f"{MAX_DEPTH} levels deep; refusing to load"
+                        f"{source}, line {line}: nested more than {MAX_DEPTH} levels deep; "
+                        "refusing to load"
                     )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
@@ -237,20 +240,20 @@ def _children(node: Node) -> list[Node]:
     if isinstance(node, MappingNode):
         return [part for pair in node.value for part in pair]
     if isinstance(node, SequenceNode):
-        return node.value  # type: ignore[no-any-return]
+        return node.value
     return []
 
 
 # ---------------------------------------------------------------- dumping
-class ConfigDumper(_SafeDumper):  # type: ignore[misc,valid-type]
+class ConfigDumper(_SafeDumper):
     """PyYAML's safe dumper that writes strings and literals the loader reads back."""
 
 
 def _represent_str(dumper: ConfigDumper, data: str) -> Node:
     if decode_literal(data) is not data:
         # Unquoted, "None" or "(1, 2)" would read back as a literal: quote it.
-        return dumper.represent_scalar(_STR, data, style="'")  # type: ignore[no-any-return]
-    return dumper.represent_str(data)  # type: ignore[no-any-return]
+        return dumper.represent_scalar(_STR, data, style="'")
+    return dumper.represent_str(data)
 
 
 def _represent_plain(dumper: ConfigDumper, data: PlainScalar) -> Node:
