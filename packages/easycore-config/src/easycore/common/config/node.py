@@ -680,8 +680,8 @@ def _atomic_write(path: str, data: bytes) -> None:
             f"cannot save to {path!r}: it is a {_kind(st.st_mode)}, not a regular file{hint}"
         )
     # Renaming onto a symlink would replace the link; write its target instead.
-    target = os.path.realpath(path) if os.path.islink(path) else path
-    directory, name = os.path.split(os.path.abspath(target))
+    target = _link_target(path)
+    directory, name = os.path.split(target)
     fd, tmp = _create_temp(directory, name)
     try:
         try:
@@ -699,6 +699,28 @@ def _atomic_write(path: str, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _link_target(path: str) -> str:
+    """The absolute path that `path` names once its symlinks are followed.
+
+    Links through `/proc` (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`) name
+    an open file of the process, not a place: renaming a new file there would
+    not write to the stream, so they are refused.
+    """
+    given, path = path, os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on nested symlinks
+        if not os.path.islink(path):
+            return path
+        directory, name = os.path.split(path)
+        directory = os.path.realpath(directory)
+        if directory == "/proc" or directory.startswith("/proc/"):
+            raise ConfigError(
+                f"cannot save to {given!r}: it names an open file of the process (such as "
+                "/dev/stdout), not a place on disk; pass a file object to write to it"
+            )
+        path = os.path.join(directory, os.readlink(os.path.join(directory, name)))
+    raise ConfigError(f"cannot save to {given!r}: too many levels of symbolic links")
 
 
 def _create_temp(directory: str, name: str) -> tuple[int, str]:
