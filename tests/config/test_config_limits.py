@@ -332,3 +332,9 @@ def test_cli_output_cut_short_by_a_closed_pipe_is_quiet(tmp_path):
     stderr = cli.stderr.read()
     assert cli.wait(TIMEOUT) == 0
     assert first == b"K0: 0\n" and b"Traceback" not in stderr
+
+
+@pytest.mark.parametrize("text_start", ["\ufeff", "A:\r", "A:\r\n", "A:\x85", "A:\u2028", "A:\n"])
+def test_deep_nesting_is_found_after_any_line_break_and_a_byte_order_mark(text_start):
+    with pytest.raises(ConfigError, match="nested more than"):
+        CfgNode.load(text_start + "- " * (MAX_DEPTH + 5) + "x\n")

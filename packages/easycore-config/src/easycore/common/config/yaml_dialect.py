@@ -163,14 +163,21 @@ def _describe(exc: yaml.MarkedYAMLError, source: str) -> str:
 # is at least k - 1 characters long. Text that might exceed the limit (rare:
 # many brackets) gets the exact count from the parser's event stream, which
 # libyaml produces without recursion.
-_LINE_START = "(?:^|[\n\r\x85\u2028\u2029])"
+_BREAK = "[\n\r\x85\u2028\u2029]"  # what YAML counts as a line break
+_RUN = "[ \t?:-]"  # indentation and block indicators
 
 
 def _may_nest_deeper_than(text: str, limit: int) -> bool:
     room = limit - 1 - text.count("[") - text.count("{")
     if room < 0:
         return True
-    return re.search(f"{_LINE_START}[\ufeff \t?:-]{{{room + 1}}}", text) is not None
+    run = f"{_RUN}{{{room + 1}}}"
+    # The first line separately (it may start with a byte-order mark): an
+    # alternation with "^" in one pattern makes the scan about 3x slower.
+    return (
+        re.match(f"\ufeff?{run}", text) is not None
+        or re.search(f"{_BREAK}{run}", text) is not None
+    )
 
 
 def _check_depth(text: str, source: str) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Any, Callable, Optional, TypeVar, overload
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs more import time than this whole module
+    from collections.abc import Iterator
+    from typing import Any, Callable, Optional, TypeVar, overload
+
+    T = TypeVar("T")
 
 __all__ = ["Registry"]
-
-T = TypeVar("T")
 
 _NOTHING: Any = object()  # "no obj given": None is an argument of its own
 
@@ -95,14 +98,16 @@ class Registry:
                 )
             self._objects[name] = obj
 
-    @overload
-    def register(self, name: Optional[str] = None) -> Callable[[T], T]: ...
+    if TYPE_CHECKING:  # for the type checker: a decorator, or None when obj is given
 
-    @overload
-    def register(self, name: Optional[str], obj: object) -> None: ...
+        @overload
+        def register(self, name: Optional[str] = None) -> Callable[[T], T]: ...
 
-    @overload
-    def register(self, name: Optional[str] = None, *, obj: object) -> None: ...
+        @overload
+        def register(self, name: Optional[str], obj: object) -> None: ...
+
+        @overload
+        def register(self, name: Optional[str] = None, *, obj: object) -> None: ...
 
     def register(self, name: Optional[str] = None, obj: Any = _NOTHING) -> Any:
         """Register the given object with given name.
