@@ -13,8 +13,6 @@ if TYPE_CHECKING:  # typing costs more import time than this whole module
 
 __all__ = ["Registry"]
 
-_NOTHING: Any = object()  # "no obj given": None is an argument of its own
-
 
 class Registry:
     """The registry that provides name -> object mapping.
@@ -109,7 +107,8 @@ class Registry:
         @overload
         def register(self, name: Optional[str] = None, *, obj: object) -> None: ...
 
-    def register(self, name: Optional[str] = None, obj: Any = _NOTHING) -> Any:
+    # `...` (not None) means "no obj given": register(name, None) is refused, not a decorator.
+    def register(self, name: Optional[str] = None, obj: Any = ...) -> Any:
         """Register the given object with given name.
 
         If the object is not given, it will act as a decorator.
@@ -126,7 +125,7 @@ class Registry:
             KeyError: the name is already registered.
             TypeError: `obj` is None, or has no `__name__` and no name was given.
         """
-        if obj is _NOTHING:
+        if obj is ...:
 
             def decorator(func_or_class: T) -> T:
                 key = name if name is not None else _name_of(func_or_class)
