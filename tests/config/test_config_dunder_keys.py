@@ -155,3 +155,13 @@ def test_method_name_key_cannot_be_deleted_as_an_attribute():
     with pytest.raises(AttributeError):
         del cfg.keys
     assert cfg["keys"] == 1 and callable(cfg.keys)
+
+
+def test_reading_a_dunder_key_as_an_attribute_says_how_to_read_it():
+    cfg = CfgNode.load("__BASE__: base.yaml\nA: 1\n")
+    with pytest.raises(
+        AttributeError, match=r"'__BASE__' is a key with a dunder name.*cfg\['__BASE__'\]"
+    ):
+        _ = cfg.__BASE__
+    with pytest.raises(AttributeError, match=r"^__other__$"):
+        _ = cfg.__other__  # a probe for a hook the config does not have stays quiet

@@ -122,6 +122,11 @@ class CfgNode(dict):
     def __getattr__(self, name: str) -> Any:
         # Reached only for names that are neither attributes nor mirrored keys.
         if _is_dunder(name):
+            if dict.__contains__(self, name):
+                raise AttributeError(
+                    f"{self._path_of(name)!r} is a key with a dunder name: such keys are items "
+                    f"only, never attributes; use cfg[{name!r}]"
+                )
             raise AttributeError(name)  # protocol probes (__deepcopy__, ...) stay quiet
         raise AttributeError(self._missing_message(name))
 
