@@ -8,7 +8,8 @@ import stat
 from _collections_abc import Mapping  # collections.abc without importing `collections`
 
 from .errors import ConfigError, ConfigFileNotFoundError
-from .node import CfgNode, _kind
+from .files import describe_mode
+from .node import CfgNode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -157,9 +158,9 @@ def _find_base(path: str, base: Any) -> str:
         except (FileNotFoundError, NotADirectoryError):
             continue
         if not stat.S_ISREG(mode):
-            raise ConfigError(
-                f"{path}: {BASE_KEY} {base!r} is a {_kind(mode)} ({candidate}), not a YAML file"
-            )
+            kind = describe_mode(mode)
+            where = f"{BASE_KEY} {base!r} is a {kind} ({candidate})"
+            raise ConfigError(f"{path}: {where}, not a YAML file")
         return os.path.abspath(candidate)
     looked = f"looked at {relative!r} and {base!r}" if relative != base else f"looked at {base!r}"
     raise ConfigFileNotFoundError(

@@ -22,22 +22,14 @@ Imports are kept to the standard library's lightest modules: PyYAML, `ast`,
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 
 # collections.abc is `from _collections_abc import *` behind the import of the
 # whole `collections` package; the interpreter has already loaded this one.
 from _collections_abc import Mapping
 
-from . import yaml_io
-from .errors import (
-    ConfigDecodeError,
-    ConfigError,
-    ConfigFileNotFoundError,
-    ConfigKeyError,
-    FrozenError,
-)
+from . import files, yaml_io
+from .errors import ConfigError, ConfigKeyError, FrozenError
 from .literal import decode_literal, encode_literal
 
 TYPE_CHECKING = False
@@ -48,9 +40,6 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing_extensions import Self
 
 __all__ = ["CfgNode"]
-
-#: Most bytes read from a stream that is not a regular file (a FIFO, a device).
-MAX_STREAM_BYTES = 64 * 2**20
 
 
 def _deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -442,12 +431,12 @@ class CfgNode(dict):
         text = type(self).dump(self)
         assert text is not None  # dump without a stream returns the text
         if hasattr(save_path, "write"):
-            if _is_binary(save_path):
+            if files.is_binary(save_path):
                 save_path.write(text.encode(encoding))
             else:
                 save_path.write(text)
             return
-        _atomic_write(os.fspath(save_path), text.encode(encoding))
+        files.atomic_write(os.fspath(save_path), text.encode(encoding))
 
     @classmethod
     def open(cls, file: Any, encoding: str = "utf-8") -> Self:
@@ -471,12 +460,12 @@ class CfgNode(dict):
             try:
                 text = file.read()
             except UnicodeDecodeError as exc:
-                raise _decode_error(exc, source) from None
+                raise files.decode_error(exc, source) from None
             if isinstance(text, bytes):
-                text = _decode(text, encoding, source)
+                text = files.decode(text, encoding, source)
         else:
             source = os.fspath(file)
-            text = _decode(_read_bytes(source), encoding, source)
+            text = files.read_text(source, encoding)
         return cls._from_yaml(text, source)
 
     @classmethod
@@ -611,135 +600,3 @@ def _coerce(old: Any, new: Any, raw: str, key: str) -> Any:
     raise ConfigError(
         f"cannot set {key!r} to {raw!r}: expected {type(old).__name__}, got {type(new).__name__}"
     )
-
-
-# ---------------------------------------------------------------- files
-def _is_binary(stream: Any) -> bool:
-    import io
-
-    return isinstance(stream, (io.RawIOBase, io.BufferedIOBase)) or "b" in getattr(
-        stream, "mode", ""
-    )
-
-
-def _kind(mode: int) -> str:
-    """What a file is, in words, from its `st_mode`."""
-    for test, name in (
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO (named pipe)"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "regular file" if stat.S_ISREG(mode) else "special file"
-
-
-def _read_bytes(path: str) -> bytes:
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise ConfigFileNotFoundError(
-            errno.ENOENT, f"config file {path!r} not found", path
-        ) from None
-    with f:
-        mode = os.fstat(f.fileno()).st_mode
-        if stat.S_ISREG(mode):
-            return f.read()
-        # A FIFO or a device may never end (/dev/zero): read a bounded amount.
-        data = f.read(MAX_STREAM_BYTES + 1)
-    if len(data) > MAX_STREAM_BYTES:
-        raise ConfigError(
-            f"{path}: a {_kind(mode)} that gave more than {MAX_STREAM_BYTES // 2**20} MiB; "
-            "refusing to read a config that large"
-        )
-    return data
-
-
-def _decode(data: bytes, encoding: str, source: str) -> str:
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise _decode_error(exc, source) from None
-
-
-def _decode_error(exc: UnicodeDecodeError, source: str) -> ConfigDecodeError:
-    line = exc.object.count(b"\n", 0, exc.start) + 1
-    message = (
-        f"{source}: not valid {exc.encoding} text (line {line}, byte {exc.start}: "
-        f"{exc.reason}); pass encoding=... if the file uses another one"
-    )
-    return ConfigDecodeError(message, exc.encoding, exc.object, exc.start, exc.end, exc.reason)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Replace the regular file at `path` (or a symlink's target) by `data`, atomically."""
-    try:
-        st: os.stat_result | None = os.stat(path)  # follows symlinks
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        hint = "" if stat.S_ISDIR(st.st_mode) else "; pass a file object to write to it"
-        raise ConfigError(
-            f"cannot save to {path!r}: it is a {_kind(st.st_mode)}, not a regular file{hint}"
-        )
-    # Renaming onto a symlink would replace the link; write its target instead.
-    target = _link_target(path)
-    directory, name = os.path.split(target)
-    fd, tmp = _create_temp(directory, name)
-    try:
-        try:
-            if st is not None and hasattr(os, "fchmod"):
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # keep the mode of the file replaced
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _link_target(path: str) -> str:
-    """The absolute path that `path` names once its symlinks are followed.
-
-    Links through `/proc` (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`) name
-    an open file of the process, not a place: renaming a new file there would
-    not write to the stream, so they are refused.
-    """
-    given, path = path, os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on nested symlinks
-        if not os.path.islink(path):
-            return path
-        directory, name = os.path.split(path)
-        directory = os.path.realpath(directory)
-        if directory == "/proc" or directory.startswith("/proc/"):
-            raise ConfigError(
-                f"cannot save to {given!r}: it names an open file of the process (such as "
-                "/dev/stdout), not a place on disk; pass a file object to write to it"
-            )
-        path = os.path.join(directory, os.readlink(os.path.join(directory, name)))
-    raise ConfigError(f"cannot save to {given!r}: too many levels of symbolic links")
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    """Create a new file next to `name`, with the mode a plain `open()` would give.
-
-    Mode 0o666 through `os.open` lets the kernel apply the umask (and a default
-    ACL), exactly as for `open(path, "w")`, without reading or changing the
-    process umask, which other threads share.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    flags |= getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:  # pragma: no cover - 48 random bits
-            continue

@@ -175,8 +175,7 @@ def _may_nest_deeper_than(text: str, limit: int) -> bool:
     # The first line separately (it may start with a byte-order mark): an
     # alternation with "^" in one pattern makes the scan about 3x slower.
     return (
-        re.match(f"\ufeff?{run}", text) is not None
-        or re.search(f"{_BREAK}{run}", text) is not None
+        re.match(f"\ufeff?{run}", text) is not None or re.search(f"{_BREAK}{run}", text) is not None
     )
 
 
