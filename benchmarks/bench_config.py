@@ -8,7 +8,9 @@ Two measurements, each printed beside its peer from the same run:
 2. loading a ~100 KB YAML config with ``CfgNode.load`` against PyYAML's
    pure-Python ``SafeLoader`` (goal: at least 3x faster), with libyaml's
    ``CSafeLoader`` as an informative row. ``CfgNode.load`` does more than
-   parse: it checks aliases, decodes literal strings and builds the nodes.
+   parse: it bounds the nesting depth before the C parser sees the text (the
+   pre-scan has its own informative row), refuses duplicate keys, checks
+   aliases, decodes literals in unquoted scalars and builds the nodes.
 
 Run: ``scripts/bench config`` or ``python benchmarks/bench_config.py`` (~10-20 s).
 """
@@ -23,6 +25,8 @@ import timeit
 import yaml
 
 from easycore.common.config import CfgNode
+from easycore.common.config.yaml_dialect import _may_nest_deeper_than
+from easycore.common.config.yaml_io import MAX_DEPTH
 
 ACCESS_REPEAT = 5
 LOAD_REPEAT = 5
@@ -160,6 +164,13 @@ def bench_load(text: str) -> list[tuple[str, float | None]]:
         (
             "yaml.load(CSafeLoader)    libyaml, informative",
             best_seconds(lambda: yaml.load(text, Loader=c_loader)) if c_loader else None,
+        )
+    )
+    assert not _may_nest_deeper_than(text, MAX_DEPTH)  # the exact count is not needed
+    rows.append(
+        (
+            "depth pre-scan            part of CfgNode.load",
+            best_seconds(lambda: _may_nest_deeper_than(text, MAX_DEPTH)),
         )
     )
     return rows

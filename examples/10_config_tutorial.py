@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from easycore.common.config import CfgNode as CN
 from easycore.common.config import ConfigError, FrozenError, HierarchicalCfgNode
@@ -77,7 +78,7 @@ def main() -> None:
 
     section("2. an empty config, and one from a python dict")
     show("CN()", CN())
-    init_dict = {
+    init_dict: dict[str, Any] = {
         "MODEL": {
             "IN_FEATURES": ["res3", "res4", "res5"],
             "INPUT_SIZE": (224, 224),

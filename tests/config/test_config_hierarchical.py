@@ -191,7 +191,12 @@ def test_save_nested_differences_only(tmp_path):
 
     HierarchicalCfgNode.save(cfg, out, base_cfg_path=base)
 
-    assert yaml.safe_load(out.read_text()) == {"__BASE__": "base.yaml", "MODEL": {"DEPTH": 101}}
+    # an unchanged sub-config stays as an empty mapping, as in easycore 0.4.2
+    assert yaml.safe_load(out.read_text()) == {
+        "__BASE__": "base.yaml",
+        "MODEL": {"DEPTH": 101},
+        "SOLVER": {},
+    }
     again = HierarchicalCfgNode.open(out)
     assert again == cfg
     assert again.MODEL.SIZE == (224, 224) and isinstance(again.MODEL.SIZE, tuple)
@@ -272,14 +277,14 @@ def test_save_warns_about_base_keys_the_config_lacks(tmp_path):
     assert HierarchicalCfgNode.open(out) == {"A": 1, "B": 2, "NODE": {"X": 1, "Y": 2}}
 
 
-def test_save_identical_config_writes_only_the_base(tmp_path):
+def test_save_identical_config_writes_the_base_and_empty_sub_configs(tmp_path):
     base = write(tmp_path / "base.yaml", "A: 1\nB:\n  C: (1, 2)\n")
     cfg = HierarchicalCfgNode.open(base)
     out = tmp_path / "child.yaml"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         HierarchicalCfgNode.save(cfg, out, base_cfg_path=base)
-    assert yaml.safe_load(out.read_text()) == {"__BASE__": "base.yaml"}
+    assert yaml.safe_load(out.read_text()) == {"__BASE__": "base.yaml", "B": {}}
     assert HierarchicalCfgNode.open(out) == cfg
 
 

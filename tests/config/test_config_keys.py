@@ -19,7 +19,7 @@ def make_cfg() -> CfgNode:
 # ------------------------------------------------------------ valid keys
 def test_identifier_keys_are_accepted():
     cfg = CfgNode({"a": 1, "_private": 2, "CamelCase": 3, "ünïcode": 4, "x1": 5, "__BASE__": 6})
-    assert cfg.a == 1 and cfg._private == 2 and cfg.ünïcode == 4 and cfg.__BASE__ == 6
+    assert cfg.a == 1 and cfg._private == 2 and cfg.ünïcode == 4 and cfg["__BASE__"] == 6
 
 
 # ------------------------------------------------------------ invalid keys

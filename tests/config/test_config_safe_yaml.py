@@ -29,36 +29,56 @@ def same_types(a, b) -> bool:
 
 
 # ------------------------------------------------------------ the documented literal rule
-def test_python_literal_strings_become_values():
+def test_unquoted_python_literals_become_values():
     cfg = CfgNode.load(
         "SIZE: (224, 224)\n"
-        "QUOTED: '(1, 2)'\n"
-        "LIST: '[1, 2]'\n"
-        "DICT: \"{'a': 1}\"\n"
-        "SET: '{1, 2}'\n"
-        "FLAG: 'True'\n"
-        "NONE: 'None'\n"
-        "NUM: '123'\n"
+        "SET_CALL: set()\n"
+        "BYTES: b'raw'\n"
+        "COMPLEX: 3j\n"
+        "FLAG: True\n"
+        "NONE: None\n"
         "SCI: 1e-3\n"
         "WORD: res3\n"
         "NOT_LITERAL: (224, 224\n"
     )
     assert cfg.SIZE == (224, 224) and type(cfg.SIZE) is tuple
-    assert cfg.QUOTED == (1, 2)
-    assert cfg.LIST == [1, 2]
-    assert cfg.DICT == {"a": 1} and isinstance(cfg.DICT, CfgNode)
-    assert cfg.SET == {1, 2}
+    assert cfg.SET_CALL == set() and cfg.BYTES == b"raw" and cfg.COMPLEX == 3j
     assert cfg.FLAG is True
-    assert cfg.NONE is None
-    assert cfg.NUM == 123
+    assert cfg.NONE is None  # Python's None, unquoted, as YAML's null is
     assert cfg.SCI == 0.001  # PyYAML reads "1e-3" as a string; the literal rule makes it a float
     assert cfg.WORD == "res3"
     assert cfg.NOT_LITERAL == "(224, 224"
 
 
-def test_literal_strings_inside_lists_are_decoded():
-    cfg = CfgNode.load("SIZES: ['(1, 2)', '(3, 4)', plain]\n")
-    assert cfg.SIZES == [(1, 2), (3, 4), "plain"]
+def test_quoted_values_are_the_strings_they_spell():
+    # issue 15, item 16: a value the YAML file quotes is a string the user meant
+    cfg = CfgNode.load(
+        "VERSION: '1.10'\n"
+        "QUOTED: '(1, 2)'\n"
+        'DOUBLE: "(1, 2)"\n'
+        "LIST: '[1, 2]'\n"
+        "DICT: \"{'a': 1}\"\n"
+        "FLAG: 'True'\n"
+        "NONE: 'None'\n"
+        "NUM: '123'\n"
+        "BLOCK: |\n  (1, 2)\n"
+    )
+    assert cfg.VERSION == "1.10"
+    assert cfg.QUOTED == cfg.DOUBLE == "(1, 2)"
+    assert cfg.LIST == "[1, 2]" and cfg.DICT == "{'a': 1}"
+    assert cfg.FLAG == "True" and cfg.NONE == "None" and cfg.NUM == "123"
+    assert cfg.BLOCK == "(1, 2)\n"
+
+
+def test_literal_strings_inside_lists_are_decoded_when_unquoted():
+    cfg = CfgNode.load("FLOW: [1.5, '(3, 4)', plain]\nBLOCK:\n- (5, 6)\n- '(7, 8)'\n")
+    assert cfg.FLOW == [1.5, "(3, 4)", "plain"]
+    assert cfg.BLOCK == [(5, 6), "(7, 8)"]  # in a flow list, "," would split a tuple
+
+
+def test_keys_are_never_decoded_as_literals():
+    cfg = CfgNode.load("None: 1\nTrue_: 2\n")
+    assert cfg["None"] == 1 and cfg.True_ == 2
 
 
 def test_literal_decoding_never_evaluates_code(tmp_path):
@@ -246,9 +266,11 @@ def test_saved_tuple_is_written_as_the_documented_literal(tmp_path):
 
 def test_literal_looking_string_is_written_quoted(tmp_path):
     path = tmp_path / "out.yaml"
-    CfgNode({"NAME": "123"}).save(path)
-    assert yaml.safe_load(path.read_text()) == {"NAME": "'123'"}
-    assert CfgNode.open(path).NAME == "123"
+    CfgNode({"NAME": "123", "SIZE": "(1, 2)", "NOTHING": "None"}).save(path)
+    text = path.read_text()
+    assert "NAME: '123'" in text and "SIZE: '(1, 2)'" in text and "NOTHING: 'None'" in text
+    assert yaml.safe_load(text) == {"NAME": "123", "SIZE": "(1, 2)", "NOTHING": "None"}
+    assert CfgNode.open(path) == {"NAME": "123", "SIZE": "(1, 2)", "NOTHING": "None"}
 
 
 def test_unsaveable_values_are_refused_naming_the_key():

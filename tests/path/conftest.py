@@ -1,7 +1,9 @@
 """Fixtures for the easycore.common.path tests: a real loopback HTTP server, a scratch
 cache, and a registry restored after every test."""
 
+import base64
 import collections
+import gzip
 import http.server
 import os
 import socket
@@ -33,13 +35,30 @@ class LoopbackServer:
     - ``/big/<n>/...``         ``n`` deterministic bytes.
     - ``/redirect/<rest>``     302 to ``/<rest>``.
     - ``/nohead/...``          405 for HEAD, 200 for GET.
+    - ``/auth/...``            200 with ``payload(path)`` plus who asked: the Basic
+      credentials (``user:password``) or ``anonymous``.
+    - ``/cross/<port>/<rest>`` 302 to ``http://localhost:<port>/<rest>`` (another host).
+    - ``/drip/<n>/...``        promises ``n`` bytes and sends one every ``DRIP`` seconds.
+    - ``/driphead/<n>/...``    sends its status line, then ``n`` header bytes one every
+      ``DRIP`` seconds, then a normal answer.
+    - ``/stallonce/...``       the first time: as ``/stall/`` (until the test ends); then 200.
+    - ``/gzip/<n>/...``        ``n`` zero bytes, gzipped, sent with ``Content-Encoding: gzip``
+      whatever the client accepts (``Content-Length`` counts the gzip bytes).
+    - ``/chunked/...``         ``payload(path)`` in two chunks (``Transfer-Encoding: chunked``).
+    - ``/chunkcut/...``        one chunk, then the connection closes without the last chunk.
+    - ``/close/...``           ``payload(path)`` with no length, ended by closing the
+      connection (HTTP/1.0 style).
     - anything else          200 with ``payload(path)``.
 
-    Every request is counted by method and full path (query included).
+    Every request is counted by method and full path (query included), and the
+    ``Authorization`` headers that came with it are kept in ``authorizations``.
     """
+
+    DRIP = 0.5  # seconds between two bytes of the drip routes
 
     def __init__(self) -> None:
         self.counts: collections.Counter = collections.Counter()
+        self.authorizations: collections.defaultdict = collections.defaultdict(list)
         self.first_request = threading.Event()
         self.gate = threading.Event()
         self.stop = threading.Event()
@@ -49,8 +68,10 @@ class LoopbackServer:
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str, userinfo: str = "") -> str:
+        """The URL of ``path``; ``userinfo`` such as ``"alice:secret"`` goes before the host."""
+        at = f"{userinfo}@" if userinfo else ""
+        return f"http://{at}127.0.0.1:{self.port}{path}"
 
     def count(self, path: str, method: str = "GET") -> int:
         with self._lock:
@@ -67,9 +88,11 @@ class LoopbackServer:
         self.httpd.server_close()
         self._thread.join(timeout=10)
 
-    def _hit(self, method: str, path: str) -> int:
+    def _hit(self, method: str, path: str, authorization) -> int:
         with self._lock:
             self.counts[(method, path)] += 1
+            if authorization is not None:
+                self.authorizations[path].append(authorization)
             return self.counts[(method, path)]
 
     def _handler_class(self):
@@ -95,8 +118,15 @@ class LoopbackServer:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
+            def _drip(self, data: bytes) -> None:
+                for i in range(len(data)):
+                    if server.stop.wait(server.DRIP):
+                        break
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+
             def _route(self, method: str) -> None:
-                n = server._hit(method, self.path)
+                n = server._hit(method, self.path, self.headers.get("Authorization"))
                 parts = self.path.split("?", 1)[0].split("/")
                 kind = parts[1] if len(parts) > 1 else ""
                 if kind == "status":
@@ -128,6 +158,55 @@ class LoopbackServer:
                     self.end_headers()
                 elif kind == "nohead" and method == "HEAD":
                     self._send(405, b"")
+                elif kind == "auth":
+                    self._send(200, payload(self.path) + b"as " + _who(self.headers) + b"\n")
+                elif kind == "cross":
+                    self.send_response(302)
+                    location = f"http://localhost:{parts[2]}/" + "/".join(parts[3:])
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif kind == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Length", parts[2])
+                    self.end_headers()
+                    self._drip(b"x" * int(parts[2]))
+                    self.close_connection = True
+                elif kind == "driphead":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+                    self._drip(b"x" * int(parts[2]))
+                    self.wfile.write(b"\r\nContent-Length: 3\r\n\r\nend")
+                    self.close_connection = True
+                elif kind == "stallonce" and n == 1:
+                    self._send(200, b"x" * 100, length=1000)
+                    self.wfile.flush()
+                    server.stop.wait(60)
+                    self.close_connection = True
+                elif kind == "gzip":
+                    body = gzip.compress(bytes(int(parts[2])))
+                    self.send_response(200)
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                elif kind in ("chunked", "chunkcut"):
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    body = payload(self.path)
+                    for piece in (body[:5], body[5:]):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        if kind == "chunkcut":
+                            break
+                    else:
+                        self.wfile.write(b"0\r\n\r\n")
+                    self.close_connection = kind == "chunkcut"
+                elif kind == "close":
+                    self.send_response(200)
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(payload(self.path))
+                    self.close_connection = True
                 else:
                     self._send(200, payload(self.path))
 
@@ -140,6 +219,15 @@ class LoopbackServer:
         return Handler
 
 
+def _who(headers) -> bytes:
+    value = headers.get("Authorization")
+    if value is None:
+        return b"anonymous"
+    scheme, _, encoded = value.partition(" ")
+    assert scheme == "Basic", value
+    return base64.b64decode(encoded)
+
+
 @pytest.fixture(scope="session")
 def server():
     """One loopback server for the session; tests keep apart by using unique paths."""
@@ -149,7 +237,7 @@ def server():
 
 @pytest.fixture
 def gated_server():
-    """A server of one's own, for tests that hold its ``gate``."""
+    """A server of one's own, for tests that hold its ``gate`` (or need a second host)."""
     with LoopbackServer() as srv:
         yield srv
 

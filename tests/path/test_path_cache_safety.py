@@ -129,7 +129,7 @@ def test_equivalent_spellings_share_an_entry(tmp_path):
         "http://example.com//a//b.txt",
         "http://example.com/%61/b.txt",
         "http://example.com/a/b.txt#fragment",
-        "http://user@example.com/a/b.txt",
+        "http://:@example.com/a/b.txt",  # empty credentials: none are sent
     ]
     assert len({url_to_cache_path(cache, url) for url in same}) == 1
     assert url_to_cache_path(cache, same[0]) == os.path.join(cache, "example.com", "a", "b.txt")
@@ -169,3 +169,28 @@ def test_a_url_below_a_cached_file_fails_clearly(server, http_handler, uid):
     with pytest.raises(OSError) as info:
         PathManager.get_local_path(server.url(f"/nest/{uid}/child.txt"))
     assert server.url(f"/nest/{uid}/child.txt") in str(info.value)
+
+
+def test_a_path_deeper_than_the_os_allows_gets_a_shorter_name(
+    server, http_handler, uid, cache_dir, expected_body
+):
+    path = f"/deep/{uid}/" + "/".join(f"{i:03d}" + "d" * 150 for i in range(40)) + "/f.bin"
+    local = PathManager.get_local_path(server.url(path))
+    assert_strictly_inside(cache_dir, local)
+    assert len(os.path.relpath(local, cache_dir).encode()) < 1024
+    assert local.endswith("f.bin")
+    with open(local, "rb") as f:
+        assert f.read() == expected_body(path)
+    other = path.replace("039", "038")  # a sibling is another entry
+    assert PathManager.get_local_path(server.url(other)) != local
+
+
+def test_a_cache_directory_too_deep_for_the_os_is_a_clear_error(
+    server, http_handler, uid, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EASYCORE_CACHE", str(tmp_path) + ("/" + "d" * 200) * 25)
+    url = server.url(f"/toolong/{uid}.bin")
+    with pytest.raises(OSError) as info:
+        PathManager.get_local_path(url)
+    assert url in str(info.value) and "longer than the file system allows" in str(info.value)
+    assert server.count(f"/toolong/{uid}.bin") == 0

@@ -2,7 +2,6 @@
 calls first, then caching, failures, retries and the read-only rules."""
 
 import os
-import time
 
 import pytest
 
@@ -46,17 +45,6 @@ def test_cache_hit_makes_no_request(server, http_handler, uid):
         assert PathManager.exists(server.url(path))
     assert server.count(path) == 1
     assert server.count(path, "HEAD") == 0
-
-
-def test_cache_hit_costs_microseconds(server, http_handler, uid):
-    url = server.url(f"/fast/{uid}.bin")
-    PathManager.get_local_path(url)
-    n = 2000
-    start = time.perf_counter()
-    for _ in range(n):
-        PathManager.get_local_path(url)
-    per_call = (time.perf_counter() - start) / n
-    assert per_call < 500e-6, f"{per_call * 1e6:.1f} us per cache hit"
 
 
 def test_query_strings_are_different_entries(server, http_handler, uid, expected_body):
@@ -165,10 +153,8 @@ def test_slow_server_times_out(server, uid, cache_dir, files_under):
         override=True,
     )
     url = server.url(f"/slow/{uid}.bin")
-    start = time.monotonic()
     with pytest.raises(DownloadError) as info:
         PathManager.get_local_path(url)
-    assert time.monotonic() - start < 5
     assert "timed out" in str(info.value).lower() and url in str(info.value)
     assert server.count(f"/slow/{uid}.bin") == 2
     assert only_lock_files(files_under(cache_dir))

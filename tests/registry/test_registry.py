@@ -338,3 +338,34 @@ def test_register_and_unregister_from_many_threads():
 
     assert errors == []
     assert sorted(registry) == sorted(f"kept_{i}" for i in range(8))
+
+
+# ------------------------------------------------------------ registering None (issue 15, item 18)
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda r: r.register("x", None),
+        lambda r: r.register(name="x", obj=None),
+        lambda r: r.register("x")(None),
+        lambda r: r.register(obj=None),
+        lambda r: r.register()(None),
+    ],
+)
+def test_registering_none_raises_and_registers_nothing(register):
+    registry = Registry("ACTIVATION")
+    with pytest.raises(TypeError, match="None"):
+        register(registry)
+    assert len(registry) == 0 and "x" not in registry
+
+
+def test_the_none_error_names_the_registry_and_the_name():
+    registry = Registry("ACTIVATION")
+    with pytest.raises(TypeError, match=r"registry 'ACTIVATION': cannot register None as 'relu'"):
+        registry.register("relu", None)
+
+
+def test_falsy_objects_other_than_none_register():
+    registry = Registry("CONST")
+    for name, obj in [("zero", 0), ("empty", ""), ("false", False), ("nothing", ())]:
+        registry.register(name, obj)
+        assert registry.get(name) is obj

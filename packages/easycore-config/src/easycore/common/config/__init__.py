@@ -1,16 +1,26 @@
 """Light, safe YAML config trees.
 
-:class:`CfgNode` is a ``dict`` with attribute access that loads and saves YAML
-safely (config files never run code), freezes for real, and names the full
-dotted key in every error. :class:`HierarchicalCfgNode` opens configs that
-extend a base file through ``__BASE__``.
+[`CfgNode`][easycore.common.config.CfgNode] is a `dict` with attribute access
+that loads and saves YAML safely (config files never run code), freezes for
+real, and names the full dotted key in every error.
+[`HierarchicalCfgNode`][easycore.common.config.HierarchicalCfgNode] opens
+configs that extend a base file through `__BASE__`.
 
-Run ``python -m easycore.common.config FILE [--set KEY=VALUE ...]`` to print a
+Importing the package is cheap: PyYAML is imported when YAML is first read or
+written.
+
+Run `python -m easycore.common.config FILE [--set KEY=VALUE ...]` to print a
 resolved config.
 """
 
 from ._version import __version__
-from .errors import ConfigError, ConfigKeyError, FrozenError
+from .errors import (
+    ConfigDecodeError,
+    ConfigError,
+    ConfigFileNotFoundError,
+    ConfigKeyError,
+    FrozenError,
+)
 from .hierarchical import HierarchicalCfgNode
 from .node import CfgNode
 
@@ -18,6 +28,8 @@ __all__ = [
     "CfgNode",
     "HierarchicalCfgNode",
     "ConfigError",
+    "ConfigDecodeError",
+    "ConfigFileNotFoundError",
     "ConfigKeyError",
     "FrozenError",
     "__version__",

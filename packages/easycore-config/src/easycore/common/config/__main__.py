@@ -1,8 +1,9 @@
-"""``python -m easycore.common.config FILE [--set KEY=VALUE ...]``: print a resolved config."""
+"""`python -m easycore.common.config FILE [--set KEY=VALUE ...]`: print a resolved config."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .errors import ConfigError, ConfigKeyError
@@ -11,10 +12,10 @@ from .node import CfgNode
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the config in FILE, with its ``__BASE__`` chain resolved and overrides applied.
+    """Print the config in FILE, with its `__BASE__` chain resolved and overrides applied.
 
     Args:
-        argv (list[str] or None): command-line arguments (default: ``sys.argv[1:]``).
+        argv (list[str] or None): command-line arguments (default: `sys.argv[1:]`).
 
     Returns:
         int: the exit status (0 on success, 2 on a config error).
@@ -41,10 +42,16 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise ConfigError(f"--set expects KEY=VALUE, got {bad[0]!r}")
             cfg.merge_from_list(args.set, allow_new=args.allow_new)
+        text = CfgNode.dump(cfg)
     except (OSError, ConfigError, ConfigKeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    CfgNode.dump(cfg, sys.stdout)
+    try:
+        sys.stdout.write(text or "")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        # Point stdout at /dev/null so the interpreter's final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

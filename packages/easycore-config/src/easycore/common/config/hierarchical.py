@@ -1,14 +1,19 @@
-"""HierarchicalCfgNode: configs that extend a base config through ``__BASE__``."""
+"""HierarchicalCfgNode: configs that extend a base config through `__BASE__`."""
 
 from __future__ import annotations
 
+import errno
 import os
-import warnings
-from collections.abc import Mapping
-from typing import Any
+import stat
+from _collections_abc import Mapping  # collections.abc without importing `collections`
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigFileNotFoundError
+from .files import describe_mode
 from .node import CfgNode
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 __all__ = ["HierarchicalCfgNode", "BASE_KEY"]
 
@@ -19,48 +24,55 @@ BASE_KEY = "__BASE__"
 class HierarchicalCfgNode:
     """Config Node help class for open yaml file that depends on another yaml file.
 
-    You can specify the dependency between yaml files with the ``__BASE__`` key.
-    ``example-A.yaml``::
+    You can specify the dependency between yaml files with the `__BASE__` key.
+    Keys in a file override those of its base; bases may have bases, to any
+    depth; a cycle is an error naming the chain.
 
+    Examples:
+        ```yaml title="example-B.yaml"
+        A: in example-B.yaml
+        B: in example-B.yaml
+        ```
+
+        ```yaml title="example-A.yaml"
         __BASE__: ./example-B.yaml
         A: in example-A.yaml
         C: in example-A.yaml
+        ```
 
-    ``example-B.yaml``::
+        ```python
+        from easycore.common.config import HierarchicalCfgNode
 
-        A: in example-B.yaml
-        B: in example-B.yaml
-
-    Then::
-
-        >>> from easycore.common.config import HierarchicalCfgNode
-        >>> cfg = HierarchicalCfgNode.open("./example-A.yaml")
-        >>> print(cfg)
-        {'A': 'in example-A.yaml', 'B': 'in example-B.yaml', 'C': 'in example-A.yaml'}
-
-    Attributes in ``example-A.yaml`` cover attributes in ``example-B.yaml``.
-    Chains may be of any depth; a cycle is an error naming the chain.
+        cfg = HierarchicalCfgNode.open("example-A.yaml")
+        print(cfg)  # {'A': 'in example-A.yaml', 'B': 'in example-B.yaml', 'C': 'in example-A.yaml'}
+        ```
 
     Note:
-        ``__BASE__`` can be an absolute path or a path relative to the yaml file.
+        `__BASE__` can be an absolute path or a path relative to the yaml file.
         It is first considered as a path relative to the yaml file, then as given.
     """
 
+    #: The key that names a file's base config, `"__BASE__"`.
+    __BASE__ = BASE_KEY
+
     @classmethod
     def open(cls, file: str | os.PathLike[str], encoding: str = "utf-8") -> CfgNode:
-        """load a CfgNode from file, resolving its ``__BASE__`` chain.
+        """load a CfgNode from file, resolving its `__BASE__` chain.
 
         Args:
             file (str): path to the yaml file.
             encoding (str): encoding of the files.
 
         Returns:
-            CfgNode: the merged config, without the ``__BASE__`` key.
+            CfgNode: the merged config, without the `__BASE__` key.
 
         Raises:
-            ConfigError: a base that cannot be found, or a cycle of bases.
+            ConfigFileNotFoundError: the file, or a base it names, does not exist
+                (a `FileNotFoundError` and a `ConfigError`).
+            ConfigError: a base that is not a regular file, a cycle of bases, or
+                any error of [`CfgNode.open`][easycore.common.config.CfgNode.open].
         """
-        return _open_chain(os.path.abspath(os.fspath(file)), encoding, ())
+        return _open_chain(os.path.abspath(os.fspath(file)), encoding)
 
     @classmethod
     def save(
@@ -73,19 +85,23 @@ class HierarchicalCfgNode:
     ) -> None:
         """save the CfgNode into a yaml file
 
-        With a base, only the keys whose values differ from the (fully resolved)
-        base are written, below a ``__BASE__`` key. Keys of the base that
-        ``cfg`` lacks cannot be expressed this way; they come back on the next
-        ``open`` and a warning says so.
+        With a base, only the values that differ from the (fully resolved)
+        base are written, below a `__BASE__` key; every sub-config of `cfg` is
+        kept, as an empty mapping (`B: {}`) when all its values equal the
+        base's. Keys of the base that `cfg` lacks cannot be expressed this way;
+        they come back on the next `open` and a warning says so.
 
         Args:
             cfg (CfgNode): the config to save.
             save_path (str): path of the yaml file to write.
             base_cfg_path (str): if not specified, it behaves like
-                ``cfg.save(save_path, encoding)``.
+                `cfg.save(save_path, encoding)`.
             base_path_relative (bool): whether to write the base path relative to
-                the directory of ``save_path`` (otherwise absolute).
+                the directory of `save_path` (otherwise absolute).
             encoding (str): encoding of the files.
+
+        Raises:
+            ConfigFileNotFoundError: the base file does not exist.
         """
         if base_cfg_path is None:
             cfg.save(save_path, encoding)
@@ -100,6 +116,8 @@ class HierarchicalCfgNode:
         lost: list[str] = []
         out.update(_difference(cfg, base, "", lost))
         if lost:
+            import warnings
+
             warnings.warn(
                 f"{os.fspath(save_path)}: keys of the base missing from the config will come "
                 f"back from the base when it is opened: {', '.join(lost)}",
@@ -108,38 +126,58 @@ class HierarchicalCfgNode:
         out.save(save_path, encoding)
 
 
-def _open_chain(path: str, encoding: str, chain: tuple[str, ...]) -> CfgNode:
-    if path in chain:
-        cycle = " -> ".join((*chain, path))
-        raise ConfigError(f"circular {BASE_KEY} chain: {cycle}")
-    cfg = CfgNode.open(path, encoding)
-    base = cfg.pop(BASE_KEY, None)
-    if base is None:
-        return cfg
-    if not isinstance(base, str):
-        raise ConfigError(f"{path}: {BASE_KEY} must be a path string, not {type(base).__name__}")
-    relative = os.path.join(os.path.dirname(path), base)
-    if os.path.isfile(relative):
-        base_path = relative
-    elif os.path.isfile(base):
-        base_path = base
-    else:
-        raise ConfigError(
-            f"{path}: {BASE_KEY} file {base!r} not found (looked at {relative!r} and {base!r})"
-        )
-    merged = _open_chain(os.path.abspath(base_path), encoding, (*chain, path))
-    merged.merge(cfg)
+def _open_chain(path: str, encoding: str) -> CfgNode:
+    # A loop, not recursion: a chain of thousands of files is as fine as two.
+    configs: list[CfgNode] = []
+    seen: dict[str, int] = {}
+    while True:
+        if path in seen:
+            cycle = " -> ".join([*list(seen)[seen[path] :], path])
+            raise ConfigError(f"circular {BASE_KEY} chain: {cycle}")
+        seen[path] = len(configs)
+        cfg = CfgNode.open(path, encoding)
+        base = cfg.pop(BASE_KEY, None)
+        configs.append(cfg)
+        if base is None:
+            break
+        path = _find_base(path, base)
+    merged = configs.pop()
+    while configs:
+        merged.merge(configs.pop())
     return merged
 
 
-def _difference(cfg: Mapping[str, Any], base: Mapping[str, Any], path: str, lost: list[str]):
+def _find_base(path: str, base: Any) -> str:
+    """The absolute path of the base that the file at `path` names."""
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: {BASE_KEY} must be a path string, not {type(base).__name__}")
+    relative = os.path.join(os.path.dirname(path), base)
+    for candidate in dict.fromkeys((relative, base)):
+        try:
+            mode = os.stat(candidate).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(mode):
+            kind = describe_mode(mode)
+            where = f"{BASE_KEY} {base!r} is a {kind} ({candidate})"
+            raise ConfigError(f"{path}: {where}, not a YAML file")
+        return os.path.abspath(candidate)
+    looked = f"looked at {relative!r} and {base!r}" if relative != base else f"looked at {base!r}"
+    raise ConfigFileNotFoundError(
+        errno.ENOENT, f"{path}: {BASE_KEY} file {base!r} not found ({looked})", base
+    )
+
+
+def _difference(
+    cfg: Mapping[str, Any], base: Mapping[str, Any], path: str, lost: list[str]
+) -> dict[str, Any]:
     diff: dict[str, Any] = {}
     for key, value in cfg.items():
         old = base.get(key, _ABSENT)
         if isinstance(value, Mapping) and isinstance(old, Mapping):
-            sub = _difference(value, old, f"{path}{key}.", lost)
-            if sub:
-                diff[key] = sub
+            # Kept even when empty, as easycore 0.4.2 did: the saved file then
+            # shows every sub-config, and opening it alone still has `cfg.B`.
+            diff[key] = _difference(value, old, f"{path}{key}.", lost)
         elif old is _ABSENT or old != value or type(old) is not type(value):
             diff[key] = value
     lost.extend(f"{path}{key}" for key in base if key not in cfg)

@@ -1,65 +1,150 @@
-"""Python-literal strings in configs: ``"(224, 224)"`` loads as a tuple.
+"""Python literals in configs: an unquoted `(224, 224)` loads as a tuple.
 
-Decoding uses :func:`ast.literal_eval` only, never evaluation. Encoding is its
-mirror image, so that ``save`` then ``open`` gives back the same values
-without any unsafe YAML tag: values YAML cannot express (tuples, sets, complex,
-bytes) are written as their literal ``repr``, and strings that *would* decode
-into something else are written quoted as a Python string literal.
+The rule: a YAML value written as an unquoted (plain) scalar that spells a
+Python literal is read with `ast.literal_eval` (never evaluated as code); a
+value the file quotes is the string it spells. `merge_from_list` values are
+parsed the same way.
+
+Saving is the mirror image, so that `save` then `open` gives back the same
+values without any YAML tag: values YAML cannot express (tuples, sets, complex,
+bytes) are written as an unquoted literal, and strings that would read back as
+something else are quoted (the dumper does that, see `yaml_dialect`).
 """
 
 from __future__ import annotations
 
-import ast
-import datetime
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable
 
-__all__ = ["decode_literal", "encode_literal"]
+__all__ = ["PlainScalar", "decode_literal", "encode_literal"]
 
 # Only strings starting with one of these can be a non-trivial literal; checking
 # the first character skips the (slow) parser for ordinary words like "res3".
 _LITERAL_START = frozenset("0123456789+-.([{'\"TFN")
-_REPR_TYPES = (tuple, set, complex, bytes)
 # Literals that start otherwise: the empty set is written "set()", bytes b'...'.
 _BYTES_START = ("b'", 'b"')
+_REPR_TYPES = (tuple, set, complex, bytes)
+# Characters a YAML plain scalar may not start with, in block context.
+_PLAIN_BAD_START = frozenset("-?:,[]{}#&*!|>'\"%@` ")
+
+
+class PlainScalar(str):
+    """A literal's text, to be written as an unquoted YAML scalar."""
+
+    __slots__ = ()
+
+
+def _first_eval(text: str) -> Any:
+    # ast is imported on first use, not with the package: most programs that
+    # import a config never parse a literal string at import time.
+    global _literal_eval
+    import ast
+
+    _literal_eval = ast.literal_eval
+    return _literal_eval(text)
+
+
+_literal_eval: Callable[[str], Any] = _first_eval
 
 
 def decode_literal(value: str) -> Any:
     """Return the Python literal a string spells, or the string itself.
 
     Args:
-        value (str): a string read from YAML or a command line.
+        value (str): an unquoted YAML scalar or a command-line value.
 
     Returns:
-        Any: ``ast.literal_eval(value)`` when that succeeds, else ``value``.
+        Any: `ast.literal_eval(value)` when that succeeds, else `value`.
     """
     if not value or (
         value[0] not in _LITERAL_START and value != "set()" and value[:2] not in _BYTES_START
     ):
         return value
     try:
-        return ast.literal_eval(value)
+        return _literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return value
 
 
-def encode_literal(value: Any) -> Any:
-    """Return a YAML-safe stand-in for ``value`` that :func:`decode_literal` inverts.
+def encode_literal(value: Any, ascii_only: bool = False) -> Any:
+    """Return a YAML-safe stand-in for `value` that the loader turns back into it.
 
     Args:
         value (Any): a leaf value (not a mapping or list).
+        ascii_only (bool): write non-ASCII characters of a literal as escapes
+            (the dumper quotes any scalar with non-ASCII text otherwise).
 
     Returns:
-        Any: ``value`` itself when YAML keeps it as is, else a literal string.
+        Any: `value` itself when YAML keeps it as is (strings included: the
+            dumper quotes those that would read back as something else), else a
+            `PlainScalar` holding its literal text.
 
     Raises:
         TypeError: when the value has no literal form (e.g. an arbitrary object).
     """
-    if isinstance(value, str):
-        return repr(value) if decode_literal(value) is not value else value
-    if value is None or isinstance(value, (bool, int, float, datetime.date)):
+    import datetime  # here, not at the top: saving is rarer than importing
+
+    if value is None or isinstance(value, (str, bool, int, float, datetime.date)):
         return value  # YAML scalars (a date or datetime is a YAML timestamp)
     if isinstance(value, _REPR_TYPES):
-        text = repr(value)
-        if decode_literal(text) == value:
-            return text
+        try:
+            text = _literal_text(value, ascii_only)
+        except (TypeError, RecursionError):
+            text = ""
+        if text[:1] == "{":
+            text = f"({text})"  # a plain scalar cannot start with "{"; "({1, 2})" is the set
+        if _plain_ok(text, ascii_only) and _same(decode_literal(text), value):
+            return PlainScalar(text)
     raise TypeError(f"value of type {type(value).__name__} has no YAML or Python-literal form")
+
+
+def _literal_text(value: Any, ascii_only: bool) -> str:
+    """`repr`, except that strings never hold ':' or '#', which end a plain scalar."""
+    if isinstance(value, (str, bytes)):
+        text = ascii(value) if ascii_only else repr(value)
+        # ':' and '#' are never part of an escape sequence in a repr, so these
+        # replacements keep the literal equal to the value.
+        return text.replace(":", "\\x3a").replace("#", "\\x23")
+    if isinstance(value, tuple):
+        items = [_literal_text(item, ascii_only) for item in value]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal_text(item, ascii_only) for item in value) + "]"
+    if isinstance(value, set):
+        if not value:
+            return "set()"
+        return "{" + ", ".join(_literal_text(item, ascii_only) for item in value) + "}"
+    if isinstance(value, dict):
+        pairs = (
+            f"{_literal_text(k, ascii_only)}:{_literal_text(v, ascii_only)}"
+            for k, v in value.items()
+        )
+        return "{" + ", ".join(pairs) + "}"
+    if value is None or isinstance(value, (bool, int, float, complex)):
+        return repr(value)
+    raise TypeError(type(value).__name__)
+
+
+def _plain_ok(text: str, ascii_only: bool) -> bool:
+    """Whether a YAML emitter can write `text` unquoted in block context."""
+    return (
+        bool(text)
+        and text[0] not in _PLAIN_BAD_START
+        and text[-1] not in " :"
+        and ": " not in text
+        and " #" not in text
+        and text.isprintable()
+        and (text.isascii() or not ascii_only)
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (1 == 1.0 == True is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)

@@ -1,48 +1,76 @@
 """CfgNode: a dict with attribute access, safe YAML I/O and a real freeze.
 
-Why keys are mirrored into the instance ``__dict__``: ``cfg.A.B`` is then
+Why keys are mirrored into the instance `__dict__`: `cfg.A.B` is then
 resolved by CPython's own attribute lookup, in C, instead of a Python-level
-``__getattr__`` on every access (the original spent ~23x a plain dict lookup
-there). Every mutation goes through :meth:`CfgNode._set` or a method that
-checks the freeze first, so the mirror never drifts from the dict.
+`__getattr__` on every access (the original spent ~23x a plain dict lookup
+there). Every mutation goes through `CfgNode._prepare` and `CfgNode._store`
+or a method that checks the freeze first, so the mirror never drifts from the
+dict.
 
-Keys that collide with a method or attribute of CfgNode (``copy``, ``items``,
-``freeze`` ...) are allowed but live only as items: ``cfg["copy"]`` works,
-while ``cfg.copy`` stays the method and ``cfg.copy = 1`` raises with a hint.
+Two kinds of keys are items only, never attributes:
+
+* keys that collide with a method or attribute of CfgNode (`copy`, `items`,
+  `freeze` ...): `cfg["copy"]` works, `cfg.copy` stays the method;
+* dunder keys (`__BASE__`, `__array_interface__` ...): Python and libraries
+  such as NumPy look such names up as protocol hooks, so a config file must
+  never be able to define one (`__array_interface__` would let it read and
+  write process memory through `numpy.asarray`).
+
+Imports are kept to the standard library's lightest modules: PyYAML, `ast`,
+`difflib` and `copy` are imported on first use.
 """
 
 from __future__ import annotations
 
-import difflib
-import io
 import os
-import tempfile
-from collections.abc import Iterable, Mapping
-from copy import deepcopy
-from typing import Any, TypeVar
 
-from . import yaml_io
+# collections.abc is `from _collections_abc import *` behind the import of the
+# whole `collections` package; the interpreter has already loaded this one.
+from _collections_abc import Mapping
+
+from . import files, yaml_io
 from .errors import ConfigError, ConfigKeyError, FrozenError
 from .literal import decode_literal, encode_literal
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from collections.abc import Iterable
+    from typing import Any
+
+    from typing_extensions import Self
+
 __all__ = ["CfgNode"]
 
-_T = TypeVar("_T", bound="CfgNode")
+
+def _deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    from copy import deepcopy  # on first use: the import costs more than the call
+
+    return deepcopy(value, memo)
+
+
+def _is_dunder(key: str) -> bool:
+    return key[:2] == "__" and key[-2:] == "__"
 
 
 class CfgNode(dict):
-    """Config Node: a ``dict`` whose keys are also attributes.
+    """Config Node: a `dict` whose keys are also attributes.
 
-    Nested dictionaries become CfgNodes, so ``cfg.MODEL.NUM_CLASSES`` and
-    ``cfg["MODEL"]["NUM_CLASSES"]`` are the same value. Keys must be valid
-    Python identifiers; errors name the full dotted key (``MODEL.BACKBONE.DEPTH``).
+    Nested dictionaries become CfgNodes, so `cfg.MODEL.NUM_CLASSES` and
+    `cfg["MODEL"]["NUM_CLASSES"]` are the same value. Keys must be valid
+    Python identifiers; errors name the full dotted key (`MODEL.BACKBONE.DEPTH`).
 
-    Example::
+    Keys named like a method (`copy`, `items`...) and dunder keys (`__BASE__`)
+    are items only: read and write them with `cfg["copy"]`.
+
+    Examples:
+        ```python
+        from easycore.common.config import CfgNode
 
         cfg = CfgNode({"MODEL": {"NUM_CLASSES": 100}})
         cfg.SOLVER = CfgNode()
         cfg.SOLVER.LEARNING_RATE = 0.001
         cfg.freeze()
+        ```
     """
 
     __slots__ = ("__dict__", "_frozen", "_key_path")
@@ -59,8 +87,9 @@ class CfgNode(dict):
         """
         Args:
             init_dict (dict): a possibly-nested dictionary to initialize the CfgNode.
+                Its values are kept as they are: a string stays a string.
             copy (bool): if False, the CfgNode shares the leaf values with
-                ``init_dict``; otherwise the contents of ``init_dict`` are deep-copied.
+                `init_dict`; otherwise the contents of `init_dict` are deep-copied.
         """
         object.__setattr__(self, "_frozen", False)
         object.__setattr__(self, "_key_path", "")
@@ -70,7 +99,7 @@ class CfgNode(dict):
         if not isinstance(init_dict, Mapping):
             raise TypeError(f"CfgNode expects a mapping, got {type(init_dict).__name__}")
         if copy:
-            init_dict = deepcopy(init_dict)
+            init_dict = _deepcopy(init_dict)
         for key, value in init_dict.items():
             self._set(key, value)
         if copy:
@@ -81,7 +110,12 @@ class CfgNode(dict):
     # ------------------------------------------------------------------ access
     def __getattr__(self, name: str) -> Any:
         # Reached only for names that are neither attributes nor mirrored keys.
-        if name.startswith("__") and name.endswith("__"):
+        if _is_dunder(name):
+            if dict.__contains__(self, name):
+                raise AttributeError(
+                    f"{self._path_of(name)!r} is a key with a dunder name: such keys are items "
+                    f"only, never attributes; use cfg[{name!r}]"
+                )
             raise AttributeError(name)  # protocol probes (__deepcopy__, ...) stay quiet
         raise AttributeError(self._missing_message(name))
 
@@ -94,33 +128,43 @@ class CfgNode(dict):
     def _missing_message(self, key: Any) -> str:
         message = f"config has no key {self._path_of(key)!r}"
         if isinstance(key, str):
-            close = difflib.get_close_matches(key, [k for k in self if isinstance(k, str)], n=1)
+            from difflib import get_close_matches  # only errors pay for difflib
+
+            close = get_close_matches(key, [k for k in self if isinstance(k, str)], n=1)
             if close:
                 message += f"; did you mean {self._path_of(close[0])!r}?"
         return message
 
     # --------------------------------------------------------------- mutation
-    def _set(self, key: Any, value: Any) -> None:
-        """The single way a key gets into the node: validate, convert, mirror."""
+    def _prepare(self, key: Any, value: Any) -> Any:
+        """Validate a key and convert its value, changing nothing yet."""
         if not isinstance(key, str) or not key.isidentifier():
             raise ConfigKeyError(
                 f"invalid config key {self._path_of(key)!r}: keys must be valid Python identifiers"
             )
-        if type(value) in _SCALARS:
-            pass  # nothing to convert (and no slow ABC isinstance check)
-        elif isinstance(value, Mapping) and not isinstance(value, CfgNode):
+        if type(value) in _SCALARS or isinstance(value, CfgNode):
+            return value  # nothing to convert (and no slow ABC isinstance check)
+        if isinstance(value, Mapping):
             # Give the new node its path before its children are set, so that
             # their paths (used in every error message) are full dotted paths.
             node = CfgNode()
             object.__setattr__(node, "_key_path", self._path_of(key))
             for child_key, child in value.items():
                 node._set(child_key, child)
-            value = node
-        elif isinstance(value, CfgNode):
+            return node
+        return value
+
+    def _store(self, key: str, value: Any) -> None:
+        """Put a prepared value in place: the dict, the attribute mirror, the key path."""
+        if isinstance(value, CfgNode):
             _set_key_path(value, self._path_of(key))
         dict.__setitem__(self, key, value)
-        if key not in type(self)._reserved:
+        if key not in type(self)._reserved and (key[:2] != "__" or key[-2:] != "__"):
             self.__dict__[key] = value
+
+    def _set(self, key: Any, value: Any) -> None:
+        """The single way one key gets into the node: validate, convert, mirror."""
+        self._store(key, self._prepare(key, value))
 
     def _check_mutable(self, key: Any = None) -> None:
         if self._frozen:
@@ -132,17 +176,22 @@ class CfgNode(dict):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Fast path for re-binding an existing key to a scalar, the hot
-        # ``cfg.sum += x`` of a consumer loop: a key already in the mirror is
+        # `cfg.sum += x` of a consumer loop: a key already in the mirror is
         # known valid and unreserved, and a scalar needs no conversion.
         mirror = self.__dict__
         if name in mirror and type(value) in _SCALARS and not self._frozen:
             dict.__setitem__(self, name, value)
             mirror[name] = value
             return
-        if name in type(self)._reserved:
+        if name in type(self)._reserved or _is_dunder(name):
+            kind = (
+                "a CfgNode method or attribute"
+                if name in type(self)._reserved
+                else ("a Python special name")
+            )
             raise AttributeError(
-                f"cannot set {self._path_of(name)!r} as an attribute: {name!r} is a CfgNode "
-                f"method or attribute; use cfg[{name!r}] = ... to store it as a key"
+                f"cannot set {self._path_of(name)!r} as an attribute: {name!r} is {kind}; "
+                f"use cfg[{name!r}] = ... to store it as a key"
             )
         self._check_mutable(name)
         self._set(name, value)
@@ -152,7 +201,9 @@ class CfgNode(dict):
         self._set(key, value)
 
     def __delattr__(self, name: str) -> None:
-        if name not in self:
+        # Only keys that are attributes can be deleted as attributes; a key
+        # named like a method, or a dunder key, is deleted with `del cfg[name]`.
+        if name not in self.__dict__:
             raise AttributeError(self._missing_message(name))
         del self[name]
 
@@ -163,23 +214,31 @@ class CfgNode(dict):
         dict.__delitem__(self, key)
         self.__dict__.pop(key, None)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        self._check_mutable()
-        for key, value in dict(*args, **kwargs).items():
-            self._set(key, value)
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Set several keys at once, as `dict.update` does; all or none of them.
 
-    def __ior__(self: _T, other: Any) -> _T:  # type: ignore[override]
+        Raises:
+            FrozenError: the config is frozen.
+            ConfigKeyError: a key is invalid (nothing is changed then).
+        """
+        self._check_mutable()
+        items = dict(*args, **kwargs).items()
+        prepared = [(key, self._prepare(key, value)) for key, value in items]
+        for key, value in prepared:
+            self._store(key, value)
+
+    def __ior__(self, other: Any) -> Self:
         self.update(other)
         return self
 
-    def __or__(self, other: Any) -> CfgNode:  # type: ignore[override]
+    def __or__(self, other: Any) -> CfgNode:
         if not isinstance(other, Mapping):
             return NotImplemented
         merged = CfgNode(self, copy=False)
         merged.update(other)
         return merged
 
-    def pop(self, key: Any, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: Any, *default: Any) -> Any:
         self._check_mutable(key)
         if key not in self and not default:
             raise ConfigKeyError(self._missing_message(key))
@@ -192,7 +251,7 @@ class CfgNode(dict):
         self.__dict__.pop(key, None)
         return key, value
 
-    def setdefault(self, key: Any, default: Any = None) -> Any:  # type: ignore[override]
+    def setdefault(self, key: Any, default: Any = None) -> Any:
         self._check_mutable(key)
         if key not in self:
             self._set(key, default)
@@ -207,9 +266,9 @@ class CfgNode(dict):
     def freeze(self, frozen: bool = True) -> None:
         """freeze or unfreeze the CfgNode and all of its children
 
-        A frozen node refuses every change: ``cfg.X = ...``, ``cfg["X"] = ...``,
-        ``del``, ``update``, ``pop``, ``popitem``, ``setdefault``, ``clear``,
-        ``|=`` and ``merge``. Lists inside the tree stay ordinary lists.
+        A frozen node refuses every change: `cfg.X = ...`, `cfg["X"] = ...`,
+        `del`, `update`, `pop`, `popitem`, `setdefault`, `clear`, `|=`,
+        `merge` and `merge_from_list`. Lists inside the tree stay ordinary lists.
 
         Args:
             frozen (bool): freeze or unfreeze the config
@@ -227,20 +286,20 @@ class CfgNode(dict):
         """
         return self._frozen
 
-    def copy(self: _T) -> _T:  # type: ignore[override]
+    def copy(self) -> Self:
         """deepcopy this CfgNode (the copy keeps the frozen state)
 
         Returns:
-            CfgNode
+            CfgNode: a deep copy, of the same class as this node.
         """
-        return deepcopy(self)
+        return _deepcopy(self)
 
-    def __deepcopy__(self: _T, memo: dict[int, Any]) -> _T:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         new = type(self)()
         memo[id(self)] = new
         object.__setattr__(new, "_key_path", self._key_path)
         for key, value in dict.items(self):
-            new._set(key, deepcopy(value, memo))
+            new._set(key, _deepcopy(value, memo))
         object.__setattr__(new, "_frozen", self._frozen)
         return new
 
@@ -252,29 +311,44 @@ class CfgNode(dict):
     def merge(self, cfg: Mapping[str, Any]) -> None:
         """merge another CfgNode into this CfgNode, the another CfgNode will override this CfgNode.
 
-        Nested nodes merge recursively; other values from ``cfg`` are deep-copied in.
+        Nested nodes merge recursively; other values from `cfg` are deep-copied
+        in. The merge is atomic: every key is checked first (names, frozen
+        sub-configs), so a failing merge changes nothing.
 
         Args:
             cfg (CfgNode): the config whose values win.
+
+        Raises:
+            FrozenError: this config, or a sub-config the merge would change, is frozen.
+            ConfigKeyError: `cfg` holds an invalid key.
         """
+        plan: list[tuple[CfgNode, str, Any]] = []
+        self._plan_merge(cfg, plan)
+        for node, key, value in plan:
+            node._store(key, value)
+
+    def _plan_merge(self, cfg: Mapping[str, Any], plan: list[tuple[CfgNode, str, Any]]) -> None:
         self._check_mutable()
         for key, value in cfg.items():
             mine = dict.get(self, key)
             if isinstance(value, Mapping) and isinstance(mine, CfgNode):
-                mine.merge(value)
+                mine._plan_merge(value, plan)
             else:
-                self._set(key, deepcopy(value))
+                plan.append((self, key, self._prepare(key, _deepcopy(value))))
 
     def merge_from_list(self, overrides: Iterable[str], allow_new: bool = False) -> None:
         """merge command-line style overrides into this CfgNode.
 
-        ``overrides`` is either alternating keys and values
-        (``["SOLVER.LR", "0.1", "NAME", "run1"]``) or ``KEY=VALUE`` items
-        (``["SOLVER.LR=0.1", "NAME=run1"]``). Values are parsed as Python
-        literals (``"0.1"`` -> 0.1, ``"(1, 2)"`` -> tuple); anything else stays a
+        `overrides` is either alternating keys and values
+        (`["SOLVER.LR", "0.1", "NAME", "run1"]`) or `KEY=VALUE` items
+        (`["SOLVER.LR=0.1", "NAME=run1"]`). Values are parsed as Python
+        literals (`"0.1"` -> 0.1, `"(1, 2)"` -> tuple); anything else stays a
         string. An existing value keeps its type: an int may become a float, a
-        list a tuple and vice versa, a string stays a string; other type changes
-        are refused.
+        list a tuple and vice versa, a string stays a string (`NAME=None` sets
+        the string `"None"`), anything but a string may become None; other type
+        changes are refused.
+
+        Either every override is applied or, on an error, none is.
 
         Args:
             overrides (Iterable[str]): the overrides.
@@ -284,12 +358,11 @@ class CfgNode(dict):
         Raises:
             ConfigKeyError: unknown or invalid key (with a close-match suggestion).
             ConfigError: a value whose type does not match the existing one.
-
-        Either every override is applied or, on an error, none is.
+            FrozenError: the config is frozen.
         """
         pairs = _pairs(list(overrides))
         # Rehearse on a copy first, so a bad override leaves this node untouched.
-        deepcopy(self)._apply_overrides(pairs, allow_new)
+        _deepcopy(self)._apply_overrides(pairs, allow_new)
         self._apply_overrides(pairs, allow_new)
 
     def _apply_overrides(self, pairs: list[tuple[str, str]], allow_new: bool) -> None:
@@ -340,27 +413,33 @@ class CfgNode(dict):
     def save(self, save_path: Any, encoding: str = "utf-8") -> None:
         """save the CfgNode into a yaml file
 
-        A path is written atomically (a temporary file renamed into place), so
-        a failed save never leaves a half-written config. A file object opened
-        in text or binary mode is written to directly.
+        A path is written atomically: a temporary file in the same directory,
+        created with the mode a plain `open()` would give (or the mode of the
+        file it replaces), is renamed into place, so a failed save never leaves
+        a half-written config. A symbolic link is followed and its target
+        replaced. A path naming something other than a regular file (a
+        directory, a FIFO, `/dev/stdout`) is refused. A file object opened in
+        text or binary mode is written to directly.
 
         Args:
             save_path (str or io.IOBase): path to the yaml file, or a file object.
             encoding (str): encoding of the file.
+
+        Raises:
+            ConfigError: a value with no YAML form, or a path that is not a regular file.
         """
         text = type(self).dump(self)
+        assert text is not None  # dump without a stream returns the text
         if hasattr(save_path, "write"):
-            if isinstance(save_path, (io.RawIOBase, io.BufferedIOBase)) or "b" in getattr(
-                save_path, "mode", ""
-            ):
+            if files.is_binary(save_path):
                 save_path.write(text.encode(encoding))
             else:
                 save_path.write(text)
             return
-        _atomic_write(os.fspath(save_path), text, encoding)
+        files.atomic_write(os.fspath(save_path), text.encode(encoding))
 
     @classmethod
-    def open(cls: type[_T], file: Any, encoding: str = "utf-8") -> _T:
+    def open(cls, file: Any, encoding: str = "utf-8") -> Self:
         """load a CfgNode from file.
 
         Args:
@@ -368,36 +447,44 @@ class CfgNode(dict):
             encoding (str): encoding of the file.
 
         Returns:
-            CfgNode
+            CfgNode: the config, of the class this method is called on.
 
         Raises:
-            ConfigError: invalid YAML, an unsafe tag or an invalid key, naming the file.
+            ConfigFileNotFoundError: no file at that path (a `FileNotFoundError`).
+            ConfigError: a file that is not valid text in `encoding` (then also a
+                `UnicodeDecodeError`), invalid YAML, an unsafe tag, a duplicate
+                or invalid key, or nesting too deep, naming the file.
         """
         if hasattr(file, "read"):
-            text = file.read()
-            if isinstance(text, bytes):
-                text = text.decode(encoding)
             source = str(getattr(file, "name", "<stream>"))
+            try:
+                text = file.read()
+            except UnicodeDecodeError as exc:
+                raise files.decode_error(exc, source) from None
+            if isinstance(text, bytes):
+                text = files.decode(text, encoding, source)
         else:
             source = os.fspath(file)
-            with open(source, encoding=encoding) as f:
-                text = f.read()
+            text = files.read_text(source, encoding)
         return cls._from_yaml(text, source)
 
     @classmethod
-    def load(cls: type[_T], yaml_str: str) -> _T:
+    def load(cls, yaml_str: str) -> Self:
         """load a CfgNode from a string of yaml format
 
         Args:
             yaml_str (str): the YAML text.
 
         Returns:
-            CfgNode
+            CfgNode: the config, of the class this method is called on.
+
+        Raises:
+            ConfigError: invalid YAML, an unsafe tag, a duplicate or invalid key.
         """
         return cls._from_yaml(yaml_str, "<string>")
 
     @classmethod
-    def _from_yaml(cls: type[_T], text: str, source: str) -> _T:
+    def _from_yaml(cls, text: str, source: str) -> Self:
         data = yaml_io.safe_load(text, source)
         if data is None:
             return cls()
@@ -405,7 +492,7 @@ class CfgNode(dict):
             kind = type(data).__name__
             raise ConfigError(f"{source}: the top level must be a mapping, not {kind}")
         try:
-            return cls(_decode_tree(data), copy=False)
+            return cls(data, copy=False)
         except ConfigKeyError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -416,7 +503,7 @@ class CfgNode(dict):
         """dump CfgNode into yaml str or yaml file
 
         Note:
-            if ``stream`` is set to a non-None object, the CfgNode is dumped into
+            if `stream` is set to a non-None object, the CfgNode is dumped into
             it and None is returned; otherwise the YAML string is returned.
 
         Args:
@@ -424,16 +511,19 @@ class CfgNode(dict):
             stream (io.IOBase or None): a file object, or None to return a string.
             encoding (str or None): encoding of the output.
             **kwargs: options of the yaml dumper. Some useful options:
-                ["allow_unicode", "line_break", "explicit_start", "explicit_end",
-                "version", "tags"].
+                `allow_unicode`, `line_break`, `explicit_start`, `explicit_end`,
+                `version`, `tags`, `width`, `indent`.
 
         Returns:
-            None or str
+            None or str: the YAML text when `stream` is None.
 
         Raises:
-            ConfigError: a value with no YAML or Python-literal form, naming its key.
+            ConfigError: a value with no YAML or Python-literal form, or nesting
+                deeper than 100 levels, naming its key.
         """
-        return yaml_io.safe_dump(_encode_tree(cfg, ""), stream, encoding=encoding, **kwargs)
+        ascii_only = not kwargs.get("allow_unicode", True)
+        data = _encode_tree(cfg, "", ascii_only, 0)
+        return yaml_io.safe_dump(data, stream, encoding=encoding, **kwargs)
 
 
 CfgNode._reserved = frozenset(dir(CfgNode))
@@ -462,23 +552,26 @@ def _set_key_path(node: CfgNode, path: str) -> None:
             _set_key_path(value, f"{path}.{key}" if path else key)
 
 
-def _decode_tree(value: Any) -> Any:
-    if isinstance(value, str):
-        return decode_literal(value)
-    if isinstance(value, dict):
-        return {k: _decode_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode_tree(v) for v in value]
-    return value
-
-
-def _encode_tree(value: Any, path: str) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _encode_tree(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_encode_tree(v, f"{path}[{i}]") for i, v in enumerate(value)]
+def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
+    if isinstance(value, (Mapping, list)):
+        if depth >= yaml_io.MAX_DEPTH:
+            limit = yaml_io.MAX_DEPTH
+            raise ConfigError(f"cannot save {path or 'config'!r}: nested more than {limit} levels")
+        if isinstance(value, list):
+            return [
+                _encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
+            ]
+        return {
+            k: _encode_tree(v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1)
+            for k, v in value.items()
+        }
+    if type(value) is int and value.bit_length() > 14_000:  # near the 4,300-digit str limit
+        try:
+            str(value)
+        except ValueError as exc:
+            raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
     try:
-        return encode_literal(value)
+        return encode_literal(value, ascii_only)
     except TypeError as exc:
         raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
 
@@ -494,10 +587,12 @@ def _pairs(items: list[str]) -> list[tuple[str, str]]:
 
 
 def _coerce(old: Any, new: Any, raw: str, key: str) -> Any:
+    if isinstance(old, str):
+        # "NAME=50" or "NAME=None" on a string key means that string; a quoted
+        # literal ("NAME='run 7'") gives the string it spells.
+        return new if isinstance(new, str) else raw
     if old is None or new is None or type(old) is type(new):
         return new
-    if isinstance(old, str):
-        return raw  # "NAME=50" on a string key means the string "50"
     if isinstance(old, float) and type(new) is int:
         return float(new)
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
@@ -505,29 +600,3 @@ def _coerce(old: Any, new: Any, raw: str, key: str) -> Any:
     raise ConfigError(
         f"cannot set {key!r} to {raw!r}: expected {type(old).__name__}, got {type(new).__name__}"
     )
-
-
-def _atomic_write(path: str, text: str, encoding: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding=encoding) as f:
-            f.write(text)
-        # mkstemp makes the file 0600; give it the mode a plain open() would.
-        os.chmod(tmp, _mode_for(path))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _mode_for(path: str) -> int:
-    try:
-        return os.stat(path).st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask

@@ -1,12 +1,24 @@
-"""``download_file``: fetch a URL into a directory once, however many ask at once."""
+"""`download_file`: fetch a URL into a directory once, however many ask at once."""
 
+import errno
 import os
+import stat
 from typing import Optional
 from urllib.parse import unquote, urlsplit
 
-from .transfer import DEFAULT_TIMEOUT, Timeout, fetch
+from .errors import DownloadError
+from .limits import resolve_deadline, resolve_lock_timeout
+from .transfer import (
+    DEFAULT_TIMEOUT,
+    Timeout,
+    check_attempts,
+    check_timeout,
+    fetch,
+    remove_stale_parts,
+)
+from .urls import redact
 
-__all__ = ["download_file"]
+__all__ = ["download_file", "fetch_locked"]
 
 
 def download_file(
@@ -18,65 +30,167 @@ def download_file(
     timeout: Timeout = DEFAULT_TIMEOUT,
     max_attempts: int = 3,
     backoff: float = 0.5,
+    deadline: Optional[float] = None,
+    lock_timeout: Optional[float] = None,
 ) -> str:
     """Download a file from a given URL to a directory.
 
     If the file exists, will not overwrite the existing file. Processes downloading the
-    same file at once are serialised by a file lock (``<file>.lock``): one downloads, the
-    others wait and find the finished file. The file appears only once it is complete.
+    same file at once are serialised by a file lock (`<file>.lock`): one downloads, the
+    others wait and find the finished file. The file appears only once it is complete;
+    temporary files left by a download that was killed are removed by the next one.
 
-    Example:
-    ::
-
+    Examples:
+        ```python
         path = download_file("https://example.com/data/mnist.npz", "/tmp/data")
         # -> "/tmp/data/mnist.npz"
+        ```
 
     Args:
-        url (str): an ``http://`` or ``https://`` URL.
+        url (str): an `http://` or `https://` URL. A password in it is sent to that
+            host only, and the file is then created readable by its owner only.
         dir (str): the directory to store the file. It is created if missing.
         filename (str or None): the basename to save the file. Use the name in the URL if
             not given.
         progress (bool): whether to use tqdm to draw a progress bar.
-        timeout (float or tuple): ``(connect, read)`` timeouts in seconds.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
         max_attempts (int): tries in all for transient failures (connection errors,
             timeouts, 5xx).
         backoff (float): seconds before the first retry; doubles each time.
+        deadline (float or None): seconds for the whole download, retries included; None
+            reads `$EASYCORE_DOWNLOAD_DEADLINE`, else one hour. `math.inf` for none.
+        lock_timeout (float or None): seconds to wait while another process downloads
+            the same file; None reads `$EASYCORE_DOWNLOAD_LOCK_TIMEOUT`, else the
+            deadline plus one minute.
 
     Returns:
         str: the path to the downloaded file or the existing one.
 
     Raises:
-        DownloadError: the download failed; nothing is left at the returned path.
-        ValueError: no usable file name in ``filename`` or in the URL.
+        DownloadError: the download failed, did not finish within its deadline, or
+            another process held the file's lock for longer than `lock_timeout`; nothing
+            is left at the returned path.
+        IsADirectoryError: a directory has the file's name.
+        FileExistsError: something other than a regular file has the file's name.
+        ValueError: no usable file name in `filename` or in the URL, or a bad setting.
     """
     if filename is None:
         filename = _filename_from_url(url)
     elif not _is_plain_name(filename):
         raise ValueError(f"filename must be a plain file name, got {filename!r}")
+    check_timeout(timeout)
+    check_attempts(max_attempts)
     path = os.path.join(dir, filename)
-    if os.path.exists(path):
+    if _is_downloaded(path, url):
         return path
+    fetch_locked(
+        url,
+        path,
+        path,
+        progress=progress,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        deadline=deadline,
+        lock_timeout=lock_timeout,
+    )
+    return path
 
+
+def fetch_locked(
+    url: str,
+    dst: str,
+    lock_path: str,
+    *,
+    progress: bool,
+    timeout: Timeout,
+    max_attempts: int,
+    backoff: float,
+    deadline: Optional[float],
+    lock_timeout: Optional[float],
+) -> None:
+    """Download `url` to `dst` unless it is there, holding the lock of `lock_path`.
+
+    Under the lock: look again (another process may have finished meanwhile), remove
+    the temporary files of killed downloads of `dst`, then fetch.
+
+    Raises:
+        DownloadError: as `fetch`, or the lock was not free within `lock_timeout`.
+    """
     # Imported here: easycore.common.path imports this package for DownloadError.
+    from filelock import Timeout as LockTimeout
+
     from easycore.common.path.lock import file_lock
 
-    with file_lock(path):
-        if not os.path.exists(path):
-            fetch(
-                url,
-                path,
-                progress=progress,
-                timeout=timeout,
-                max_attempts=max_attempts,
-                backoff=backoff,
-            )
-    return path
+    seconds = resolve_deadline(deadline)
+    wait = resolve_lock_timeout(lock_timeout, seconds)
+    try:
+        lock = file_lock(lock_path, timeout=-1 if wait == float("inf") else wait)
+    except OSError as exc:
+        # e.g. the cache holds a file ".../a" and this URL is ".../a/b"
+        raise _path_error(url, exc, dst) from None
+    try:
+        lock.acquire()
+    except LockTimeout as exc:
+        raise DownloadError(
+            url,
+            f"gave up after waiting {wait:g} s for another download of it to finish "
+            f"(lock file {lock.lock_file}; set lock_timeout= or "
+            "$EASYCORE_DOWNLOAD_LOCK_TIMEOUT)",
+            transient=True,
+        ) from exc
+    try:
+        if _is_downloaded(dst, url):
+            return
+        remove_stale_parts(dst)
+        fetch(
+            url,
+            dst,
+            progress=progress,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            deadline=seconds,
+        )
+    finally:
+        lock.release()
+
+
+def _is_downloaded(path: str, url: str) -> bool:
+    """True if a regular file is at `path`; an error if something else is."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _path_error(url, exc, path) from None
+    if stat.S_ISREG(mode):
+        return True
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            errno.EISDIR, f"cannot download {redact(url)}: a directory has its name", path
+        )
+    raise FileExistsError(
+        errno.EEXIST, f"cannot download {redact(url)}: a non-regular file has its name", path
+    )
+
+
+def _path_error(url: str, exc: OSError, path: str) -> OSError:
+    """`exc` (about where `url` is to be stored) again, naming the URL."""
+    reasons = {
+        errno.ENOTDIR: "a parent of its path is not a directory",
+        errno.EEXIST: "a parent of its path is not a directory",
+        errno.ENAMETOOLONG: "its path is longer than the file system allows",
+    }
+    why = reasons.get(exc.errno or 0, exc.strerror)
+    # OSError(errno, ...) builds the matching subclass (NotADirectoryError for ENOTDIR).
+    return OSError(exc.errno, f"cannot download {redact(url)}: {why}", exc.filename or path)
 
 
 def _filename_from_url(url: str) -> str:
     name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
     if not _is_plain_name(name):
-        raise ValueError(f"cannot derive a file name from {url!r}; pass filename=")
+        raise ValueError(f"cannot derive a file name from {redact(url)!r}; pass filename=")
     return name
 
 

@@ -1,20 +1,40 @@
-"""Stream one URL into one file: atomically, with timeouts and bounded retries.
+"""Stream one URL into one file: atomically, within a deadline, with bounded retries.
 
-``requests`` and ``tqdm`` are imported inside the functions, so importing this module
-(and everything that imports it) stays cheap until a transfer actually happens.
+`requests`, `urllib3` and `tqdm` are imported inside the functions, so importing this
+module (and everything that imports it) stays cheap until a transfer actually happens.
+
+What is stored is what the server sent: the body is read without content decoding, so a
+server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, as
+`curl -O` does (a `.tar.gz` stays gzipped), and nothing is ever expanded onto the disk.
 """
 
 import errno
 import os
+import re
 import secrets
 import time
-from typing import Callable, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
 
 from .errors import DownloadError
+from .limits import resolve_deadline
+from .urls import credentials, redact
 
-__all__ = ["DEFAULT_TIMEOUT", "Timeout", "check_timeout", "fetch", "probe"]
+if TYPE_CHECKING:
+    import logging
 
-#: ``(connect, read)`` seconds, or one number for both, as ``requests`` takes it.
+    from .deadline import Deadline
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Timeout",
+    "check_attempts",
+    "check_timeout",
+    "fetch",
+    "probe",
+    "remove_stale_parts",
+]
+
+#: `(connect, read)` seconds, or one number for both, as `requests` takes it.
 Timeout = Union[float, Tuple[float, float]]
 
 DEFAULT_TIMEOUT: Tuple[float, float] = (10.0, 60.0)
@@ -22,6 +42,11 @@ CHUNK_SIZE = 1 << 20
 
 # Ask for the bytes as stored: Content-Length then counts what we write to disk.
 _HEADERS = {"Accept-Encoding": "identity"}
+# Temporary files are "<dst>@<8 hex>.part" (see _create_temporary_file).
+_PART_SUFFIX = re.compile(r"@[0-9a-f]{8}\.part")
+
+#: Retries are logged (as warnings) here; the library configures no handler.
+LOGGER_NAME = "easycore.common.network"
 
 T = TypeVar("T")
 
@@ -35,37 +60,47 @@ def fetch(
     max_attempts: int = 3,
     backoff: float = 0.5,
     chunk_size: int = CHUNK_SIZE,
+    deadline: Optional[float] = None,
 ) -> str:
-    """Download ``url`` to the file ``dst``, which appears only once it is complete.
+    """Download `url` to the file `dst`, which appears only once it is complete.
 
-    The body is streamed into a temporary file next to ``dst`` and renamed into place
-    with :func:`os.replace` once its length matches ``Content-Length``. Whatever fails,
-    the temporary file is removed and ``dst`` is left untouched.
+    The body is streamed into a temporary file next to `dst` and renamed into place with
+    `os.replace` once complete (its length matches `Content-Length`, or a chunked body
+    ended with its last chunk). Whatever fails, the temporary file is removed and `dst`
+    is left untouched. A URL with credentials (`user:password@`) gives a file only its
+    owner can read (mode 0600).
 
     Args:
-        url (str): an ``http://`` or ``https://`` URL. TLS certificates are verified.
+        url (str): an `http://` or `https://` URL. TLS certificates are verified.
         dst (str): the file to create or replace. Its directory must exist.
         progress (bool): draw a tqdm progress bar on stderr.
-        timeout (float or tuple): ``(connect, read)`` timeouts in seconds.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
         max_attempts (int): tries in all; connection errors, timeouts, cut bodies and
-            5xx/408/429 answers are tried again after ``backoff * 2**k`` seconds.
+            5xx/408/429 answers are tried again after `backoff * 2**k` seconds.
         backoff (float): seconds to wait before the first retry; doubles each time.
         chunk_size (int): bytes read from the socket at a time.
+        deadline (float or None): seconds for the whole download, every attempt and pause
+            included; None reads `$EASYCORE_DOWNLOAD_DEADLINE`, else one hour.
 
     Returns:
-        str: ``dst``.
+        str: `dst`.
 
     Raises:
         DownloadError: naming the URL (and the HTTP status, if any).
     """
     check_timeout(timeout)
-    import requests
+    check_attempts(max_attempts)
+    clock_seconds = resolve_deadline(deadline)
+    private = credentials(url) is not None
+    from .deadline import Deadline
+    from .session import new_session
 
-    def once() -> str:
-        return _fetch_once(session, url, dst, progress, timeout, chunk_size)
+    with Deadline(clock_seconds) as clock, new_session() as session:
 
-    with requests.Session() as session:
-        return _with_retries(once, url, max_attempts, backoff)
+        def once() -> str:
+            return _fetch_once(session, url, dst, progress, clock, timeout, chunk_size, private)
+
+        return _with_retries(once, url, max_attempts, backoff, clock)
 
 
 def probe(
@@ -74,17 +109,19 @@ def probe(
     timeout: Timeout = DEFAULT_TIMEOUT,
     max_attempts: int = 3,
     backoff: float = 0.5,
+    deadline: Optional[float] = None,
 ) -> int:
-    """Ask a server for the status of ``url`` without downloading its body.
+    """Ask a server for the status of `url` without downloading its body.
 
-    Sends ``HEAD`` (following redirects) and falls back to the headers of a ``GET`` when
-    the server refuses ``HEAD``.
+    Sends `HEAD` (following redirects) and falls back to the headers of a `GET` when
+    the server refuses `HEAD`.
 
     Args:
-        url (str): an ``http://`` or ``https://`` URL.
-        timeout (float or tuple): ``(connect, read)`` timeouts in seconds.
-        max_attempts (int): tries in all for transient failures, as in :func:`fetch`.
+        url (str): an `http://` or `https://` URL.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds.
+        max_attempts (int): tries in all for transient failures, as in `fetch`.
         backoff (float): seconds before the first retry; doubles each time.
+        deadline (float or None): seconds for the whole exchange, as in `fetch`.
 
     Returns:
         int: the final HTTP status code (below 500).
@@ -93,13 +130,19 @@ def probe(
         DownloadError: when no answer arrives or the server keeps failing (5xx).
     """
     check_timeout(timeout)
+    check_attempts(max_attempts)
+    clock_seconds = resolve_deadline(deadline)
     import requests
+
+    from .deadline import Deadline
+    from .session import new_session
 
     def once() -> int:
         try:
-            response = session.head(url, allow_redirects=True, timeout=timeout, headers=_HEADERS)
+            limits = clock.cap(timeout)
+            response = session.head(url, allow_redirects=True, timeout=limits, headers=_HEADERS)
             if response.status_code in (405, 501):
-                response = session.get(url, stream=True, timeout=timeout, headers=_HEADERS)
+                response = session.get(url, stream=True, timeout=limits, headers=_HEADERS)
                 response.close()
         except requests.RequestException as exc:
             raise _as_download_error(url, exc) from exc
@@ -107,18 +150,18 @@ def probe(
             raise DownloadError(url, response.reason or "error", response.status_code, True)
         return response.status_code
 
-    with requests.Session() as session:
-        return _with_retries(once, url, max_attempts, backoff)
+    with Deadline(clock_seconds) as clock, new_session() as session:
+        return _with_retries(once, url, max_attempts, backoff, clock)
 
 
 def check_timeout(timeout: Timeout) -> None:
     """Refuse a missing or non-positive timeout: a transfer must never wait forever.
 
     Args:
-        timeout (float or tuple): ``(connect, read)`` seconds, or one number for both.
+        timeout (float or tuple): `(connect, read)` seconds, or one number for both.
 
     Raises:
-        ValueError: ``timeout`` is None, neither a number nor a pair, or not positive.
+        ValueError: `timeout` is None, neither a number nor a pair, or not positive.
     """
     values = timeout if isinstance(timeout, tuple) else (timeout,)
     if (isinstance(timeout, tuple) and len(timeout) != 2) or not all(
@@ -127,13 +170,53 @@ def check_timeout(timeout: Timeout) -> None:
         raise ValueError(f"timeout must be positive seconds or (connect, read), got {timeout!r}")
 
 
-def _with_retries(attempt: Callable[[], T], url: str, max_attempts: int, backoff: float) -> T:
+def check_attempts(max_attempts: int) -> None:
+    """Refuse fewer than one attempt.
+
+    Raises:
+        ValueError: `max_attempts` is below 1.
+    """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+
+
+def remove_stale_parts(dst: str) -> None:
+    """Remove the temporary files earlier downloads of `dst` left (killed mid-body).
+
+    Call it only while holding the download lock of `dst`: every download of `dst`
+    holds that lock while its temporary file exists, so any found then is stale.
+
+    Args:
+        dst (str): the file a download creates.
+    """
+    directory, name = os.path.split(dst)
+    try:
+        entries = os.listdir(directory or ".")
+    except OSError:
+        return
+    for entry in entries:
+        if entry.startswith(name) and _PART_SUFFIX.fullmatch(entry, len(name)):
+            _unlink_quietly(os.path.join(directory, entry))
+
+
+def logger() -> "logging.Logger":
+    """The `easycore.common.network` logger (imported on first use: logging is not light)."""
+    import logging
+
+    return logging.getLogger(LOGGER_NAME)
+
+
+def _with_retries(
+    attempt: Callable[[], T], url: str, max_attempts: int, backoff: float, clock: "Deadline"
+) -> T:
     for k in range(max_attempts):
+        if clock.expired:
+            raise clock.error(url)
         try:
             return attempt()
         except DownloadError as err:
+            if clock.expired:
+                raise clock.error(url) from err
             if not err.transient:
                 raise
             if k == max_attempts - 1:
@@ -141,15 +224,34 @@ def _with_retries(attempt: Callable[[], T], url: str, max_attempts: int, backoff
                     reason = f"{err.reason} (gave up after {max_attempts} attempts)"
                     raise DownloadError(url, reason, err.status, True) from err
                 raise
-        time.sleep(backoff * 2**k)
+            delay = backoff * 2**k
+            logger().warning(
+                "download of %s failed (%s%s); attempt %d of %d, retrying in %.3g s",
+                redact(url),
+                f"HTTP {err.status} " if err.status is not None else "",
+                err.reason,
+                k + 1,
+                max_attempts,
+                delay,
+            )
+        time.sleep(min(delay, clock.remaining()))
     raise AssertionError("unreachable")
 
 
-def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, chunk_size: int):
+def _fetch_once(
+    session: Any,
+    url: str,
+    dst: str,
+    progress: bool,
+    clock: "Deadline",
+    timeout: Timeout,
+    chunk_size: int,
+    private: bool,
+) -> str:
     import requests
 
     try:
-        response = session.get(url, stream=True, timeout=timeout, headers=_HEADERS)
+        response = session.get(url, stream=True, timeout=clock.cap(timeout), headers=_HEADERS)
     except requests.RequestException as exc:
         raise _as_download_error(url, exc) from exc
     with response:
@@ -158,12 +260,13 @@ def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, c
             raise DownloadError(
                 url, response.reason or "error", status, _is_transient_status(status)
             )
-        fd, tmp = _create_temporary_file(dst)
+        fd, tmp = _create_temporary_file(dst, 0o600 if private else 0o666)
         try:
-            try:
-                _stream_into(response, fd, url, dst, progress, chunk_size)
-            except requests.RequestException as exc:
-                raise _as_download_error(url, exc) from exc
+            _stream_into(response, fd, url, dst, progress, chunk_size)
+            if clock.expired:
+                # The deadline's shutdown can look like the end of a body that has no
+                # length: never rename such a body into place.
+                raise clock.error(url)
             os.replace(tmp, dst)
         except BaseException:
             _unlink_quietly(tmp)
@@ -171,33 +274,39 @@ def _fetch_once(session, url: str, dst: str, progress: bool, timeout: Timeout, c
     return dst
 
 
-def _stream_into(response, fd: int, url: str, dst: str, progress: bool, chunk_size: int) -> None:
-    import requests
+def _stream_into(
+    response: Any, fd: int, url: str, dst: str, progress: bool, chunk_size: int
+) -> None:
+    from urllib3.exceptions import HTTPError, ReadTimeoutError
 
     expected = _content_length(response)
     written = 0
+    # decode_content=False: the bytes the server sent, never expanded (see module doc).
+    chunks = response.raw.stream(chunk_size, decode_content=False)
     # Write through the descriptor that created the file: reopening it with O_TRUNC
     # makes ext4 flush the whole file at close (its replace-via-truncate heuristic).
     with open(fd, "wb") as f:
         bar = _progress_bar(expected, os.path.basename(dst)) if progress else None
         try:
-            for chunk in response.iter_content(chunk_size):
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except ReadTimeoutError as exc:
+                    raise DownloadError(url, f"timed out ({exc})", transient=True) from exc
+                except (HTTPError, OSError) as exc:
+                    # urllib3 enforces Content-Length and the chunked terminator.
+                    raise _cut_short(url, expected) from exc
+                if chunk is None:
+                    break
                 f.write(chunk)
                 written += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
-        except requests.exceptions.ChunkedEncodingError as exc:
-            # urllib3 noticed the body end early (it enforces Content-Length).
-            raise _cut_short(url, expected) from exc
         finally:
             if bar is not None:
                 bar.close()
-    if expected is not None:
-        # With a content coding the length counts wire bytes, not decoded ones.
-        encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
-        received = response.raw.tell() if encoded else written
-        if received != expected:
-            raise _cut_short(url, expected, received)
+    if expected is not None and written != expected:
+        raise _cut_short(url, expected, written)
 
 
 def _cut_short(url: str, expected: Optional[int], received: Optional[int] = None) -> DownloadError:
@@ -210,27 +319,30 @@ def _cut_short(url: str, expected: Optional[int], received: Optional[int] = None
     return DownloadError(url, reason, transient=True)
 
 
-def _progress_bar(total: Optional[int], name: str):
+def _progress_bar(total: Optional[int], name: str) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name)
 
 
-def _create_temporary_file(dst: str) -> Tuple[int, str]:
+def _create_temporary_file(dst: str, mode: int) -> Tuple[int, str]:
     # Same directory as dst, so os.replace is an atomic rename. Not mkstemp: its 0600
-    # would stick to the final file, whereas 0666 here gets the umask like any new file.
+    # would stick to the final file, whereas 0666 here gets the umask like any new file
+    # (0600 is asked for on purpose for files fetched with credentials).
     # The '@' keeps the name out of the cache's namespace (see easycore.common.path.cache).
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
         tmp = f"{dst}@{secrets.token_hex(4)}.part"
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary file name next to", dst)
 
 
-def _content_length(response) -> Optional[int]:
+def _content_length(response: Any) -> Optional[int]:
+    if "chunked" in response.headers.get("Transfer-Encoding", "").lower():
+        return None  # a Content-Length beside chunked coding is to be ignored (RFC 9112)
     try:
         value = int(response.headers["Content-Length"])
     except (KeyError, ValueError):

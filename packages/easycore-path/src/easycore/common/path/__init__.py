@@ -1,6 +1,6 @@
 """easycore.common.path: local paths, URLs and redirected prefixes behind one API.
 
-Importing this package is cheap: ``requests`` and ``tqdm`` are imported only when a URL
+Importing this package is cheap: `requests` and `tqdm` are imported only when a URL
 is actually downloaded.
 """
 

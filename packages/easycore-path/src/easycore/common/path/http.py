@@ -1,24 +1,26 @@
-"""``HTTPURLHandler``: read-only ``http://`` and ``https://`` URLs, cached on disk.
+"""`HTTPURLHandler`: read-only `http://` and `https://` URLs, cached on disk.
 
-A URL is downloaded once into ``get_cache_dir(<protocol>)`` (see :mod:`.cache` for the
-layout) and then served from disk: a cache hit is one ``stat``, with no import of
-``requests`` and no network traffic.
+A URL is downloaded once into `get_cache_dir(<protocol>)` (see `.cache` for the layout)
+and then served from disk: a cache hit is one `stat`, with no import of `requests` and
+no network traffic.
 """
 
 import errno
 import os
-from typing import IO, Any, List
+from typing import IO, Any, List, Optional
 
+from easycore.common.network.download import fetch_locked
+from easycore.common.network.limits import resolve_deadline, resolve_lock_timeout
 from easycore.common.network.transfer import (
     DEFAULT_TIMEOUT,
     Timeout,
+    check_attempts,
     check_timeout,
-    fetch,
     probe,
 )
+from easycore.common.network.urls import redact
 
 from .cache import check_inside, lock_target, url_to_cache_path
-from .lock import file_lock
 from .path_handler import PathHandler
 
 __all__ = ["HTTPURLHandler"]
@@ -30,19 +32,34 @@ class HTTPURLHandler(PathHandler):
     """Download URLs and cache them to disk.
 
     Concurrent requests for one URL, from threads or processes, download it once: the
-    download runs under :func:`file_lock` and whoever waited finds the finished file. A
-    file appears in the cache only complete; failures raise
-    :class:`~easycore.common.network.DownloadError` and leave nothing but lock files.
+    download runs under [`file_lock`][easycore.common.path.file_lock] and whoever waited
+    finds the finished file. A file appears in the cache only complete, holding the bytes
+    the server sent (a body the server compressed anyway is stored compressed, as
+    `curl -O` stores it). Failures raise
+    [`DownloadError`][easycore.common.network.DownloadError] and leave nothing but lock
+    files; temporary files of killed downloads are removed by the next download of the
+    same URL.
+
+    The cache entry is chosen by everything that changes the server's answer: scheme,
+    host, port, path, query string and the credentials in `user:password@`. Credentials
+    and query strings are hashed with a secret key of the user's, never written into a
+    file name, and a file fetched with credentials is readable by its owner only.
 
     Remote URLs are read-only here: writing, removing or creating them raises
-    ``PermissionError``.
+    `PermissionError`.
 
     Args:
-        timeout (float or tuple): ``(connect, read)`` timeouts in seconds.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
         max_attempts (int): tries in all for transient failures (connection errors,
             timeouts, truncated bodies, 5xx), with exponential backoff between them.
         backoff (float): seconds before the first retry; doubles each time.
         progress (bool): draw a tqdm progress bar while downloading.
+        deadline (float or None): seconds for a whole download, retries included, however
+            slowly the server sends; None reads `$EASYCORE_DOWNLOAD_DEADLINE` at download
+            time, else one hour. `math.inf` for none.
+        lock_timeout (float or None): seconds to wait while another process downloads the
+            same URL; None reads `$EASYCORE_DOWNLOAD_LOCK_TIMEOUT`, else the deadline plus
+            one minute.
     """
 
     def __init__(
@@ -52,25 +69,32 @@ class HTTPURLHandler(PathHandler):
         max_attempts: int = 3,
         backoff: float = 0.5,
         progress: bool = True,
+        deadline: Optional[float] = None,
+        lock_timeout: Optional[float] = None,
     ) -> None:
         check_timeout(timeout)
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        check_attempts(max_attempts)
+        if deadline is not None:
+            resolve_deadline(deadline)  # refuse a bad value now, not at the first download
+        if lock_timeout is not None:
+            resolve_lock_timeout(lock_timeout, 0.0)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.progress = progress
+        self.deadline = deadline
+        self.lock_timeout = lock_timeout
 
     def get_supported_prefixes(self) -> List[str]:
         """
         Returns:
-            List[str]: ``["http://", "https://"]``.
+            List[str]: `["http://", "https://"]`.
         """
         return ["http://", "https://"]
 
     def get_local_path(self, path: str) -> str:
-        """Get a file path which is compatible with native Python I/O such as ``open`` and
-        ``os.path``, downloading the URL into the cache on first use.
+        """Get a file path which is compatible with native Python I/O such as `open` and
+        `os.path`, downloading the URL into the cache on first use.
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -88,18 +112,18 @@ class HTTPURLHandler(PathHandler):
         return self._download(path, local)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
-        """Open a stream to a URI, similar to the built-in ``open``; read modes only.
+        """Open a stream to a URI, similar to the built-in `open`; read modes only.
 
         Args:
             path (str): A URI supported by this PathHandler.
             mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
-            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+            kwargs: other arguments of the built-in `open`, such as `encoding`.
 
         Returns:
             IO: a file-like object reading the cached copy.
 
         Raises:
-            PermissionError: ``mode`` writes.
+            PermissionError: `mode` writes.
         """
         if _WRITE_MODES.intersection(mode):
             raise self._read_only(f"open with mode {mode!r}", path)
@@ -108,7 +132,7 @@ class HTTPURLHandler(PathHandler):
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.
 
-        A cached URL exists without asking; otherwise the server is asked (``HEAD``).
+        A cached URL exists without asking; otherwise the server is asked (`HEAD`).
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -122,7 +146,11 @@ class HTTPURLHandler(PathHandler):
         if os.path.isfile(self._cache_path(path)):
             return True
         status = probe(
-            path, timeout=self.timeout, max_attempts=self.max_attempts, backoff=self.backoff
+            path,
+            timeout=self.timeout,
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+            deadline=self.deadline,
         )
         return status < 400
 
@@ -157,7 +185,7 @@ class HTTPURLHandler(PathHandler):
         Raises:
             NotImplementedError: always, naming the URL.
         """
-        raise NotImplementedError(f"HTTPURLHandler cannot list directories: {path!r}")
+        raise NotImplementedError(f"HTTPURLHandler cannot list directories: {redact(path)!r}")
 
     def makedirs(self, path: str) -> None:
         """Not supported: remote URLs are read-only.
@@ -213,23 +241,19 @@ class HTTPURLHandler(PathHandler):
         check_inside(cache_dir, local, url)
         if os.path.isdir(local):
             raise IsADirectoryError(
-                errno.EISDIR, f"cannot cache {url}: a directory holds its place", local
+                errno.EISDIR, f"cannot cache {redact(url)}: a directory holds its place", local
             )
-        try:
-            lock = file_lock(lock_target(local))
-        except (FileExistsError, NotADirectoryError) as exc:
-            # e.g. ".../a" is a cached file and this URL is ".../a/b".
-            raise type(exc)(exc.errno, f"cannot cache {url}: {exc.strerror}", local) from None
-        with lock:
-            if not os.path.isfile(local):
-                fetch(
-                    url,
-                    local,
-                    progress=self.progress,
-                    timeout=self.timeout,
-                    max_attempts=self.max_attempts,
-                    backoff=self.backoff,
-                )
+        fetch_locked(
+            url,
+            local,
+            lock_target(local),
+            progress=self.progress,
+            timeout=self.timeout,
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+            deadline=self.deadline,
+            lock_timeout=self.lock_timeout,
+        )
         return local
 
     @staticmethod
@@ -239,5 +263,5 @@ class HTTPURLHandler(PathHandler):
     @staticmethod
     def _read_only(operation: str, path: str) -> PermissionError:
         return PermissionError(
-            errno.EACCES, f"HTTPURLHandler is read-only, cannot {operation}", path
+            errno.EACCES, f"HTTPURLHandler is read-only, cannot {operation}", redact(path)
         )

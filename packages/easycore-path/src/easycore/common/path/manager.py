@@ -1,51 +1,65 @@
-"""``PathManager``: one API for every registered kind of path."""
+"""`PathManager`: one API for every registered kind of path."""
 
 import os
-import re
 from typing import IO, Any, Dict, List, Tuple, Union
+
+from easycore.common.network.urls import redact
 
 from .http import HTTPURLHandler
 from .native import NativePathHandler
 from .path_handler import PathHandler
+from .prefixes import has_scheme, leads, normalise_scheme
 
 __all__ = ["PathManager"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+# Keyed by prefix with its scheme lower-cased (see .prefixes): "HTTP://x" finds "http://".
 _handlers: Dict[str, PathHandler] = {}
 _prefixes: Tuple[str, ...] = ()  # longest first, so the longest match wins
 _native = NativePathHandler()
-_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://")  # 2+ letters: "c://" is a drive
 
 
 def _handler_for(path: str) -> PathHandler:
+    # Hot path (every cache hit goes through here): plain prefix tests first; the scheme
+    # is lower-cased only for paths that no prefix leads as they are spelt.
     for prefix in _prefixes:
-        if path.startswith(prefix):
+        # leads(prefix, path), inlined: a prefix ending in "/" (as "http://") leads all
+        if path.startswith(prefix) and (
+            prefix[-1] in "/:" or len(path) == len(prefix) or path[len(prefix)] == "/"
+        ):
             return _handlers[prefix]
-    if _scheme.match(path):
-        known = ", ".join(sorted(_handlers)) or "none"
-        raise ValueError(
-            f"no PathHandler registered for {path!r} (registered prefixes: {known}); "
-            "register one with PathManager.register()"
-        )
-    return _native
+    if not has_scheme(path):
+        return _native
+    key = normalise_scheme(path)
+    if key != path:
+        for prefix in _prefixes:
+            if leads(prefix, key):
+                return _handlers[prefix]
+    known = ", ".join(sorted(_handlers)) or "none"
+    raise ValueError(
+        f"no PathHandler registered for {redact(path)!r} (registered prefixes: {known}); "
+        "register one with PathManager.register()"
+    )
 
 
 class PathManager:
     """A general path manager for URI.
 
-    Each path goes to the registered :class:`PathHandler` with the longest prefix that
-    matches it (``http://`` and ``https://`` are registered by default); paths matching
-    no prefix are local. An unregistered ``scheme://`` is an error rather than a local
-    path.
+    Each path goes to the registered [`PathHandler`][easycore.common.path.PathHandler]
+    with the longest prefix that leads it (`http://` and `https://` are registered by
+    default); paths matching no prefix are local. A prefix matches whole path components
+    (`dataset://a` serves `dataset://a/x`, not `dataset://ab/x`) and its scheme ignores
+    case (`HTTP://` is `http://`). An unregistered `scheme://` is an error rather than a
+    local path.
 
-    Example:
-    ::
-
+    Examples:
+        ```python
         with PathManager.open("http://xxx.com/yyy.txt", "r", encoding="utf-8") as f:
             print(f.read())
         PathManager.register(RedirectPathHandler("dataset://", "/data/"))
         PathManager.exists("dataset://MNIST/train.npz")
+        ```
     """
 
     @staticmethod
@@ -57,14 +71,14 @@ class PathManager:
             override (bool): allow overriding existing handler for prefix.
 
         Raises:
-            TypeError: ``handler`` is not a :class:`PathHandler`.
-            ValueError: a prefix is already registered and ``override`` is False; nothing
+            TypeError: `handler` is not a [`PathHandler`][easycore.common.path.PathHandler].
+            ValueError: a prefix is already registered and `override` is False; nothing
                 is registered then.
         """
         global _prefixes
         if not isinstance(handler, PathHandler):
             raise TypeError(f"expected a PathHandler, got {type(handler).__name__}")
-        prefixes = handler._prefixes()
+        prefixes = [normalise_scheme(prefix) for prefix in handler._prefixes()]
         if not override:
             for prefix in prefixes:
                 if prefix in _handlers:
@@ -78,12 +92,12 @@ class PathManager:
 
     @staticmethod
     def open(path: PathLike, mode: str = "r", **kwargs: Any) -> IO:
-        """Open a stream to a URI, similar to the built-in ``open``.
+        """Open a stream to a URI, similar to the built-in `open`.
 
         Args:
-            path (str): A URI supported by registered ``PathHandler``.
+            path (str): A URI supported by registered `PathHandler`.
             mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
-            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+            kwargs: other arguments of the built-in `open`, such as `encoding`.
 
         Returns:
             IO: a file-like object.
@@ -96,7 +110,7 @@ class PathManager:
         """Copy a source path to a destination path.
 
         The source is made local first (a URL is downloaded into the cache), then copied
-        with the destination handler's :meth:`~PathHandler.copy_from_local`, which for
+        with the destination handler's `copy_from_local`, which for
         local paths writes a temporary file and renames it into place.
 
         Args:
@@ -108,7 +122,7 @@ class PathManager:
             bool: True on success.
 
         Raises:
-            FileExistsError: ``dst_path`` exists and ``overwrite`` is False.
+            FileExistsError: `dst_path` exists and `overwrite` is False.
         """
         local_path = PathManager.get_local_path(src_path)
         return PathManager.copy_from_local(local_path, dst_path, overwrite)
@@ -118,7 +132,7 @@ class PathManager:
         """Copy a resource from local path to destination path.
 
         Note:
-            This interface is for custom PathHandler, it is preferred to use ``copy()``
+            This interface is for custom PathHandler, it is preferred to use `copy()`
             instead.
 
         Args:
@@ -134,8 +148,8 @@ class PathManager:
 
     @staticmethod
     def get_local_path(path: PathLike) -> str:
-        """Get a file path which is compatible with native Python I/O such as ``open`` and
-        ``os.path``.
+        """Get a file path which is compatible with native Python I/O such as `open` and
+        `os.path`.
 
         Note:
             If URI points to a remote resource, this function may download and cache the
@@ -204,8 +218,8 @@ class PathManager:
 
     @staticmethod
     def makedirs(path: PathLike) -> None:
-        """Recursive directory creation function. Similar to ``os.makedirs(path,
-        exist_ok=True)``.
+        """Recursive directory creation function. Similar to `os.makedirs(path,
+        exist_ok=True)`.
 
         Args:
             path (str): A URI supported by registered PathHandler.
@@ -225,7 +239,7 @@ class PathManager:
 
     @staticmethod
     def removedirs(path: PathLike) -> None:
-        """Remove directories recursively, similar to ``os.removedirs``.
+        """Remove directories recursively, similar to `os.removedirs`.
 
         Args:
             path (str): A URI supported by registered PathHandler.

@@ -1,6 +1,6 @@
-"""``NativePathHandler``: local paths, straight onto ``open``, ``os`` and ``shutil``.
+"""`NativePathHandler`: local paths, straight onto `open`, `os` and `shutil`.
 
-Errors are the operating system's own (``FileNotFoundError``, ``FileExistsError`` ...),
+Errors are the operating system's own (`FileNotFoundError`, `FileExistsError` ...),
 carrying the path they are about.
 """
 
@@ -18,19 +18,20 @@ __all__ = ["NativePathHandler"]
 class NativePathHandler(PathHandler):
     """PathHandler for local path.
 
-    It is the fallback of :class:`PathManager`: paths no other handler claims are local.
+    It is the fallback of [`PathManager`][easycore.common.path.PathManager]: paths no
+    other handler claims are local.
     """
 
     def get_supported_prefixes(self) -> List[str]:
         """
         Returns:
-            List[str]: ``[]``; local paths have no prefix, this handler is the fallback.
+            List[str]: `[]`; local paths have no prefix, this handler is the fallback.
         """
         return []
 
     def get_local_path(self, path: str) -> str:
-        """Get a file path which is compatible with native Python I/O such as ``open`` and
-        ``os.path``.
+        """Get a file path which is compatible with native Python I/O such as `open` and
+        `os.path`.
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -41,12 +42,12 @@ class NativePathHandler(PathHandler):
         return os.fspath(path)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
-        """Open a stream to a URI, similar to the built-in ``open``.
+        """Open a stream to a URI, similar to the built-in `open`.
 
         Args:
             path (str): A URI supported by this PathHandler.
             mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
-            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+            kwargs: other arguments of the built-in `open`, such as `encoding`.
 
         Returns:
             IO: a file-like object.
@@ -87,7 +88,7 @@ class NativePathHandler(PathHandler):
         return os.path.isdir(path)
 
     def listdir(self, path: str) -> List[str]:
-        """List the contents of the directory at the given URI, like ``os.listdir``.
+        """List the contents of the directory at the given URI, like `os.listdir`.
 
         Args:
             path (str): A URI supported by the PathHandler.
@@ -98,8 +99,8 @@ class NativePathHandler(PathHandler):
         return os.listdir(path)
 
     def makedirs(self, path: str) -> None:
-        """Recursive directory creation function. Similar to ``os.makedirs(path,
-        exist_ok=True)``.
+        """Recursive directory creation function. Similar to `os.makedirs(path,
+        exist_ok=True)`.
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -107,7 +108,7 @@ class NativePathHandler(PathHandler):
         os.makedirs(path, exist_ok=True)
 
     def remove(self, path: str) -> None:
-        """Remove the file (not directory) at the given URI, like ``os.remove``.
+        """Remove the file (not directory) at the given URI, like `os.remove`.
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -115,7 +116,7 @@ class NativePathHandler(PathHandler):
         os.remove(path)
 
     def removedirs(self, path: str) -> None:
-        """Remove directories recursively, like ``os.removedirs``: the leaf directory must
+        """Remove directories recursively, like `os.removedirs`: the leaf directory must
         be empty, and parents left empty are removed too.
 
         Args:
@@ -126,8 +127,8 @@ class NativePathHandler(PathHandler):
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Copy a local file to the given URI, atomically.
 
-        The copy is written to a temporary file beside ``dst_path`` and renamed into place,
-        so readers never see a partial file. Without ``overwrite`` the final step is a
+        The copy is written to a temporary file beside `dst_path` and renamed into place,
+        so readers never see a partial file. Without `overwrite` the final step is a
         hard link, which fails rather than replace a file that appeared meanwhile.
 
         Args:
@@ -139,9 +140,9 @@ class NativePathHandler(PathHandler):
             bool: True on success.
 
         Raises:
-            FileExistsError: ``dst_path`` exists and ``overwrite`` is False.
-            IsADirectoryError: ``dst_path`` is a directory.
-            FileNotFoundError: ``local_path`` or the directory of ``dst_path`` is missing.
+            FileExistsError: `dst_path` exists and `overwrite` is False.
+            IsADirectoryError: `dst_path` is a directory.
+            FileNotFoundError: `local_path` or the directory of `dst_path` is missing.
         """
         if os.path.isdir(dst_path):
             raise _os_error(errno.EISDIR, dst_path)

@@ -1,4 +1,4 @@
-"""``PathHandler``: the contract every URI back-end of ``PathManager`` fulfils."""
+"""`PathHandler`: the contract every URI back-end of `PathManager` fulfils."""
 
 import os
 from typing import IO, Any, List, Optional
@@ -12,19 +12,20 @@ class PathHandler:
     """Base Path handler class for a URI.
 
     It routes I/O for a generic URI which may look like "protocol://path/to/file". A
-    handler declares the prefixes it serves with :meth:`get_supported_prefixes` and
-    mirrors ``open`` and ``os`` for them; :class:`PathManager` sends each path to the
-    handler with the longest matching prefix. Operations a handler does not support
-    raise :class:`NotImplementedError` naming the handler and the path.
+    handler declares the prefixes it serves with
+    [`get_supported_prefixes`][easycore.common.path.PathHandler.get_supported_prefixes] and
+    mirrors `open` and `os` for them; [`PathManager`][easycore.common.path.PathManager]
+    sends each path to the handler with the longest matching prefix. Operations a handler
+    does not support raise `NotImplementedError` naming the handler and the path.
     """
 
     def get_cache_dir(self, protocol: Optional[str] = None) -> str:
-        """Return a cache directory like ``<base-cache-dir>/protocol``.
+        """Return a cache directory like `<base-cache-dir>/protocol`.
 
-        The ``<base-cache-dir>`` is
+        The `<base-cache-dir>` is
 
-        1) ``$EASYCORE_CACHE``, if set
-        2) otherwise ``~/.easycore/cache``
+        1) `$EASYCORE_CACHE`, if set
+        2) otherwise `~/.easycore/cache`
 
         Args:
             protocol (str or None): protocol such as 'http', 'https'. If None, returns
@@ -44,16 +45,19 @@ class PathHandler:
         raise NotImplementedError(f"{type(self).__name__} must define get_supported_prefixes()")
 
     def get_support_prefixes(self) -> List[str]:
-        """Alias of :meth:`get_supported_prefixes`, as spelt in the easycore tutorial.
+        """Alias of
+        [`get_supported_prefixes`][easycore.common.path.PathHandler.get_supported_prefixes],
+        as spelt in the easycore tutorial.
 
-        A subclass may override either name; :class:`PathManager` uses the one defined
-        by the most derived class.
+        A subclass may override either name;
+        [`PathManager`][easycore.common.path.PathManager] uses the one defined by the most
+        derived class.
         """
         return self.get_supported_prefixes()
 
     def get_local_path(self, path: str) -> str:
-        """Get a file path which is compatible with native Python I/O such as ``open`` and
-        ``os.path``.
+        """Get a file path which is compatible with native Python I/O such as `open` and
+        `os.path`.
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -64,12 +68,12 @@ class PathHandler:
         raise self._unsupported("get_local_path", path)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
-        """Open a stream to a URI, similar to the built-in ``open``.
+        """Open a stream to a URI, similar to the built-in `open`.
 
         Args:
             path (str): A URI supported by this PathHandler.
             mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
-            kwargs: other arguments of the built-in ``open``, such as ``encoding``.
+            kwargs: other arguments of the built-in `open`, such as `encoding`.
 
         Returns:
             IO: a file-like object.
@@ -121,7 +125,7 @@ class PathHandler:
         raise self._unsupported("listdir", path)
 
     def makedirs(self, path: str) -> None:
-        """Recursive directory creation function. Similar to ``os.makedirs``.
+        """Recursive directory creation function. Similar to `os.makedirs`.
 
         Args:
             path (str): A URI supported by this PathHandler.

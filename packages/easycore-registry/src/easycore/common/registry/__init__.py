@@ -1,4 +1,7 @@
-"""A tiny, thread-safe name -> object registry (see :class:`Registry`)."""
+"""A tiny, thread-safe name -> object registry.
+
+See [`Registry`][easycore.common.registry.Registry].
+"""
 
 from ._version import __version__
 from .registry import Registry

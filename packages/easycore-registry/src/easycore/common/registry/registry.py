@@ -2,51 +2,68 @@
 
 from __future__ import annotations
 
-import difflib
 import threading
-from collections.abc import Iterator
-from typing import Any, Callable, Optional, TypeVar
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs more import time than this whole module
+    from collections.abc import Iterator
+    from typing import Any, Callable, Optional, TypeVar, overload
+
+    T = TypeVar("T")
 
 __all__ = ["Registry"]
-
-_T = TypeVar("_T")
 
 
 class Registry:
     """The registry that provides name -> object mapping.
 
-    To create a registry::
+    Registering a taken name, or getting an unknown one, raises `KeyError`
+    naming the registry (and, for unknown names, the closest registered one).
+    `"name" in registry`, `len(registry)` and iteration over the names work
+    too. Registration is thread-safe. `None` cannot be registered: it raises
+    `TypeError` (it is almost always a failed import or a missing value).
+
+    Examples:
+        To create a registry:
+
+        ```python
+        from easycore.common.registry import Registry
 
         MODEL_REGISTRY = Registry("MODEL")
+        ```
 
-    To register an object with its ``__name__``::
+        To register an object with its `__name__`:
 
+        ```python
         @MODEL_REGISTRY.register()
         class ResNet50:
             pass
 
-        # or
 
-        MODEL_REGISTRY.register(obj=ResNet50)
+        # or: MODEL_REGISTRY.register(obj=ResNet50)
+        ```
 
-    To register an object with a given name::
+        To register an object with a given name:
 
+        ```python
         @MODEL_REGISTRY.register("resnet")
-        class ResNet50:
+        class ResNet101:
             pass
 
-        # or
 
-        MODEL_REGISTRY.register("resnet", ResNet50)
+        class VGG16:
+            pass
 
-    To get a registered object from registry::
 
+        MODEL_REGISTRY.register("vgg", VGG16)
+        ```
+
+        To get a registered object from the registry:
+
+        ```python
         model_class = MODEL_REGISTRY.get("ResNet50")
-
-    Registering a taken name, or getting an unknown one, raises ``KeyError``
-    naming the registry (and, for unknown names, the closest registered one).
-    ``"name" in registry``, ``len(registry)`` and iteration over the names work
-    too. Registration is thread-safe.
+        assert MODEL_REGISTRY.get("vgg") is VGG16
+        ```
     """
 
     def __init__(self, name: str) -> None:
@@ -64,9 +81,14 @@ class Registry:
         return self._name
 
     def _do_register(self, name: str, obj: Any) -> None:
-        # Every public path ends here, so the duplicate check cannot be skipped.
+        # Every public path ends here, so the checks cannot be skipped.
         if not isinstance(name, str):
             raise TypeError(f"registry {self._name!r}: names must be str, got {name!r}")
+        if obj is None:
+            raise TypeError(
+                f"registry {self._name!r}: cannot register None as {name!r} "
+                "(a failed import or a missing value?); register an object"
+            )
         with self._lock:
             if name in self._objects:
                 raise KeyError(
@@ -74,23 +96,38 @@ class Registry:
                 )
             self._objects[name] = obj
 
-    def register(
-        self, name: Optional[str] = None, obj: Any = None
-    ) -> Optional[Callable[[_T], _T]]:
+    if TYPE_CHECKING:  # for the type checker: a decorator, or None when obj is given
+
+        @overload
+        def register(self, name: Optional[str] = None) -> Callable[[T], T]: ...
+
+        @overload
+        def register(self, name: Optional[str], obj: object) -> None: ...
+
+        @overload
+        def register(self, name: Optional[str] = None, *, obj: object) -> None: ...
+
+    # `...` (not None) means "no obj given": register(name, None) is refused, not a decorator.
+    def register(self, name: Optional[str] = None, obj: Any = ...) -> Any:
         """Register the given object with given name.
 
         If the object is not given, it will act as a decorator.
 
         Args:
-            name (str, optional): if not given, it will use ``obj.__name__`` as the name.
+            name (str, optional): if not given, it will use `obj.__name__` as the name.
             obj (object, optional): if not given, this method will return a decorator.
+                It may not be `None`.
 
         Returns:
-            Optional[object]: None or a decorator.
-        """
-        if obj is None:
+            None, or a decorator that registers what it decorates and returns it.
 
-            def decorator(func_or_class: _T) -> _T:
+        Raises:
+            KeyError: the name is already registered.
+            TypeError: `obj` is None, or has no `__name__` and no name was given.
+        """
+        if obj is ...:
+
+            def decorator(func_or_class: T) -> T:
                 key = name if name is not None else _name_of(func_or_class)
                 self._do_register(key, func_or_class)
                 return func_or_class
@@ -104,6 +141,9 @@ class Registry:
 
         Args:
             name (str): registered name
+
+        Raises:
+            KeyError: no object has that name.
         """
         with self._lock:
             if name not in self._objects:
@@ -114,7 +154,7 @@ class Registry:
         """Get whether the given name has been registered.
 
         Args:
-            name (str):
+            name (str): the name to look up.
 
         Returns:
             bool: whether the name has been registered.
@@ -129,6 +169,9 @@ class Registry:
 
         Returns:
             object: registered object.
+
+        Raises:
+            KeyError: no object has that name; the message suggests the closest one.
         """
         try:
             return self._objects[name]
@@ -144,8 +187,10 @@ class Registry:
         return list(self._objects)
 
     def _missing_message(self, name: str) -> str:
+        from difflib import get_close_matches  # only errors pay for difflib
+
         message = f"no object named {name!r} in registry {self._name!r}"
-        close = difflib.get_close_matches(str(name), list(self._objects), n=1)
+        close = get_close_matches(str(name), list(self._objects), n=1)
         return message + (f"; did you mean {close[0]!r}?" if close else "")
 
     def __contains__(self, name: object) -> bool:
@@ -162,9 +207,9 @@ class Registry:
 
 
 def _name_of(obj: Any) -> str:
+    if obj is None:
+        raise TypeError("cannot register None; register an object")
     try:
         return obj.__name__
     except AttributeError:
-        raise TypeError(
-            f"{obj!r} has no __name__; pass a name: register(name, obj)"
-        ) from None
+        raise TypeError(f"{obj!r} has no __name__; pass a name: register(name, obj)") from None

@@ -1,0 +1,168 @@
+"""Config files on disk: bounded, decoded reads and atomic writes.
+
+Reading names the file in every error: a missing file is a
+`ConfigFileNotFoundError`, text that is not in the encoding a
+`ConfigDecodeError`, and a FIFO or device is read up to `MAX_STREAM_BYTES`.
+Writing replaces a regular file atomically (a temporary file in the same
+directory, renamed into place), follows symlinks to their target, refuses
+anything that is not a regular file, and creates files with the mode `open()`
+would give without touching the process umask.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+
+from .errors import ConfigDecodeError, ConfigError, ConfigFileNotFoundError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
+
+__all__ = ["MAX_STREAM_BYTES", "atomic_write", "describe_mode", "is_binary", "read_text"]
+
+#: Most bytes read from a stream that is not a regular file (a FIFO, a device).
+MAX_STREAM_BYTES = 64 * 2**20
+
+
+def read_text(path: str, encoding: str) -> str:
+    """The text of the config file at `path`.
+
+    Raises:
+        ConfigFileNotFoundError: no file there.
+        ConfigDecodeError: the bytes are not text in `encoding`.
+        ConfigError: a stream that gave more than `MAX_STREAM_BYTES`.
+    """
+    return decode(_read_bytes(path), encoding, path)
+
+
+def is_binary(stream: Any) -> bool:
+    """Whether a file object takes bytes rather than text."""
+    return isinstance(stream, (io.RawIOBase, io.BufferedIOBase)) or "b" in getattr(
+        stream, "mode", ""
+    )
+
+
+def describe_mode(mode: int) -> str:
+    """What a file is, in words, from its `st_mode`."""
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ConfigFileNotFoundError(
+            errno.ENOENT, f"config file {path!r} not found", path
+        ) from None
+    with f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISREG(mode):
+            return f.read()
+        # A FIFO or a device may never end (/dev/zero): read a bounded amount.
+        data = f.read(MAX_STREAM_BYTES + 1)
+    if len(data) > MAX_STREAM_BYTES:
+        raise ConfigError(
+            f"{path}: a {describe_mode(mode)} that gave more than {MAX_STREAM_BYTES // 2**20} MiB; "
+            "refusing to read a config that large"
+        )
+    return data
+
+
+def decode(data: bytes, encoding: str, source: str) -> str:
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise decode_error(exc, source) from None
+
+
+def decode_error(exc: UnicodeDecodeError, source: str) -> ConfigDecodeError:
+    line = exc.object.count(b"\n", 0, exc.start) + 1
+    message = (
+        f"{source}: not valid {exc.encoding} text (line {line}, byte {exc.start}: "
+        f"{exc.reason}); pass encoding=... if the file uses another one"
+    )
+    return ConfigDecodeError(message, exc.encoding, exc.object, exc.start, exc.end, exc.reason)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace the regular file at `path` (or a symlink's target) by `data`, atomically."""
+    try:
+        st: os.stat_result | None = os.stat(path)  # follows symlinks
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        hint = "" if stat.S_ISDIR(st.st_mode) else "; pass a file object to write to it"
+        kind = describe_mode(st.st_mode)
+        raise ConfigError(f"cannot save to {path!r}: it is a {kind}, not a regular file{hint}")
+    # Renaming onto a symlink would replace the link; write its target instead.
+    target = _link_target(path)
+    directory, name = os.path.split(target)
+    fd, tmp = _create_temp(directory, name)
+    try:
+        try:
+            if st is not None and hasattr(os, "fchmod"):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # keep the mode of the file replaced
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _link_target(path: str) -> str:
+    """The absolute path that `path` names once its symlinks are followed.
+
+    Links through `/proc` (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`) name
+    an open file of the process, not a place: renaming a new file there would
+    not write to the stream, so they are refused.
+    """
+    given, path = path, os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on nested symlinks
+        if not os.path.islink(path):
+            return path
+        directory, name = os.path.split(path)
+        directory = os.path.realpath(directory)
+        if directory == "/proc" or directory.startswith("/proc/"):
+            raise ConfigError(
+                f"cannot save to {given!r}: it names an open file of the process (such as "
+                "/dev/stdout), not a place on disk; pass a file object to write to it"
+            )
+        path = os.path.join(directory, os.readlink(os.path.join(directory, name)))
+    raise ConfigError(f"cannot save to {given!r}: too many levels of symbolic links")
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    """Create a new file next to `name`, with the mode a plain `open()` would give.
+
+    Mode 0o666 through `os.open` lets the kernel apply the umask (and a default
+    ACL), exactly as for `open(path, "w")`, without reading or changing the
+    process umask, which other threads share.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 48 random bits
+            continue
