@@ -114,6 +114,7 @@ class Job:
         chunk_size: Optional[int],
         retry: bool,
         targets: Optional[List[int]] = None,
+        window: Optional[int] = None,
     ) -> None:
         self.engine = engine
         self.id = job_id
@@ -126,6 +127,8 @@ class Job:
         self.chunk_size = chunk_size
         self.retry = retry
         self.targets = targets  # broadcast: item k runs on worker targets[k]
+        self.window = window  # items taken but not yet consumed, at most
+        self.consumed_items = 0
         self._source = source
         self._iterator: Optional[Iterator] = iter(source) if lazy else None
         self._next_index = 0
@@ -277,6 +280,7 @@ class Engine:
         self._broken: Optional[BaseException] = None
         self._rr = 0
         self._on_idle = on_idle
+        self._busy = [0.0] * len(backend.devices)
 
     # ---------------------------------------------------------------- start
     def start(self) -> None:
@@ -308,6 +312,7 @@ class Engine:
         chunk_size: Optional[int] = None,
         retry: Optional[bool] = None,
         targets: Optional[List[int]] = None,
+        window: Optional[int] = None,
     ) -> Job:
         """Create a job and start sending its chunks.
 
@@ -324,6 +329,9 @@ class Engine:
             retry (bool or None): keep items so that they can run again after
                 a worker death (default: not ``fail_fast``).
             targets (list[int] or None): item k runs on worker ``targets[k]``.
+            window (int or None): items taken from the source but not yet
+                consumed (see [`consume`][easycore.common.parallel.engine.Engine.consume])
+                at most: how a stream that nobody reads stops.
 
         Returns:
             Job:
@@ -337,6 +345,7 @@ class Engine:
                 timeout=timeout, chunker=chunker or AdaptiveChunker(),
                 chunk_size=chunk_size,
                 retry=(not self.fail_fast) if retry is None else retry, targets=targets,
+                window=window,
             )
             self._next_job += 1
             self._jobs[job.id] = job
@@ -366,6 +375,23 @@ class Engine:
             if job.done:
                 return
             self._finish(job, error)
+
+    def consume(self, job: Job, n: int = 1) -> None:
+        """The owner consumed ``n`` of ``job``'s results: its window moves on.
+
+        Args:
+            job (Job): a job made with a ``window``.
+            n (int): results consumed.
+        """
+        with self._lock:
+            job.consumed_items += n
+            self._dispatch()
+        self.backend.wakeup()
+
+    def worker_seconds(self) -> List[float]:
+        """Seconds each worker slot spent running chunks so far (for statistics)."""
+        with self._lock:
+            return list(self._busy)
 
     @property
     def closing(self) -> bool:
@@ -422,6 +448,8 @@ class Engine:
     def _reserve(self, job: Job) -> Optional[int]:
         """A worker with a free credit for ``job`` (credit taken), or None."""
         if job.ordered and job.buffered > self.reorder_bytes:
+            return None
+        if job.window is not None and job.taken_items - job.consumed_items >= job.window:
             return None
         if job.targets is not None:
             if job._retry:
@@ -552,6 +580,7 @@ class Engine:
             chunk = _pop_chunk(w, msg.job, msg.seq)
             w.last_at = time.monotonic()
             w.items_done += msg.n_items
+            self._busy[slot] += msg.seconds
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
             if chunk is not None:
                 job.outstanding -= 1

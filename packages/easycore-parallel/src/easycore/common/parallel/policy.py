@@ -38,6 +38,15 @@ class DevicePolicy:
     #: the transport the process back-end uses
     transport_class: type = SharedMemoryTransport
 
+    def __init__(self, transport_class: Optional[type] = None) -> None:
+        """
+        Args:
+            transport_class (type or None): the process back-end's transport
+                (None: the class's ``transport_class``).
+        """
+        if transport_class is not None:
+            self.transport_class = transport_class
+
     def validate(self, device: Any) -> str:
         """Check one device string and normalise it.
 

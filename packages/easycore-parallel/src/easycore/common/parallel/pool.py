@@ -451,7 +451,7 @@ class Pool:
         if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
                 and queue_scale > 0):
             raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
-        policy = self.device_policy
+        policy = self._policy = self.make_policy()
         self._devices = [policy.validate(d) for d in devices]
         if backend in ("process", "thread"):
             for device in self._devices:
@@ -484,6 +484,14 @@ class Pool:
         self._coordinator = threading.Thread(target=self._coordinate,
                                              name="easycore-pool-coordinator", daemon=True)
         self._coordinator.start()
+
+    def make_policy(self) -> DevicePolicy:
+        """The device policy of this pool (a seam: easycore-torch's picks its transport here).
+
+        Returns:
+            DevicePolicy:
+        """
+        return self.device_policy
 
     def _make_backend(self, spec: BackendSpec, name: str, options: Dict[str, Any]) -> Backend:
         backend_cls = self.backends[name]
@@ -538,7 +546,7 @@ class Pool:
                 pass_context: bool, targets: Optional[List[int]] = None) -> Job:
         self._check_running()
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
-            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
         job = self._engine.submit_job(
             self._code(func, mode, pass_context), source, sink, ordered=ordered, lazy=lazy,
             timeout=self._timeout(task_timeout), chunker=self._chunker(func),

@@ -27,7 +27,14 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple
 
-from .backend import Backend, BackendSpec, ChannelBroken, DirectTransport, WorkerExited, check_options
+from .backend import (
+    Backend,
+    BackendSpec,
+    ChannelBroken,
+    DirectTransport,
+    WorkerExited,
+    check_options,
+)
 from .errors import WorkerError
 from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from .worker import Executor, HookFailed, WorkerContext
@@ -43,7 +50,7 @@ class _Slot:
     def __init__(self, index: int) -> None:
         self.index = index
         self.thread: Optional[threading.Thread] = None
-        self.inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.token: Optional[object] = None  # the running thread's; None: abandoned
         self.progress: List[Any] = [-1, -1, -1, 0.0]
 
@@ -72,7 +79,7 @@ class ThreadBackend(Backend):
         self.transport = DirectTransport()
         self._spec = spec
         self._slots = [_Slot(i) for i in range(len(self.devices))]
-        self._out: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
 
     @classmethod

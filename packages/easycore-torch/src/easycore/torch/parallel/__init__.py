@@ -49,16 +49,23 @@ The errors are easycore-parallel's, re-exported here.
 from easycore.common.parallel import (
     ParallelError,
     RunnerClosedError,
+    TaskTimeoutError,
     WorkerDiedError,
     WorkerError,
 )
 
 from .context import select_start_method
 from .devices import canonical_device, check_device
+from .policy import TorchDevicePolicy
+from .pool import Pool
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
-from .transport import TensorTransport
+from .transport import TensorTransport, TorchSharingTransport
 
 __all__ = [
+    "Pool",
+    "TorchDevicePolicy",
+    "TorchSharingTransport",
+    "TaskTimeoutError",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

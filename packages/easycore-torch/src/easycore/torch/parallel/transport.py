@@ -59,9 +59,9 @@ from typing import Any, List, Tuple
 
 import torch
 
-from easycore.common.parallel import SharedMemoryTransport
+from easycore.common.parallel import PickleTransport, SharedMemoryTransport
 
-__all__ = ["TensorTransport"]
+__all__ = ["TensorTransport", "TorchSharingTransport"]
 
 # A memoryview over raw memory, without a ctypes array type per size (ctypes
 # caches those forever). Our own prototype, so no global restype is changed.
@@ -204,3 +204,27 @@ def _rebuild_empty(
     dtype: torch.dtype, size: Tuple[int, ...], stride: Tuple[int, ...], requires_grad: bool
 ) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=dtype, requires_grad=requires_grad)
+
+
+class TorchSharingTransport(PickleTransport):
+    """Tensors through torch's own sharing (``torch.multiprocessing``'s reductions).
+
+    CPU tensors move into shared-memory files handed over as file
+    descriptors, CUDA tensors through CUDA IPC (no copy off the GPU: the
+    receiving process must be on the same machine and keep within torch's
+    rules for CUDA IPC). What ``Pool(tensor_sharing="torch")`` uses.
+    """
+
+    def _dumps(self, obj: Any) -> Tuple[bytes, int]:
+        from multiprocessing.reduction import ForkingPickler
+
+        import torch.multiprocessing  # noqa: F401  (registers torch's reductions)
+
+        data = bytes(ForkingPickler.dumps(obj, pickle.HIGHEST_PROTOCOL))
+        return data, len(data)
+
+    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+        return self._dumps(items)
+
+    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
+        return self._dumps(results)
