@@ -47,6 +47,20 @@ __all__ = ["ProcessBackend"]
 _DUMP = pickle.HIGHEST_PROTOCOL
 
 
+def _dump_spec(spec: WorkerSpec) -> bytes:
+    """Pickle a worker's spec; code from ``__main__`` goes by value (cloudpickle).
+
+    A runner class defined in a notebook, in stdin or under ``if __name__ ==
+    "__main__":`` cannot be imported by a worker started with ``spawn`` or
+    ``forkserver``: sent by value, it needs not be.
+    """
+    if getattr(spec.program, "by_value", False):
+        import cloudpickle
+
+        return cloudpickle.dumps(spec, protocol=_DUMP)
+    return pickle.dumps(spec, protocol=_DUMP)
+
+
 def _frame(data: bytes) -> bytes:
     """``data`` framed as ``multiprocessing.connection`` frames it (for recv_bytes)."""
     n = len(data)
@@ -229,8 +243,8 @@ class ProcessBackend(Backend):
         )
         process = self._ctx.Process(
             target=process_main,
-            args=(pickle.dumps(worker_spec, protocol=_DUMP), spec.threads, os.getpid(),
-                  self._method, task_r, res_w),
+            args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
+                  res_w),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )

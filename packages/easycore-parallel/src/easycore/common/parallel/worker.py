@@ -135,6 +135,11 @@ class RunnerProgram(WorkerProgram):
         self.runner_cls = runner_cls
         self.threads = threads
 
+    @property
+    def by_value(self) -> bool:
+        """bool: the runner class lives in ``__main__``: send it by value (cloudpickle)."""
+        return getattr(self.runner_cls, "__module__", None) in ("__main__", "__mp_main__")
+
     def init(self, ctx: WorkerContext) -> None:
         cls = self.runner_cls
         _call_hook("setup_worker", cls.setup_worker, ctx.device)
@@ -474,14 +479,15 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
 
 def _unpickling_report(exc: BaseException) -> ErrorReport:
     report = ErrorReport.capture("starting the worker", exc)
-    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+    if isinstance(exc, (AttributeError, ImportError)):
         hint = (
             "\n\nThe worker could not import a class or function it was sent. Under the "
             "'spawn' and 'forkserver' start methods (the default for CUDA devices, and "
-            "on macOS and Windows) a worker imports your module anew: define the runner "
-            "class (and what its hooks use) at the top level of an importable module, "
-            "not inside `if __name__ == \"__main__\":`, a function, a notebook cell or "
-            "code read from stdin; or use start_method='fork' where the platform has it."
+            "on macOS and Windows) a worker imports your modules anew: define the runner "
+            "class, and what its hooks use, at the top level of a module the worker can "
+            "import (on its sys.path, not deleted or renamed since), or in the script "
+            "itself (code of __main__ is sent by value); or use start_method='fork' "
+            "where the platform has it."
         )
         report = report._replace(message=report.message + hint)
     return report
