@@ -46,7 +46,6 @@ from .errors import (
     ParallelError,
     RunnerClosedError,
     TaskTimeoutError,
-    WorkerDiedError,
     WorkerError,
 )
 from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
@@ -713,7 +712,7 @@ class Engine:
         what, at = reason
         if not chunks:
             if what == "died":
-                self._died(w, WorkerDiedError(device, slot, msg.pid, msg.exitcode))
+                self._died(w, self.backend.death_error(slot, msg))
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
@@ -732,7 +731,7 @@ class Engine:
                 failed_items = [running.first + at]
             else:
                 failed_items = list(range(running.first, running.first + running.n))
-            err = WorkerDiedError(device, slot, msg.pid, msg.exitcode, failed_items)
+            err = self.backend.death_error(slot, msg, failed_items)
             job.deaths += 1
             if self.fail_fast:
                 self._died(w, err)
@@ -755,7 +754,7 @@ class Engine:
             if after:
                 self._requeue(job, running.first + at + 1, after, len(after))
         if what != "timeout" and job.deaths >= self.max_deaths:
-            self._fail(job, WorkerDiedError(device, slot, msg.pid, msg.exitcode, failed_items))
+            self._fail(job, err)
             return
         if not job.done:
             failed = {k: ItemError(err) for k in range(len(failed_items))}
