@@ -55,6 +55,8 @@ from easycore.common.parallel import (
 
 from .context import select_start_method
 from .devices import canonical_device, check_device
+from .gradient_server import GradientServer
+from .model_sync import ModelSync
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import TensorTransport
 
@@ -70,4 +72,6 @@ __all__ = [
     "canonical_device",
     "check_device",
     "select_start_method",
+    "ModelSync",
+    "GradientServer",
 ]

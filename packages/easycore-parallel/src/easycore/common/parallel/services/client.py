@@ -121,7 +121,9 @@ class ProcessChannel:
         t = self.target
         try:
             return connection.Client(t.address, family="AF_UNIX", authkey=t.authkey)
-        except (OSError, EOFError, connection.AuthenticationError) as exc:
+        except connection.AuthenticationError as exc:
+            raise ParallelError(f"{t.label} refused this handle: wrong auth key ({exc})") from None
+        except (OSError, EOFError) as exc:
             raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
 
     def _gone(self, reason: str) -> BaseException:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
@@ -28,7 +29,19 @@ from ..ray_backend import _acquire_ray, _import_ray, _is_cuda, _release_ray
 from .dispatch import build, close_object, invoke
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 
-__all__ = ["RayTarget", "RayChannel", "start_ray", "lookup_ray"]
+__all__ = ["CallFailed", "RayTarget", "RayChannel", "start_ray", "lookup_ray"]
+
+
+class CallFailed(Exception):
+    """Raised by the actor when a method raised: carries its ErrorReport.
+
+    Success returns the bare result (no wrapping tuple: a call costs what a
+    plain actor call costs); failure travels as Ray's task error around this.
+    """
+
+    def __init__(self, report: ErrorReport) -> None:
+        super().__init__(report)
+        self.report = report
 
 
 class _ServiceActor:
@@ -48,8 +61,11 @@ class _ServiceActor:
             return ("error", self._error)
         return ("ok", {"pid": os.getpid(), "label": self._label, "device": self._device})
 
-    def call(self, method: str, args: tuple, kwargs: Dict[str, Any]) -> tuple:
-        return invoke(self._obj, self._label, method, args, kwargs)
+    def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        reply = invoke(self._obj, self._label, method, args, kwargs)
+        if reply[0] == "ok":
+            return reply[1]
+        raise CallFailed(reply[1])
 
     def stop(self) -> tuple:
         try:
@@ -77,12 +93,6 @@ class RayTarget:
         return RayChannel(self)
 
 
-def _unwrap(target: RayTarget, reply: tuple) -> Any:
-    if reply[0] == "ok":
-        return reply[1]
-    raise WorkerError.from_report(reply[1], target.device, 0, target.pid)
-
-
 class RayChannel:
     """Calls on a service's actor from this process (joins Ray if needed)."""
 
@@ -105,40 +115,51 @@ class RayChannel:
     def call(self, method: str, args: tuple, kwargs: Dict[str, Any],
              timeout: Optional[float]) -> Any:
         ray = self._ray
-        ref = self._actor.call.remote(method, args, kwargs)
+        ref = self._actor.call.remote(method, *args, **kwargs)
         try:
-            reply = ray.get(ref, timeout=timeout)
+            return ray.get(ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(
                 f"{method}() of {self.target.label} did not return within {timeout} s"
             ) from None
-        except ray.exceptions.RayActorError as exc:
-            raise self._died(exc) from None
-        return _unwrap(self.target, reply)
+        except ray.exceptions.RayError as exc:
+            raise self._error(exc) from None
 
     def submit(self, method: str, args: tuple, kwargs: Dict[str, Any],
                timeout: Optional[float]) -> Future:
         ray, target = self._ray, self.target
         result: Future = Future()
         result.set_running_or_notify_cancel()
-        ref = self._actor.call.remote(method, args, kwargs)
+        ref = self._actor.call.remote(method, *args, **kwargs)
 
         def done(inner: Future) -> None:
             try:
-                result.set_result(_unwrap(target, inner.result()))
-            except ray.exceptions.RayActorError as exc:
-                result.set_exception(self._died(exc))
+                value = inner.result()
+            except ray.exceptions.RayError as exc:
+                error = self._error(exc)
             except BaseException as exc:
-                result.set_exception(exc)
+                error = exc
+            else:
+                _settle(result, value=value)
+                return
+            _settle(result, error=error)
 
         ref.future().add_done_callback(done)
         if timeout is not None:
             _expire_later(result, timeout, f"{method}() of {target.label}")
         return result
 
-    def _died(self, exc: Any) -> ServiceDiedError:
-        text = str(exc).strip().splitlines()
-        return self.target.died("Ray: " + (text[0] if text else type(exc).__name__))
+    def _error(self, exc: Any) -> BaseException:
+        """Ray's error as ours: the method's WorkerError, or the actor's death."""
+        ray, t = self._ray, self.target
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, CallFailed):
+            return WorkerError.from_report(cause.report, t.device, 0, t.pid)
+        if isinstance(exc, ray.exceptions.RayActorError):
+            text = str(exc).strip().splitlines()
+            return t.died("Ray: " + (text[0] if text else type(exc).__name__))
+        return WorkerError(t.device, f"a call of {t.label}", 0, t.pid, type(exc).__name__,
+                           (str(exc).strip().splitlines() or [""])[0], str(exc))
 
     def close(self) -> None:
         if self._owns_session and os.getpid() == self.pid:
@@ -150,19 +171,24 @@ class RayChannel:
 
 
 def _expire_later(future: Future, timeout: float, what: str) -> None:
-    import threading
-
     def expire() -> None:
-        if not future.done():
-            try:
-                future.set_exception(TimeoutError(f"{what} did not return within {timeout} s"))
-            except Exception:  # resolved meanwhile
-                pass
+        _settle(future, error=TimeoutError(f"{what} did not return within {timeout} s"))
 
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
     timer.start()
     future.add_done_callback(lambda _: timer.cancel())
+
+
+def _settle(future: Future, value: Any = None, error: Optional[BaseException] = None) -> None:
+    """Resolve ``future`` unless the reply and the timeout raced and the other won."""
+    try:
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 class _RayOwner:
