@@ -11,6 +11,7 @@ the same machine stay out of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+# Read by Ray at import (as in tests/ray): Ray's processes use 127.0.0.1.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # spawned workers import the helpers by name
     sys.path.insert(0, _HERE)
@@ -73,3 +76,33 @@ def no_leaks(services_dir):
         time.sleep(0.05)
     leaked = sorted(set(shm_of(leaks.pids)) - shm_before)
     assert not leaked, f"leaked shared memory: {leaked}"
+
+
+@contextlib.contextmanager
+def _ray_env():
+    """Ray's workers import the helpers: this folder and ``tests`` on their path."""
+    saved = os.environ.get("PYTHONPATH")
+    paths = [_HERE, str(Path(_HERE).parent), saved]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 2 CPUs on loopback, started by the test module."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    with _ray_env():
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 _node_ip_address="127.0.0.1", object_store_memory=300 << 20,
+                 log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

@@ -116,6 +116,7 @@ class RayChannel:
              timeout: Optional[float]) -> Any:
         ray = self._ray
         ref = self._actor.call.remote(method, *args, **kwargs)
+        error: BaseException
         try:
             return ray.get(ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
@@ -123,7 +124,8 @@ class RayChannel:
                 f"{method}() of {self.target.label} did not return within {timeout} s"
             ) from None
         except ray.exceptions.RayError as exc:
-            raise self._error(exc) from None
+            error = self._error(exc)
+        raise error from error.__cause__  # the method's own exception, when it travelled
 
     def submit(self, method: str, args: tuple, kwargs: Dict[str, Any],
                timeout: Optional[float]) -> Future:
