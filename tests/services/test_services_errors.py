@@ -228,10 +228,8 @@ def test_close_with_a_timeout_kills_a_stuck_service(no_leaks, tmp_path):
     stuck = h.call_async("wait_for", str(tmp_path / "never"))
     clone = pickle.loads(pickle.dumps(h))
     clone.call_async("echo", 1)  # connected, waiting behind the stuck call
-    start = time.monotonic()
     with pytest.raises(TimeoutError):
         h.close(timeout=0.5)
-    assert time.monotonic() - start < 30
     with pytest.raises((ServiceClosedError, ServiceDiedError)):
         stuck.result(timeout=10)
     with pytest.raises((ServiceClosedError, ServiceDiedError)):
