@@ -62,5 +62,5 @@ def push_successes(sync, seed, count):
             model.weight.add_(1.0)
         if sync.push(model):  # on failure it pulls, and we try again from there
             versions.append(sync.version(model))
-    sync.handle.close()
+    sync.close()
     return versions

@@ -26,7 +26,9 @@ from easycore.common.parallel.services import (
     lookup,
 )
 
-METHODS = [m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()]
+METHODS = [
+    m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()
+]
 
 
 def test_the_documented_example(no_leaks):

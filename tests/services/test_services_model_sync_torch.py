@@ -21,13 +21,11 @@ def linear(seed=0, n_in=4, n_out=2):
 
 
 def test_the_documented_example(no_leaks):
-    with Service.start(VersionedStore) as store:
-        sync = ModelSync(store, name="policy")
+    with Service.start(VersionedStore) as store, ModelSync(store, "policy") as sync:
         a, b = linear(0), linear(1)
         assert sync.push(a)
         assert sync.pull(b)
         assert torch.equal(a.weight, b.weight)
-        sync.handle.close()
 
 
 def test_push_pull_and_conflicts(no_leaks):
@@ -50,7 +48,7 @@ def test_push_pull_and_conflicts(no_leaks):
         before = c.weight.detach().clone()
         assert not sync.push(c, pull_on_fail=False)  # never synced, the key exists
         assert sync.version(c) is None and torch.equal(c.weight, before)
-        sync.handle.close()
+        sync.close()
 
 
 def test_state_dicts_are_copies_and_gradients_stay(no_leaks):
@@ -70,7 +68,7 @@ def test_state_dicts_are_copies_and_gradients_stay(no_leaks):
             assert torch.equal(v, pushed[k]), k
         assert torch.equal(b[0].weight.grad, grad)  # pulling does not clear gradients
         assert b[0].weight.device.type == "cpu"
-        sync.handle.close()
+        sync.close()
 
 
 def test_a_large_model_through_shared_memory(no_leaks):
@@ -84,7 +82,7 @@ def test_a_large_model_through_shared_memory(no_leaks):
             assert sync.push(a)
             assert sync.pull(b)
             assert torch.equal(a.weight, b.weight)
-        sync.handle.close()
+        sync.close()
 
 
 def test_picklable_into_racing_processes(no_leaks):
@@ -100,4 +98,4 @@ def test_picklable_into_racing_processes(no_leaks):
         assert every == list(range(2, 32))  # each acknowledged push a distinct next version
         for versions in results:
             assert versions == sorted(versions)
-        sync.handle.close()
+        sync.close()

@@ -31,7 +31,9 @@ class ModelSync:
     State dicts travel as copies (CPU tensors through shared memory on one
     machine); a model keeps its device, and pulling never clears gradients.
     Picklable: send it to worker processes with the handle inside (each copy
-    starts with no versions known).
+    starts with no versions known). It holds a connection of its own:
+    [`close`][easycore.torch.parallel.ModelSync.close] it (or use ``with``)
+    when done; closing it never stops the store.
 
     Args:
         handle (ServiceHandle): a service running a
@@ -46,8 +48,7 @@ class ModelSync:
         from easycore.common.parallel.services import Service, VersionedStore
         from easycore.torch.parallel import ModelSync
 
-        with Service.start(VersionedStore) as store:
-            sync = ModelSync(store, name="policy")
+        with Service.start(VersionedStore) as store, ModelSync(store, "policy") as sync:
             a, b = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
             assert sync.push(a)              # version 1
             assert sync.pull(b)              # b now has a's parameters
@@ -126,6 +127,16 @@ class ModelSync:
         with self._lock:
             self._versions[model] = version
         return True
+
+    def close(self) -> None:
+        """Disconnect this sync's own connection (the store keeps running)."""
+        self._handle.close()
+
+    def __enter__(self) -> ModelSync:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
 
     def __reduce__(self) -> Any:
         return (ModelSync, (self._handle, self.name))

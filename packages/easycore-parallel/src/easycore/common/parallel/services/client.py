@@ -25,7 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from multiprocessing import Pipe, connection
+from multiprocessing import AuthenticationError, Pipe, connection
 from typing import Any, Callable, Deque, Dict, Optional
 
 from ..errors import ParallelError, WorkerError
@@ -121,7 +121,7 @@ class ProcessChannel:
         t = self.target
         try:
             return connection.Client(t.address, family="AF_UNIX", authkey=t.authkey)
-        except connection.AuthenticationError as exc:
+        except AuthenticationError as exc:
             raise ParallelError(f"{t.label} refused this handle: wrong auth key ({exc})") from None
         except (OSError, EOFError) as exc:
             raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None

@@ -54,8 +54,11 @@ class _ProcessOwner:
         self.address = address
         self.entry = entry
         self.token = token
+        self.pid = os.getpid()
 
     def close(self, timeout: Optional[float]) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked copy: the service is the parent's to stop
         if self.entry is not None:
             unregister(self.entry, self.token)  # first: no new client finds a closing service
         try:

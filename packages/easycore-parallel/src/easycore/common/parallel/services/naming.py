@@ -215,7 +215,8 @@ def _read(path: str) -> Optional[Dict[str, Any]]:
 
 def _live(record: Dict[str, Any]) -> bool:
     pid, address = record.get("pid"), record.get("address")
-    return isinstance(pid, int) and pid_alive(pid) and bool(address) and os.path.exists(address)
+    return (isinstance(pid, int) and pid_alive(pid) and isinstance(address, str)
+            and os.path.exists(address))
 
 
 def _remove_if_unchanged(path: str) -> None:

@@ -202,8 +202,11 @@ class _RayOwner:
     def __init__(self, ray: Any, actor: Any, target: RayTarget, owns_session: bool) -> None:
         self.ray, self.actor, self.target = ray, actor, target
         self.owns_session = owns_session
+        self.pid = os.getpid()
 
     def close(self, timeout: Optional[float]) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked copy: the service is the parent's to stop
         ray, error = self.ray, None
         try:
             if ray.is_initialized():

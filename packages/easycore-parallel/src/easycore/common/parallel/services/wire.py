@@ -64,7 +64,10 @@ def tracker_identity() -> Optional[Tuple[int, int]]:
     try:
         from multiprocessing import resource_tracker
 
-        st = os.fstat(resource_tracker.getfd())
+        fd = resource_tracker.getfd()
+        if fd is None:
+            return None
+        st = os.fstat(fd)
     except Exception:
         return None
     return (st.st_dev, st.st_ino)
