@@ -115,6 +115,20 @@ def _blocked_client(handle, gate, errors):
     errors.join_thread()
 
 
+def test_a_death_is_seen_even_when_a_child_keeps_the_socket_open(no_leaks, tmp_path):
+    """No EOF reaches the client (a forked child of the service holds its end):
+    the client notices that the service's process is gone."""
+    with Service.start(Tool) as h:
+        sleeper = h.call("fork_sleeper")
+        try:
+            blocked = h.call_async("wait_for", str(tmp_path / "never"))
+            os.kill(h.pid, signal.SIGKILL)
+            with pytest.raises(ServiceDiedError, match="process is gone"):
+                blocked.result(timeout=2.0)
+        finally:
+            os.kill(sleeper, signal.SIGKILL)
+
+
 def test_a_service_dying_in_a_call(no_leaks):
     with Service.start(Tool) as h:
         with pytest.raises(ServiceDiedError) as info:

@@ -85,6 +85,9 @@ class ProcessChannel:
 
     #: seconds between checks that the service still runs while calls wait
     tick = 0.25
+    #: the reader's longest wait while no call waits (a call sent meanwhile is
+    #: checked after at most this plus ``tick``: within the promised 2 s)
+    idle_tick = 0.5
     #: seconds to wait for the service's answer to our hello
     hello_timeout = 30.0
 
@@ -224,7 +227,9 @@ class ProcessChannel:
 
     def _wait_time(self) -> Optional[float]:
         if not self._pending:
-            return None  # nothing waits: EOF or a wakeup will do
+            # Nothing waits; a call sent now does not wake us (that would cost
+            # every call a system call), so come back soon to check on it.
+            return self.idle_tick
         now, wait = time.monotonic(), self.tick
         for call in list(self._pending.values()):
             if call.deadline is not None:
