@@ -264,6 +264,7 @@ class ServiceHost(UnorderedRunner):
 
     @staticmethod
     def producer_init(device: str, cfg: Any) -> None:
+        """Build the object, then listen (a factory error fails ``Service.start``)."""
         obj = build(cfg.spec)
         server = ServiceServer(obj, cfg.label, cfg.address, bytes.fromhex(cfg.authkey), device)
         server.start()
@@ -271,6 +272,7 @@ class ServiceHost(UnorderedRunner):
 
     @staticmethod
     def producer_end(device: str, cfg: Any) -> None:
+        """Stop serving, then call the object's ``close()`` if it has one."""
         server: Optional[ServiceServer] = cfg.get("server")
         if server is not None:
             server.stop()
