@@ -68,6 +68,10 @@ __all__ = ["RayBackend", "RayWorkerDiedError"]
 _INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
 
 
+def _is_cuda(device: str) -> bool:
+    return device == "cuda" or device.startswith("cuda:")
+
+
 def _import_ray() -> Any:
     try:
         import ray

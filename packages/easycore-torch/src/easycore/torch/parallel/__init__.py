@@ -56,6 +56,8 @@ from easycore.common.parallel import (
 
 from .context import select_start_method
 from .devices import canonical_device, check_device
+from .gradient_server import GradientServer
+from .model_sync import ModelSync
 from .policy import TorchDevicePolicy
 from .pool import Pool
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
@@ -77,4 +79,6 @@ __all__ = [
     "canonical_device",
     "check_device",
     "select_start_method",
+    "ModelSync",
+    "GradientServer",
 ]
