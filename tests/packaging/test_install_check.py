@@ -112,7 +112,7 @@ def test_the_blocker_stops_only_the_damaged_packages():
 # Runs check(site) in a fresh interpreter, then tries the import named in argv[2].
 CHECK_AND_IMPORT = """
 import importlib, sys
-sys.path.insert(0, sys.argv[3])
+sys.path[:0] = [sys.argv[3], sys.argv[1]]  # the check's folder, and the made-up site-packages
 import _easycore_install_check as check
 print("sound" if check.check(sys.argv[1]) else "damaged")
 print("again:", check.check(sys.argv[1]))  # site.py may run the .pth twice: warn once

@@ -45,17 +45,21 @@ def damaged_distributions(site: str) -> Damage:
         with `easycore-` and of whose files under `easycore/` some are gone; `packages` are
         the import packages that lost their `__init__.py` (outermost only).
     """
-    from importlib.metadata import distributions  # only on the slow path: it is not free
+    # Only on the slow path: these imports are not free.
+    import csv
+    from importlib.metadata import distributions
 
     damaged = {}
     for dist in distributions(path=[site]):
         name = dist.metadata["Name"] or ""
         if not name.lower().replace("_", "-").startswith("easycore-"):
             continue
-        files = [f for f in dist.files or [] if f.parts[:1] == ("easycore",)]
-        missing = [f for f in files if not os.path.exists(dist.locate_file(f))]
+        # RECORD itself, not dist.files: since Python 3.12 that leaves out missing files.
+        rows = csv.reader((dist.read_text("RECORD") or "").splitlines())
+        files = [row[0].split("/") for row in rows if row and row[0].startswith("easycore/")]
+        missing = [f for f in files if not os.path.exists(os.path.join(site, *f))]
         if missing:
-            hit = {".".join(f.parts[:-1]) for f in missing if f.name == "__init__.py"}
+            hit = {".".join(f[:-1]) for f in missing if f[-1] == "__init__.py"}
             outer = [p for p in hit if not any(p.startswith(o + ".") for o in hit)]
             damaged[name] = (dist.version, sorted(outer))
     return dict(sorted(damaged.items()))
