@@ -9,6 +9,7 @@ runs in a subprocess. The real upgrade from 0.4.2 is in test_packaging_upgrade.p
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,22 @@ def test_the_check_never_stops_python_from_starting(site):
     command = [sys.executable, "-I", "-c", code, str(site), str(SOURCE.parent)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "True\n", "")
+
+
+def test_the_installation_guide_shows_the_message_and_has_the_linked_section():
+    guide = (ROOT / "docs" / "installation.md").read_text(encoding="utf-8")
+    damaged = {
+        name: ("0.5.0", [])
+        for name in ["easycore-config", "easycore-parallel", "easycore-path", "easycore-registry"]
+    }
+    shown = check.message(
+        damaged, "/home/me/env/lib/python3.11/site-packages", "/home/me/env/bin/python"
+    )
+    for line in shown.splitlines():
+        if line and not line.startswith("(see "):
+            assert line in guide, f"docs/installation.md does not show: {line}"
+    # The message sends readers to this section of the published guide.
+    pyproject = (ROOT / "packages" / "easycore" / "pyproject.toml").read_text(encoding="utf-8")
+    docs = re.search(r'^Documentation = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
+    assert check.GUIDE == f"{docs}installation/#upgrading-from-easycore-042"
+    assert "\n## Upgrading from easycore 0.4.2\n" in guide
