@@ -39,7 +39,14 @@ from __future__ import annotations
 import abc
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Backend", "BackendSpec", "ChannelBroken", "WorkerExited", "DirectTransport", "check_options"]
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "ChannelBroken",
+    "WorkerExited",
+    "DirectTransport",
+    "check_options",
+]
 
 
 class ChannelBroken(OSError):
@@ -168,7 +175,8 @@ class DirectTransport:
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
-    program: Any  #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    program: Any
     devices: List[str]
     cfg: Any  #: each worker gets its own copy
     policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy]

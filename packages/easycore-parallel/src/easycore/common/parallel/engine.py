@@ -96,7 +96,8 @@ class _Chunk:
 
 
 class Job:
-    """One function over a stream of items, run by an [`Engine`][easycore.common.parallel.engine.Engine]."""
+    """One function over a stream of items, run by an
+    [`Engine`][easycore.common.parallel.engine.Engine]."""
 
     def __init__(
         self,
@@ -581,13 +582,15 @@ class Engine:
             w.items_done += msg.n_items
             self._busy[slot] += msg.seconds
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
-            if chunk is not None:
-                job.outstanding -= 1
-                self.transport.item_payload_done(slot, chunk.payload)
             if job is None or job.done or chunk is None:
+                if chunk is not None:
+                    chunk.job.outstanding -= 1
+                    self.transport.item_payload_done(slot, chunk.payload)
                 self.transport.discard(slot, msg.results)
                 self._after_chunk(w)
                 return
+            job.outstanding -= 1
+            self.transport.item_payload_done(slot, chunk.payload)
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes)
             try:
                 results = self.transport.decode_results(slot, msg.results)
@@ -602,8 +605,8 @@ class Engine:
                 return
             failed: Dict[int, ItemError] = {}
             for failure in msg.failures:
-                failed[failure.index] = ItemError(
-                    self._item_error(job, slot, chunk.first + failure.index, failure.report)
+                failed[failure.position] = ItemError(
+                    self._item_error(job, slot, chunk.first + failure.position, failure.report)
                 )
             if failed and self.fail_fast:
                 first_bad = min(failed)
@@ -669,10 +672,10 @@ class Engine:
                 if self.fail_fast or not w.ready:
                     self._break(err)
                 return
-            chunk = _pop_chunk(w, msg.job, msg.seq)
+            chunk = _pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
             if chunk is not None:
-                job.outstanding -= 1
+                chunk.job.outstanding -= 1
                 self.transport.item_payload_done(slot, chunk.payload)
             self._after_chunk(w)
             if job is not None and not job.done:
@@ -680,7 +683,6 @@ class Engine:
 
     def _on_exit(self, slot: int, msg: WorkerExited) -> None:
         w = self._workers[slot]
-        device = self.devices[slot]
         with self._lock:
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
@@ -828,12 +830,13 @@ class Engine:
                     continue
                 prog = self.backend.progress(w.slot)
                 tracked = prog is not None and prog[0] == head.job.id and prog[1] == head.seq
-                started = prog[3] if tracked else max(head.sent_at, w.last_at)
+                started = prog[3] if prog is not None and tracked else max(head.sent_at,
+                                                                            w.last_at)
                 # Untracked, the whole chunk shares the limit (chunks are small then).
                 limit = head.job.timeout * (1 if tracked else max(1, head.n))
                 if now - started <= limit:
                     continue
-                w.kill_reason = ("timeout", prog[2] if tracked else None)
+                w.kill_reason = ("timeout", prog[2] if prog is not None and tracked else None)
                 try:
                     self.backend.kill(w.slot)
                 except Exception:

@@ -63,9 +63,11 @@ class ErrorReport(NamedTuple):
             ErrorReport:
         """
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        blob: Optional[bytes]
         try:
-            blob: Optional[bytes] = pickle.dumps(exc)
-            pickle.loads(blob)  # exceptions with custom __init__ often fail only here
+            data = pickle.dumps(exc)
+            pickle.loads(data)  # exceptions with custom __init__ often fail only here
+            blob = data
         except Exception:
             blob = None
         try:
@@ -76,10 +78,11 @@ class ErrorReport(NamedTuple):
 
     def original(self) -> Optional[BaseException]:
         """The worker's exception object, or None when it could not travel."""
-        if self.exc_pickle is None:
+        blob = self.exc_pickle
+        if blob is None:
             return None
         try:
-            return pickle.loads(self.exc_pickle)
+            return pickle.loads(blob)
         except Exception:
             return None
 

@@ -106,7 +106,7 @@ class PoolProgram(WorkerProgram):
 
 
 def _load(blob: Any) -> Any:
-    return loads_code(blob) if isinstance(blob, (bytes, bytearray)) else blob
+    return loads_code(bytes(blob)) if isinstance(blob, (bytes, bytearray)) else blob
 
 
 # ------------------------------------------------------------------ results
@@ -270,8 +270,8 @@ class IMapIterator:
             while not self._items:
                 if self._done:
                     if self._error is not None:
-                        error, self._error = self._error, None
-                        raise error
+                        job_error, self._error = self._error, None
+                        raise job_error
                     raise StopIteration
                 remaining = None if deadline is None else deadline - _now()
                 if remaining is not None and remaining <= 0:
@@ -525,8 +525,8 @@ class Pool:
         return dumps_code(blob) if self._pickle_code else blob
 
     def _chunker(self, func: Callable) -> AdaptiveChunker:
+        key: Any = func
         try:
-            key = func
             hash(key)
         except TypeError:
             key = id(func)

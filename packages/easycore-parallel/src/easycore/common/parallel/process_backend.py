@@ -163,7 +163,8 @@ class ProcessBackend(Backend):
         self._handles: List[_Handle] = []
         self._by_slot: Dict[int, _Handle] = {}
         self._sel: Optional[selectors.BaseSelector] = None
-        self._wake_r = self._wake_w = None
+        self._wake_r: Optional[int] = None
+        self._wake_w: Optional[int] = None
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._poll_lock = threading.RLock()
@@ -196,10 +197,11 @@ class ProcessBackend(Backend):
     def start(self) -> None:
         self.transport.prepare()
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, ("wake", -1))
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self._wake_r, self._wake_w = wake_r, wake_w
+        self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
         self._finalizer = util.Finalize(
             self, _kill_all, args=(self._handles, self.transport, None), exitpriority=10
         )
@@ -241,7 +243,7 @@ class ProcessBackend(Backend):
             spec.program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._progress_name,
         )
-        process = self._ctx.Process(
+        process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
             args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
                   res_w),
@@ -330,14 +332,14 @@ class ProcessBackend(Backend):
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for key, mask in sel.select(tick):
+        for key, _mask in sel.select(tick):
             kind, slot = key.data
             if kind == "wake":
                 # Reset before draining, so no wakeup is lost; no lock here: a
                 # Ctrl-C landing while this thread held one would deadlock.
                 self._wake_pending = False
                 try:
-                    while os.read(self._wake_r, 4096):
+                    while self._wake_r is not None and os.read(self._wake_r, 4096):
                         pass
                 except (BlockingIOError, OSError):
                     pass

@@ -109,7 +109,8 @@ class RayWorkerDiedError(WorkerDiedError):
 
 
 class _Actor:
-    """One worker; made a Ray actor class by [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
+    """One worker; made a Ray actor class by
+    [`RayBackend`][easycore.common.parallel.ray_backend.RayBackend]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
@@ -291,7 +292,7 @@ class RayBackend(Backend):
         self._actors: List[Any] = [None] * len(self.devices)
         self._where: List[Optional[tuple]] = [None] * len(self.devices)
         self._where_refs: List[Any] = [None] * len(self.devices)
-        self._pending: Dict[Any, Tuple[int, Any, Any]] = {}  # ObjectRef -> (worker, job, seq)
+        self._pending: Dict[Any, Tuple[int, Any, Any]] = {}  # ref -> (worker, job, seq)
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
@@ -394,7 +395,7 @@ class RayBackend(Backend):
         if isinstance(message, RunChunk):
             ref = actor.run.remote(message.job, message.seq, message.function, message.items,
                                    message.forget, message.track_items)
-            tag = (worker, message.job, message.seq)
+            tag: Tuple[int, Any, Any] = (worker, message.job, message.seq)
         else:  # StopWorker
             self._ending.add(worker)
             ref = actor.end.remote()

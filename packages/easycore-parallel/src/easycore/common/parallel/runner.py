@@ -50,7 +50,7 @@ _FROM_CLASS: Any = object()
 class _ConsumerSink(JobSink):
     """Delivers a call's results to the runner's consumer hooks."""
 
-    def __init__(self, runner_cls: type, cfg: CfgNode, progress: Progress) -> None:
+    def __init__(self, runner_cls: Any, cfg: CfgNode, progress: Progress) -> None:
         self._batch = runner_cls.consumer_work_batch
         self._cfg = cfg
         self._progress = progress
@@ -73,7 +73,8 @@ class BaseRunner:
 
     The runner starts one process per device for the producers and runs the
     consumer in the calling thread. It is reusable: workers (and whatever
-    ``producer_init`` put in their cfg) live until [`close`][easycore.common.parallel.BaseRunner.close].
+    ``producer_init`` put in their cfg) live until
+    [`close`][easycore.common.parallel.BaseRunner.close].
 
     Errors never hang a call: an exception in any hook, or a worker that
     dies, is raised by the call (init hooks: by the constructor or

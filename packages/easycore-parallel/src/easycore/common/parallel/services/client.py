@@ -249,7 +249,8 @@ class ProcessChannel:
             call = self._pending.pop(call_id, None)
         if kind == wire.OK:
             try:
-                value = self._reply.decode_results(0, body)[0]  # decoded even if nobody waits: recycles
+                # decoded even if nobody waits: that recycles its segment
+                value = self._reply.decode_results(0, body)[0]
             except BaseException as exc:
                 if call is not None:
                     call.future.set_exception(ParallelError(
