@@ -199,7 +199,10 @@ def sweep(prefix: str) -> None:
         return
     for entry in names:
         if entry.startswith(prefix):
-            release("/" + entry, registered=False)
+            try:
+                release("/" + entry, free_now=True, registered=False)
+            except Exception:
+                pass
 
 
 # ------------------------------------------------------------ watched views
