@@ -152,7 +152,8 @@ class DirectTransport:
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
-    program: Any  #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    program: Any
     devices: List[str]
     cfg: Any  #: each worker gets its own copy
     policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy]

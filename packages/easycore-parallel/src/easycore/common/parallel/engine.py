@@ -97,7 +97,8 @@ class _Chunk:
 
 
 class Job:
-    """One function over a stream of items, run by an [`Engine`][easycore.common.parallel.engine.Engine]."""
+    """One function over a stream of items, run by an
+    [`Engine`][easycore.common.parallel.engine.Engine]."""
 
     def __init__(
         self,

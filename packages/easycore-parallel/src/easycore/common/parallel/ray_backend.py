@@ -106,7 +106,8 @@ class RayWorkerDiedError(WorkerDiedError):
 
 
 class _Actor:
-    """One worker; made a Ray actor class by [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
+    """One worker; made a Ray actor class by
+    [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:

@@ -71,7 +71,8 @@ class BaseRunner:
 
     The runner starts one process per device for the producers and runs the
     consumer in the calling thread. It is reusable: workers (and whatever
-    ``producer_init`` put in their cfg) live until [`close`][easycore.common.parallel.BaseRunner.close].
+    ``producer_init`` put in their cfg) live until
+    [`close`][easycore.common.parallel.BaseRunner.close].
 
     Errors never hang a call: an exception in any hook, or a worker that
     dies, is raised by the call (init hooks: by the constructor or
