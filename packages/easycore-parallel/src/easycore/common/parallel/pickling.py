@@ -5,7 +5,7 @@ which a worker started with ``spawn`` or ``forkserver`` can only follow if it
 can import it. Lambdas, closures, and anything defined in ``__main__`` (a
 script's ``if __name__ == "__main__":`` block, a notebook, code read from
 stdin) cannot be imported there, so those go *by value* through
-`cloudpickle <https://github.com/cloudpipe/cloudpickle>`_, which workers read
+[cloudpickle](https://github.com/cloudpipe/cloudpickle), which workers read
 with plain ``pickle.loads``. Code is pickled once per job, never per item.
 """
 

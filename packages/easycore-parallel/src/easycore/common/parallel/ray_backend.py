@@ -1,29 +1,33 @@
 """The Ray back-end: one Ray actor per device, selected by ``backend="ray"``.
 
-::
-
-    with Runner(devices=2, backend="ray") as runner:           # a local Ray
-        runner(data)
-    with Runner(devices=64, backend="ray", address="auto",      # a cluster
-                ray_init_kwargs={"runtime_env": {"working_dir": "."}}) as runner:
-        runner(data)
+```python
+with Runner(devices=2, backend="ray") as runner:           # a local Ray
+    runner(data)
+with Runner(devices=64, backend="ray", address="auto",      # a cluster
+            ray_init_kwargs={"runtime_env": {"working_dir": "."}}) as runner:
+    runner(data)
+with Pool(4, backend="ray") as pool:                        # a pool of actors
+    pool.map(fn, data)
+```
 
 Ray does the placement and the transport; this module only keeps the
-producer/consumer contract. Each device becomes an actor wrapping
-:class:`~.worker.ProducerWorker` (``setup_worker``, then ``producer_init``, in
-it; its own copy of ``cfg``); a chunk is one ``run_chunk`` actor task, and
-:meth:`RayBackend.poll` is ``ray.wait`` on the pending ones. The pipeline
-(chunking, ordering, ``queue_scale`` credits, the consumer hooks in the
-caller) is shared with the process back-end unchanged, so at most
-``ceil(queue_scale)`` chunks per actor are ever in flight.
+worker contract. Each device becomes an actor wrapping an
+[`Executor`][easycore.common.parallel.Executor] (the runner's
+``setup_worker``, then ``producer_init``, or the pool's ``initializer``, in
+it; its own copy of ``cfg``); a chunk is one actor task answering with the
+[`protocol`][easycore.common.parallel.protocol]'s messages, and the
+back-end's ``poll`` is ``ray.wait`` on the pending ones. The engine (chunking, ordering,
+``queue_scale`` credits, errors, the consumer hooks in the caller) is shared
+with the process back-end unchanged, so at most ``ceil(queue_scale)`` chunks
+per actor are ever in flight.
 
 Devices: every device is an actor of one CPU (``num_cpus=1``); ``"cuda"``
 and ``"cuda:N"`` add one GPU (``num_gpus=1``). Ray picks the GPU and makes it
 the only one the actor sees, so the hooks and ``setup_worker`` get
 ``"cuda:0"``; errors name the device as you wrote it. Before creating the
 actors the request is checked against ``ray.cluster_resources()``: one that
-cannot fit raises :class:`~.errors.ParallelError` instead of waiting forever
-(a local Ray has ``os.cpu_count()`` CPUs unless
+cannot fit raises [`ParallelError`][easycore.common.parallel.ParallelError]
+instead of waiting forever (a local Ray has ``os.cpu_count()`` CPUs unless
 ``ray_init_kwargs={"num_cpus": n}`` says otherwise).
 
 Results come back through Ray's object store: large NumPy arrays (and CPU
@@ -110,7 +114,7 @@ class RayWorkerDiedError(WorkerDiedError):
 
 class _Actor:
     """One worker; made a Ray actor class by
-    [`RayBackend`][easycore.common.parallel.ray_backend.RayBackend]."""
+    [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:

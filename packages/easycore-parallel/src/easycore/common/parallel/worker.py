@@ -221,8 +221,11 @@ class Executor:
         return self.ctx.cfg
 
     def init(self) -> None:
-        """Run the program's init; raises
-        [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's init.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.init(self.ctx)
         except (HookFailed, Terminated):
@@ -231,8 +234,11 @@ class Executor:
             raise HookFailed(ErrorReport.capture("init", exc)) from None
 
     def end(self) -> None:
-        """Run the program's end; raises
-        [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's end.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.end(self.ctx)
         except (HookFailed, Terminated):
