@@ -63,7 +63,13 @@ class ItemError:
 
 
 class JobSink:
-    """Receives a job's results; subclass for each kind of client."""
+    """Receives a job's results; subclass for each kind of client.
+
+    The engine sets ``job`` before the first chunk is sent, so that a sink can
+    act on its job (e.g. cancel it) from its very first delivery.
+    """
+
+    job: Optional[Job] = None
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         """A chunk's results, in input order if the job is ordered.
@@ -348,6 +354,7 @@ class Engine:
                 window=window,
             )
             self._next_job += 1
+            sink.job = job  # before anything is sent: results may come back at once
             self._jobs[job.id] = job
             if job.complete():
                 self._finish(job, None)

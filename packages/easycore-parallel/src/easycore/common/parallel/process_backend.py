@@ -211,6 +211,8 @@ class ProcessBackend(Backend):
                 name = f"/{shm.make_prefix('ecs')}p"
                 mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
                 self._progress_name, self._progress = name, ProgressSlots(mm)
+                for slot in range(len(self.devices)):  # no job -1: nothing runs yet
+                    self._progress.write(slot, -1, -1, -1, 0.0)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name), exitpriority=10

@@ -459,15 +459,14 @@ class BaseRunner:
             engine = self._engine
             if engine is None:
                 return
+            self._engine = None  # closed from now on, as a running call will say
             if not self._busy.acquire(blocking=False):
                 engine.request_close()  # the call sees it at its next step
                 wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
                 if not self._busy.acquire(timeout=wait):
-                    self._engine = None
                     engine.abort()
                     raise TimeoutError(f"the running call did not end within {timeout} s")
             try:
-                self._engine = None
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 engine.close(remaining)  # raises a producer_end error after cleaning up
             finally:

@@ -72,7 +72,7 @@ def canonical_device(device: DeviceLike) -> str:
     if parsed.type not in _SUPPORTED:
         raise ValueError(
             f"unsupported device {device!r}: easycore.torch.parallel runs on 'cpu' and "
-            f"'cuda:N' devices (override validate_device to support {parsed.type!r})"
+            f"'cuda:N' devices (a DevicePolicy of your own can support {parsed.type!r})"
         )
     if parsed.type == "cuda" and parsed.index is None:
         return "cuda:0"
