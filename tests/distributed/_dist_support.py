@@ -1,0 +1,33 @@
+"""Helpers of the distributed tests that run in the test process only."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIXES = ("ect-", "torch_")
+
+
+def gpu_count() -> int:
+    """GPUs torch sees, without initialising CUDA here."""
+    return torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+
+
+def shm_segments() -> list:
+    if not os.path.isdir(SHM_DIR):
+        return []
+    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(SHM_PREFIXES))
+
+
+def open_fds() -> set:
+    try:
+        return set(os.listdir("/proc/self/fd"))
+    except OSError:
+        return set()
+
+
+def read_pids(folder) -> list:
+    """The pids the ranks wrote with ``_dist_helpers.note_pid``."""
+    return sorted(int(p.read_text()) for p in folder.glob("rank-*.pid"))
