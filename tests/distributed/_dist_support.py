@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 import torch
@@ -31,3 +32,10 @@ def open_fds() -> set:
 def read_pids(folder) -> list:
     """The pids the ranks wrote with ``_dist_helpers.note_pid``."""
     return sorted(int(p.read_text()) for p in folder.glob("rank-*.pid"))
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.1, ::1, or 127.0.0.1 mapped into IPv6 (a dual-stack listener)."""
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback

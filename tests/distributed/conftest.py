@@ -18,6 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# Read by Ray at import: Ray's processes then use 127.0.0.1, as in tests/ray.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "examples"
 # `_dist_helpers` and the tutorial's `network`; spawned ranks inherit sys.path.

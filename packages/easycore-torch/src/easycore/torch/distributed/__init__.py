@@ -29,9 +29,9 @@ Modules, one job each:
 from easycore.common.parallel import WorkerDiedError, WorkerError
 
 from .context import DistContext
+from .launch import spawn
 from .p2p import AnySourceRequest, irecv_any, recv_any
 from .runner import DistributedRunner
-from .launch import spawn
 
 __all__ = [
     "spawn",

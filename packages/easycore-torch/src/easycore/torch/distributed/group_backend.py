@@ -90,8 +90,10 @@ class GroupBackend(Backend):
 
     @classmethod
     def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> GroupBackend:
-        """Runners use [`ProcessGroupBackend`][easycore.torch.distributed.group_backend.ProcessGroupBackend]
-        or [`RayGroupBackend`][easycore.torch.distributed.group_backend.RayGroupBackend].
+        """Not for this class: runners build a ``ProcessGroupBackend`` or a ``RayGroupBackend``.
+
+        Raises:
+            TypeError: always.
         """
         raise TypeError("build a ProcessGroupBackend or a RayGroupBackend from a runner")
 
