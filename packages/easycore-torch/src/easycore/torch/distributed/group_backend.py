@@ -158,9 +158,9 @@ class GroupBackend(Backend):
                     raise self._timeout_error(sorted(pending.values()), what)
                 wait = min(wait, remaining)
             for res in self._poll_inner(wait):
-                rank = pending.pop(res.seq, None)
-                if rank is None:
+                if res.seq not in pending:
                     continue  # an answer nobody waits for any more
+                rank = pending.pop(res.seq)
                 value = res.results[0]
                 if isinstance(value, Failed):
                     raise self._root_cause(self._report_error(rank, value), deadline)
@@ -293,23 +293,24 @@ class RayGroupBackend(GroupBackend):
     """Ranks as Ray actors; rank 0 hosts the store on its node."""
 
     @classmethod
-    def from_runner(
-        cls, runner: Any, cfg: Any, address: Optional[str] = None,
-        ray_init_kwargs: Optional[Mapping[str, Any]] = None,
-    ) -> RayGroupBackend:
+    def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> RayGroupBackend:
         """Build from a [`DistributedRunner`][easycore.torch.distributed.DistributedRunner].
 
         Args:
             runner (DistributedRunner):
             cfg (CfgNode):
-            address (str or None): which Ray, as for the runners' Ray back-end.
-            ray_init_kwargs (dict or None): other ``ray.init`` arguments.
+            **options: ``address`` (which Ray, as for the runners' Ray
+                back-end) and ``ray_init_kwargs`` (other ``ray.init`` arguments).
 
         Returns:
             RayGroupBackend:
         """
         from easycore.common.parallel.ray_backend import RayBackend
 
+        address = options.pop("address", None)
+        ray_init_kwargs = options.pop("ray_init_kwargs", None)
+        if options:
+            raise TypeError(f"unexpected options for backend='ray': {sorted(options)}")
         inner = RayBackend(RankHooks, runner.devices, cfg, address, ray_init_kwargs)
         return cls(inner, type(runner), backend=runner.dist_backend,
                    timeout=runner.dist_timeout, host=runner.dist_host, host_in_caller=False)

@@ -50,7 +50,7 @@ class _RankState:
     def __init__(self) -> None:
         self.store: Any = None
         self.ctx: Optional[DistContext] = None
-        self.hooks: Optional[type] = None
+        self.hooks: Any = None  # the user's runner class
 
 
 _state = _RankState()
@@ -93,7 +93,7 @@ class Join(_Message):
     host: str
     port: Optional[int]  # None: this rank already hosts the store
     timeout: Optional[float]
-    hooks: type
+    hooks: Any  # the user's runner class
 
     def run(self, device: str, cfg: CfgNode) -> Any:
         try:

@@ -16,6 +16,7 @@ variables itself.
 from __future__ import annotations
 
 import datetime
+import importlib
 import ipaddress
 import os
 import socket
@@ -104,8 +105,9 @@ def loopback_interface() -> str:
     Returns:
         str: e.g. "lo" (Linux) or "lo0" (macOS, BSD).
     """
-    try:
-        import psutil
+    psutil: Any
+    try:  # optional; imported by name, so its absence of type stubs does not matter
+        psutil = importlib.import_module("psutil")
     except ImportError:
         psutil = None
     if psutil is not None:

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Dict, Iterable, Mapping, Optional, Sequence, U
 import torch.distributed as dist
 
 from easycore.torch.parallel import OrderedRunner
-from easycore.torch.parallel.devices import DeviceLike, is_cuda
+from easycore.torch.parallel.devices import is_cuda
 
 from .group_backend import ProcessGroupBackend, RayGroupBackend
 
@@ -93,7 +93,7 @@ class DistributedRunner(OrderedRunner):
 
     def __init__(
         self,
-        devices: Union[int, Iterable[DeviceLike]],
+        devices: Union[int, Iterable[str]],
         cfg: Optional[Mapping[str, Any]] = None,
         queue_scale: float = 3.0,
         *,

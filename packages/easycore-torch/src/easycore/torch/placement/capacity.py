@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Union
+from typing import Any, Union
 
 import torch
 
@@ -22,8 +23,9 @@ def host_available_memory() -> int:
     Raises:
         OSError: this platform reports none of them.
     """
-    try:
-        import psutil
+    psutil: Any
+    try:  # optional; imported by name, so its absence of type stubs does not matter
+        psutil = importlib.import_module("psutil")
     except ImportError:
         psutil = None
     if psutil is not None:

@@ -90,6 +90,7 @@ class Problem:
             raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
         raw = []
         for d in names:
+            value: float
             if capacity is None:
                 value = measure(d)
             elif d in capacity:
