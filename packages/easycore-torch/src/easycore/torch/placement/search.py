@@ -8,6 +8,8 @@ a relative tolerance of 1e-9, so float rounding never decides a tie.
 * :func:`greedy`: models in decreasing order (of compute, or of size, which
   packs tight capacities better), each onto the device that ends least
   loaded, keeping traffic local on ties;
+* :func:`pack`: best fit decreasing by size, for capacities too tight for
+  the greedy start;
 * :func:`balance`: moves and swaps off the most loaded devices while they
   lower (largest load, number of devices carrying it);
 * :func:`untangle`: with the largest load fixed, moves and swaps that cut
@@ -26,7 +28,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .problem import Problem
 
-__all__ = ["solve", "greedy", "balance", "untangle", "exact", "EXACT_MODELS", "EXACT_NODES"]
+__all__ = ["solve", "greedy", "pack", "balance", "untangle", "exact", "EXACT_MODELS", "EXACT_NODES"]
 
 #: problems with at most this many models are solved exactly (within the node budget)
 EXACT_MODELS = 10
@@ -112,6 +114,22 @@ def greedy(p: Problem, order: Sequence[int]) -> Optional[List[int]]:
         if best is None:
             return None
         st.put(i, best[2])
+    return st.pos
+
+
+def pack(p: Problem) -> Optional[List[int]]:
+    """Best fit decreasing: largest model first, onto the device it fills most; None if stuck.
+
+    Ignores the loads: a start for tight capacities, where :func:`greedy`
+    spreads models out and then finds no room for a big one.
+    """
+    st = _State(p)
+    for i in sorted(range(p.n), key=lambda i: (-p.sizes[i], -p.compute[i], i)):
+        room = [(p.capacity[d] - st.used[d] - p.sizes[i], d) for d in range(p.m)]
+        fitting = [r for r in room if r[0] >= 0]
+        if not fitting:
+            return None
+        st.put(i, min(fitting)[1])
     return st.pos
 
 
@@ -270,8 +288,7 @@ def solve(p: Problem, exact_models: int = EXACT_MODELS) -> Optional[List[int]]:
     incumbent: Optional[List[int]] = None
     by_compute = sorted(range(p.n), key=lambda i: (-p.compute[i], -p.sizes[i], i))
     by_size = sorted(range(p.n), key=lambda i: (-p.sizes[i], -p.compute[i], i))
-    for order in (by_compute, by_size):
-        pos = greedy(p, order)
+    for pos in (greedy(p, by_compute), greedy(p, by_size), pack(p)):
         if pos is None:
             continue
         pos = untangle(p, balance(p, pos, tol, rounds), tol, rounds)
