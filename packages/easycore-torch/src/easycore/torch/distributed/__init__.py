@@ -17,13 +17,13 @@ naming the rank, and no process outlives it.
 
 Modules, one job each:
 
-* :mod:`.launch`: ``spawn``; :mod:`.runner`: the runner;
-* :mod:`.group_backend`: a back-end whose workers form the group (start-up,
+* `launch`: ``spawn``; `runner`: the runner;
+* `group_backend`: a back-end whose workers form the group (start-up,
   root cause of failures, timeouts), on easycore-parallel's back-ends;
-* :mod:`.rank_worker`: what a rank does (join, run, leave);
-* :mod:`.rendezvous`: the store on a free port, loopback by default;
-* :mod:`.failures`: which rank's error to report;
-* :mod:`.p2p`: any-source receives; :mod:`.context`: ``DistContext``.
+* `rank_worker`: what a rank does (join, run, leave);
+* `rendezvous`: the store on a free port, loopback by default;
+* `failures`: which rank's error to report;
+* `p2p`: any-source receives; `context`: ``DistContext``.
 """
 
 from easycore.common.parallel import WorkerDiedError, WorkerError

@@ -1,4 +1,4 @@
-"""What every rank is told about itself: :class:`DistContext`."""
+"""What every rank is told about itself: `DistContext`."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ When one rank fails, the others usually fail *because of it*: a rank that
 dies or hangs makes its peers' collectives raise gloo's "Connection closed
 by peer" or a timeout. Those are consequences; the error worth reporting is
 the first death, else the first error of a rank's own code, and only then a
-consequence. :func:`severity` ranks errors that way, and :func:`name_rank`
+consequence. `severity` ranks errors that way, and `name_rank`
 puts the rank in the message (a rank is its worker's index).
 """
 

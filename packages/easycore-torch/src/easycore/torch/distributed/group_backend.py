@@ -1,8 +1,8 @@
 """A back-end whose workers form one ``torch.distributed`` process group.
 
-:class:`GroupBackend` wraps one of easycore-parallel's back-ends (local
+`GroupBackend` wraps one of easycore-parallel's back-ends (local
 processes, or Ray actors) whose workers run
-[`RankHooks`][easycore.torch.distributed.rank_worker.RankHooks], and adds
+``RankHooks`` (`rank_worker`), and adds
 the group around them; rank ``r`` is worker ``r``, on ``devices[r]``:
 
 1. ``start()`` starts the workers (the inner back-end's ``start``), opens the
@@ -12,13 +12,12 @@ the group around them; rank ``r`` is worker ``r``, on ``devices[r]``:
 2. ``poll`` / ``submit`` / ``stop`` / ``abort`` are the inner back-end's, so a
    [`DistributedRunner`][easycore.torch.distributed.DistributedRunner] is an
    ordinary runner on top; ``stop`` runs ``producer_end`` and leaves the group;
-3. [`run_each`][easycore.torch.distributed.group_backend.GroupBackend.run_each]
-   hands one message to chosen ranks and waits for their answers
+3. ``run_each`` hands one message to chosen ranks and waits for their answers
    (``spawn`` runs its function that way).
 
 Failing fast is the inner back-end's: a hook's error or a worker's death is
 raised by ``poll`` the moment it happens. This class adds the rank to the
-message, prefers the root cause to its consequences (:mod:`.failures`), and
+message, prefers the root cause to its consequences (`failures`), and
 turns a deadline into a ``TimeoutError`` naming the ranks that had not
 answered. After an error the caller aborts, which kills every rank at once.
 """

@@ -1,6 +1,6 @@
 """``spawn``: run a function on every rank of a fresh process group, get the results.
 
-The ranks are easycore's own workers (:mod:`.group_backend`): local processes
+The ranks are easycore's own workers (`group_backend`): local processes
 (``launcher="process"``) or Ray actors (``launcher="ray"``), started, joined
 into one process group, given one call each, and stopped, all within the
 call. Nothing outlives it, and a failing rank ends it at once.

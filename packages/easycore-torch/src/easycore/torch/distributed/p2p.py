@@ -1,4 +1,4 @@
-"""Receiving from whichever rank sends first: :func:`recv_any` and :func:`irecv_any`.
+"""Receiving from whichever rank sends first: `recv_any` and `irecv_any`.
 
 ``torch.distributed.irecv(tensor, src=None)`` receives from any source
 natively (gloo's ``recv_anysource``); the sender is known to the request
@@ -37,7 +37,7 @@ def _check_supported(tensor: torch.Tensor, group: Any) -> None:
 
 
 class AnySourceRequest:
-    """A pending any-source receive; :meth:`wait` returns the sender's rank.
+    """A pending any-source receive; `wait` returns the sender's rank.
 
     Attributes:
         work (torch.distributed.Work): torch's own request.

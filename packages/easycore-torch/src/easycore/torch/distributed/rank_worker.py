@@ -1,16 +1,16 @@
 """What runs in each rank: the messages a rank obeys, and the hooks that obey them.
 
 A rank is an ordinary easycore worker (a process of the process back-end or
-a Ray actor) whose runner class is :class:`RankHooks`. The caller talks to
+a Ray actor) whose runner class is `RankHooks`. The caller talks to
 it with chunks of one item each, sent to that worker only:
 
-* :class:`HostStore` (Ray only, rank 0): open the rendezvous store on this node;
-* :class:`Join`: meet the others in one process group, then run the
+* `HostStore` (Ray only, rank 0): open the rendezvous store on this node;
+* `Join`: meet the others in one process group, then run the
   user's ``setup_worker`` and ``producer_init`` with ``cfg.dist`` set;
-* :class:`Call` (``spawn``): run ``fn(ctx, *args)``.
+* `Call` (``spawn``): run ``fn(ctx, *args)``.
 
 Any other item is the user's and goes to the user's ``producer_work``.
-These steps do not raise: a failure comes back as a :class:`Failed` result
+These steps do not raise: a failure comes back as a `Failed` result
 carrying an [`ErrorReport`][easycore.common.parallel.ErrorReport] whose hook
 names the step ("joining the process group", "producer_init", ``fn``'s name),
 and the rank stays up until the caller stops everything. Each rank is a
@@ -179,7 +179,7 @@ class RankHooks(BaseRunner):
 
     A torch runner, so each rank's device is set up as in
     `easycore.torch.parallel` (``torch.cuda.set_device``, one CPU thread)
-    before the user's class does its own setup in :class:`Join`.
+    before the user's class does its own setup in `Join`.
     """
 
     @staticmethod

@@ -85,7 +85,7 @@ def open_store(host: str = LOOPBACK, timeout: Optional[float] = None) -> Tuple[A
 
 
 def connect_store(host: str, port: int, timeout: Optional[float] = None) -> Any:
-    """Connect to a store opened by :func:`open_store` (in a rank).
+    """Connect to a store opened by `open_store` (in a rank).
 
     Args:
         host (str):

@@ -9,8 +9,8 @@
   then the least cross-device traffic; deterministic;
 * [`place`][easycore.torch.placement.place]: plan, then move the models.
 
-Modules: :mod:`.sizes`, :mod:`.capacity`, :mod:`.problem` (checked
-arguments), :mod:`.search` (the algorithms), :mod:`.planner` (the public
+Modules: `sizes`, `capacity`, `problem` (checked
+arguments), `search` (the algorithms), `planner` (the public
 functions).
 """
 

@@ -1,4 +1,4 @@
-"""How much memory a device has free: :func:`device_capacity`."""
+"""How much memory a device has free: `device_capacity`."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def device_capacity(device: Union[str, torch.device]) -> int:
     Returns:
         int: for a GPU, the free memory the driver reports
         (``torch.cuda.mem_get_info``; this initialises CUDA in the calling
-        process); for "cpu", the host memory available (:func:`host_available_memory`).
+        process); for "cpu", the host memory available (`host_available_memory`).
 
     Raises:
         ValueError: an unknown device type, or a GPU torch does not see.

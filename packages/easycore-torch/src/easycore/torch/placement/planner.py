@@ -1,4 +1,4 @@
-"""Which model goes on which device: :func:`plan_placement` and :func:`place`."""
+"""Which model goes on which device: `plan_placement` and `place`."""
 
 from __future__ import annotations
 

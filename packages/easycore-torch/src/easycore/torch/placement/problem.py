@@ -1,4 +1,4 @@
-"""A placement problem, checked and in plain lists: :class:`Problem`.
+"""A placement problem, checked and in plain lists: `Problem`.
 
 Everything the planner needs, indexed by model ``i`` and device ``d``:
 sizes, compute costs, usable capacities (``capacity * (1 - reserve)``) and
@@ -46,7 +46,7 @@ def _numbers(values: Sequence[float], what: str, n: Optional[int] = None) -> Lis
 
 @dataclass
 class Problem:
-    """A checked placement problem (see :func:`~.planner.plan_placement` for the arguments)."""
+    """A checked placement problem (see `plan_placement` for the arguments)."""
 
     devices: List[str]
     sizes: List[float]

@@ -5,16 +5,16 @@ constraint); the smallest largest compute load of any device; then the
 least traffic between models on different devices. Costs are compared with
 a relative tolerance of 1e-9, so float rounding never decides a tie.
 
-* :func:`greedy`: models in decreasing order (of compute, or of size, which
+* `greedy`: models in decreasing order (of compute, or of size, which
   packs tight capacities better), each onto the device that ends least
   loaded, keeping traffic local on ties;
-* :func:`pack`: best fit decreasing by size, for capacities too tight for
+* `pack`: best fit decreasing by size, for capacities too tight for
   the greedy start;
-* :func:`balance`: moves and swaps off the most loaded devices while they
+* `balance`: moves and swaps off the most loaded devices while they
   lower (largest load, number of devices carrying it);
-* :func:`untangle`: with the largest load fixed, moves and swaps that cut
+* `untangle`: with the largest load fixed, moves and swaps that cut
   cross-device traffic;
-* :func:`exact`: branch and bound over every assignment, for few models,
+* `exact`: branch and bound over every assignment, for few models,
   seeded with the best of the above; devices of equal capacity that are
   still empty are interchangeable, so only the first is tried; a node
   budget bounds its time (the incumbent is kept when it runs out).
@@ -120,7 +120,7 @@ def greedy(p: Problem, order: Sequence[int]) -> Optional[List[int]]:
 def pack(p: Problem) -> Optional[List[int]]:
     """Best fit decreasing: largest model first, onto the device it fills most; None if stuck.
 
-    Ignores the loads: a start for tight capacities, where :func:`greedy`
+    Ignores the loads: a start for tight capacities, where `greedy`
     spreads models out and then finds no room for a big one.
     """
     st = _State(p)

@@ -1,4 +1,4 @@
-"""How much memory a module's tensors take: :func:`module_nbytes`."""
+"""How much memory a module's tensors take: `module_nbytes`."""
 
 from __future__ import annotations
 
