@@ -11,8 +11,8 @@ in this run:
    (capacities from roomy to tight, random traffic): the plan's largest
    compute load over the optimum's, and, where the loads tie, its
    cross-device traffic over the optimum's. Both for ``plan_placement`` (exact
-   up to 10 models) and for its heuristic alone (greedy, moves, swaps: the path
-   beyond 10 models), forced on the same instances;
+   up to 8 models) and for its heuristic alone (greedy, moves, swaps: the path
+   beyond 8 models), forced on the same instances;
 2. **time**, best of 20: ``plan_placement`` for 8 models (exact search)
    beside the enumerator, and for 50 models on 8 devices, with and without
    traffic (goal: under 10 ms).

@@ -90,7 +90,7 @@ def test_within_five_percent_of_brute_force(index):
 
 @pytest.mark.parametrize("index", range(0, len(INSTANCES), 3))
 def test_the_heuristic_alone_never_exceeds_capacity(index):
-    # The path taken beyond 10 models, forced here on small problems.
+    # The path taken beyond 8 models, forced here on small problems.
     sizes, devices, capacity, compute, traffic = INSTANCES[index]
     problem = Problem.build(sizes, devices, capacity, compute, traffic, 0.1, lambda d: 0)
     pos = solve(problem, exact_models=0)

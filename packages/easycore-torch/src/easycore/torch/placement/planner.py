@@ -34,7 +34,7 @@ def plan_placement(
     3. among plans with that load, keeps the least traffic between models on
        different devices.
 
-    Up to 10 models the search is exact (branch and bound); beyond, a greedy
+    Up to 8 models the search is exact (branch and bound); beyond, a greedy
     start improved by moves and swaps, which places 50 models in milliseconds.
 
     Args:

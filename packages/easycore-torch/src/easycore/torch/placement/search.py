@@ -31,9 +31,9 @@ from .problem import Problem
 __all__ = ["solve", "greedy", "pack", "balance", "untangle", "exact", "EXACT_MODELS", "EXACT_NODES"]
 
 #: problems with at most this many models are solved exactly (within the node budget)
-EXACT_MODELS = 10
+EXACT_MODELS = 8
 #: search nodes the exact search may visit
-EXACT_NODES = 200_000
+EXACT_NODES = 100_000
 
 Cost = Tuple[float, float]
 
