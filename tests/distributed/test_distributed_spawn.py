@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+import psutil
 import pytest
 import torch
 from _dist_helpers import (
@@ -109,8 +110,10 @@ def test_ranks_started_with_spawn(no_leaks):
 
 
 def test_a_store_host_that_cannot_be_bound_fails_cleanly(no_leaks):
-    with pytest.raises(OSError):
-        spawn(rank_and_sum, 2, 1, host="192.0.2.1")  # TEST-NET-1: never this machine's
+    ours = {a.address for addresses in psutil.net_if_addrs().values() for a in addresses}
+    foreign = next(a for a in ("192.0.2.77", "198.51.100.77", "203.0.113.77") if a not in ours)
+    with pytest.raises(OSError):  # bound before anything connects: nothing leaves the machine
+        spawn(rank_and_sum, 2, 1, host=foreign)
 
 
 @pytest.mark.parametrize(
