@@ -8,7 +8,6 @@ import os
 import torch
 
 SHM_DIR = "/dev/shm"
-SHM_PREFIXES = ("ect-", "torch_")
 
 
 def gpu_count() -> int:
@@ -17,9 +16,12 @@ def gpu_count() -> int:
 
 
 def shm_segments() -> list:
+    """Shared-memory segments of this process's transports (other processes' are
+    theirs: /dev/shm is shared with whatever else runs on the machine)."""
     if not os.path.isdir(SHM_DIR):
         return []
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(SHM_PREFIXES))
+    mine = tuple(f"{kind}-{os.getpid():x}-" for kind in ("ect", "ecp"))
+    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(mine))
 
 
 def open_fds() -> set:
