@@ -7,8 +7,9 @@ the group around them; rank ``r`` is worker ``r``, on ``devices[r]``:
 
 1. ``start()`` starts the workers (the inner back-end's ``start``), opens the
    rendezvous store (in the caller for processes; in rank 0 for Ray, whose
-   ranks may be on other machines) and sends every rank a ``Join``; it returns
-   once every rank is in the group and ran the user's ``producer_init``;
+   ranks may be on other machines) and sends every rank a ``Join``, within the
+   timeout; then the user's ``producer_init`` (``Init``, without a time limit,
+   as in any runner); it returns once every rank ran it;
 2. ``poll`` / ``submit`` / ``stop`` / ``abort`` are the inner back-end's, so a
    [`DistributedRunner`][easycore.torch.distributed.DistributedRunner] is an
    ordinary runner on top; ``stop`` runs ``producer_end`` and leaves the group;
@@ -36,7 +37,7 @@ from easycore.common.parallel import (
 )
 
 from .failures import CONSEQUENCE, name_rank, severity
-from .rank_worker import Failed, HostStore, Join, RankHooks
+from .rank_worker import Failed, HostStore, Init, Join, RankHooks
 from .rendezvous import LOOPBACK, open_store
 
 __all__ = ["GroupBackend", "ProcessGroupBackend", "RayGroupBackend"]
@@ -121,6 +122,7 @@ class GroupBackend(Backend):
                 for r in range(n)
             }
             self.run_each(joins, deadline, "joining the process group")
+            self.run_each({r: Init() for r in range(n)}, None, "producer_init")
         except BaseException:
             self.abort()
             raise

@@ -5,8 +5,10 @@ a Ray actor) whose runner class is `RankHooks`. The caller talks to
 it with chunks of one item each, sent to that worker only:
 
 * `HostStore` (Ray only, rank 0): open the rendezvous store on this node;
-* `Join`: meet the others in one process group, then run the
-  user's ``setup_worker`` and ``producer_init`` with ``cfg.dist`` set;
+* `Join`: run the user's ``setup_worker``, meet the others in one
+  process group and set ``cfg.dist``;
+* `Init`: run the user's ``producer_init`` (apart from `Join`, so that
+  loading a model is not bound by the start-up timeout);
 * `Call` (``spawn``): run ``fn(ctx, *args)``.
 
 Any other item is the user's and goes to the user's ``producer_work``.
@@ -35,7 +37,7 @@ from easycore.torch.parallel import BaseRunner
 from .context import DistContext
 from .rendezvous import connect_store, is_loopback, open_store, use_loopback_interface
 
-__all__ = ["ByValue", "Call", "Failed", "HostStore", "Join", "RankHooks"]
+__all__ = ["ByValue", "Call", "Failed", "HostStore", "Init", "Join", "RankHooks"]
 
 
 class Failed(NamedTuple):
@@ -85,7 +87,7 @@ class HostStore(_Message):
 
 @dataclass
 class Join(_Message):
-    """Join the process group, then run the user's ``setup_worker`` and ``producer_init``."""
+    """Run the user's ``setup_worker``, join the process group, set ``cfg.dist``."""
 
     rank: int
     world_size: int
@@ -115,12 +117,20 @@ class Join(_Message):
             return Failed(ErrorReport.capture("joining the process group", exc))
         ctx = DistContext(self.rank, self.world_size, device, self.backend, dist.group.WORLD)
         _state.ctx, _state.hooks = ctx, self.hooks
+        _set_dist(cfg, ctx)
+        return ("joined", os.getpid())
+
+
+@dataclass
+class Init(_Message):
+    """Run the user's ``producer_init`` in a rank that joined."""
+
+    def run(self, device: str, cfg: CfgNode) -> Any:
         try:
-            _set_dist(cfg, ctx)
-            self.hooks.producer_init(device, cfg)
+            _state.hooks.producer_init(device, cfg)
         except BaseException as exc:
             return Failed(ErrorReport.capture("producer_init", exc))
-        return ("joined", os.getpid())
+        return ("ready",)
 
 
 def _set_dist(cfg: CfgNode, ctx: DistContext) -> None:

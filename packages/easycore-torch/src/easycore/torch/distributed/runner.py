@@ -109,8 +109,9 @@ class DistributedRunner(OrderedRunner):
             queue_scale (float): as for the runners.
             dist_backend (str or None): the ``torch.distributed`` backend;
                 None: "nccl" when every device is a GPU, else "gloo".
-            dist_timeout (float or None): seconds the group's start-up (and
-                each collective) may take; None: torch's default.
+            dist_timeout (float or None): seconds the ranks may take to join
+                the group (``producer_init`` itself has no limit, as in any
+                runner), and each collective; None: torch's default.
             dist_host (str or None): the address of the rendezvous store;
                 None: ``127.0.0.1`` for local processes, rank 0's node for Ray.
             **options: the runners' keyword arguments (``progress``,
@@ -121,7 +122,7 @@ class DistributedRunner(OrderedRunner):
             raise ValueError(f"dist_timeout must be positive or None, got {dist_timeout!r}")
         #: the torch.distributed backend of the group
         self.dist_backend = dist_backend or default_backend(self.normalize_devices(devices))
-        #: seconds the group's start-up and each collective may take
+        #: seconds the ranks may take to join the group, and each collective
         self.dist_timeout = dist_timeout
         #: the rendezvous store's address (None: the default)
         self.dist_host = dist_host
