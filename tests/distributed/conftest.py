@@ -33,16 +33,22 @@ from processes import stray_children  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def _store_state():
-    """torch keeps a pipe for its stores' event loop from the first store on: no leak."""
+def _process_state():
+    """What lives as long as this process, made once, is no leak: torch's pipe for its
+    stores' event loop (from the first store on), and easycore's launcher thread (which
+    starts workers for calls made from other threads)."""
+    from easycore.common.parallel import lifeline
     from easycore.torch.distributed.rendezvous import open_store
 
     store, _ = open_store()
     del store
+    starter = threading.Thread(target=lifeline.start_process, args=(lambda: None,))
+    starter.start()
+    starter.join(timeout=30)
 
 
 @pytest.fixture
-def no_leaks(_store_state):
+def no_leaks(_process_state):
     """Fail the test if it leaves processes, threads, descriptors or shared memory behind."""
     resource_tracker.ensure_running()  # started once per interpreter; no leak
     threads_before = set(threading.enumerate())

@@ -18,9 +18,10 @@ naming the rank, and no process outlives it.
 Modules, one job each:
 
 * `launch`: ``spawn``; `runner`: the runner;
-* `group_backend`: a back-end whose workers form the group (start-up,
-  root cause of failures, timeouts), on easycore-parallel's back-ends;
-* `rank_worker`: what a rank does (join, run, leave);
+* `group_backend`: a back-end whose workers form the group, wrapping
+  easycore-parallel's process or Ray back-end;
+* `steps`: one step on each rank through the engine (fail fast, root
+  cause, timeouts); `rank_worker`: what a rank does (join, run, leave);
 * `rendezvous`: the store on a free port, loopback by default;
 * `failures`: which rank's error to report;
 * `p2p`: any-source receives; `context`: ``DistContext``.

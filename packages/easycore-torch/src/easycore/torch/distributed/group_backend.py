@@ -1,231 +1,153 @@
 """A back-end whose workers form one ``torch.distributed`` process group.
 
-`GroupBackend` wraps one of easycore-parallel's back-ends (local
-processes, or Ray actors) whose workers run
-``RankHooks`` (`rank_worker`), and adds
-the group around them; rank ``r`` is worker ``r``, on ``devices[r]``:
+[`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend]
+wraps one of easycore-parallel's back-ends (local processes, or Ray actors)
+whose workers run a `RankProgram` (`rank_worker`); rank ``r`` is worker
+``r``, on ``devices[r]``. Only ``start`` differs from the inner back-end's:
 
-1. ``start()`` starts the workers (the inner back-end's ``start``), opens the
-   rendezvous store (in the caller for processes; in rank 0 for Ray, whose
-   ranks may be on other machines) and sends every rank a ``Join``, within the
-   timeout; then the user's ``producer_init`` (``Init``, without a time limit,
-   as in any runner); it returns once every rank ran it;
-2. ``poll`` / ``submit`` / ``stop`` / ``abort`` are the inner back-end's, so a
-   [`DistributedRunner`][easycore.torch.distributed.DistributedRunner] is an
-   ordinary runner on top; ``stop`` runs ``producer_end`` and leaves the group;
-3. ``run_each`` hands one message to chosen ranks and waits for their answers
-   (``spawn`` runs its function that way).
+1. the inner back-end starts the workers (device set-up only);
+2. the rendezvous store is opened on a free port: by the caller for local
+   processes, by rank 0 for Ray (its ranks may be on other machines);
+3. every rank joins the group, all within ``timeout`` seconds;
+4. for a runner, every rank runs ``producer_init`` (without a time limit, as
+   in any runner).
 
-Failing fast is the inner back-end's: a hook's error or a worker's death is
-raised by ``poll`` the moment it happens. This class adds the rank to the
-message, prefers the root cause to its consequences (`failures`), and
-turns a deadline into a ``TimeoutError`` naming the ranks that had not
-answered. After an error the caller aborts, which kills every rank at once.
+Steps 2 to 4 are jobs of an [`Engine`][easycore.common.parallel.engine.Engine]
+over the inner back-end, one item per rank (`steps`): a rank that raises,
+dies or hangs fails the start at once, named by rank, and every rank is
+killed. Then ``start`` returns, and the engine of the runner (or of
+``spawn``) drives the back-end like any other: ``send``, ``poll``, ``stop``
+and ``abort`` are the inner back-end's; ``stop`` runs the end hooks (a
+runner's ``producer_end``, then each rank leaves the group). A rank cannot be
+replaced (the group would need forming again): ``restart`` refuses.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, List, Optional, Tuple
 
-from easycore.common.parallel import (
-    Backend,
-    ParallelError,
-    ProcessBackend,
-    Result,
-    WorkerError,
-)
+from easycore.common.parallel import Backend, ParallelError, WorkerExited
+from easycore.common.parallel.engine import Engine
 
-from .failures import CONSEQUENCE, name_rank, severity
-from .rank_worker import Failed, HostStore, Init, Join, RankHooks
+from .failures import name_rank
+from .rank_worker import HostStore, Init, Join
 from .rendezvous import LOOPBACK, open_store
+from .steps import run_steps
 
-__all__ = ["GroupBackend", "ProcessGroupBackend", "RayGroupBackend"]
-
-
-def _deadline(timeout: Optional[float]) -> Optional[float]:
-    return None if timeout is None else time.monotonic() + timeout
+__all__ = ["GroupBackend"]
 
 
 class GroupBackend(Backend):
     """Runs the workers of an inner back-end as the ranks of one process group."""
 
-    #: seconds to wait, after a rank failed only because another did, for the cause
-    settle = 1.0
-    #: longest single wait on the inner back-end, so deadlines are kept
-    tick = 0.25
-
     def __init__(
         self,
         inner: Backend,
-        hooks: type,
         *,
         backend: str,
         timeout: Optional[float],
         host: Optional[str],
         host_in_caller: bool,
+        run_init: bool = False,
     ) -> None:
         """
         Args:
-            inner (Backend): an unstarted back-end whose runner class is ``RankHooks``.
-            hooks (type): the user's runner class: its ``setup_worker``,
-                ``producer_init``, ``producer_work`` and ``producer_end`` run in the ranks.
+            inner (Backend): an unstarted back-end whose workers run a ``RankProgram``.
             backend (str): the ``torch.distributed`` backend, e.g. "gloo".
             timeout (float or None): seconds the start-up (and each collective) may take.
             host (str or None): the store's address; None: ``127.0.0.1`` when
                 the caller hosts it, the node's address when rank 0 does.
             host_in_caller (bool): whether this process hosts the store (local
                 ranks) or rank 0 does (ranks that may be on other machines).
+            run_init (bool): run the runner's ``producer_init`` on every rank
+                once the group is formed.
         """
         self.devices = list(inner.devices)
+        self.transport = inner.transport
+        self.tracks_items = inner.tracks_items
         self.backend = backend
         self.timeout = timeout
         self._inner = inner
-        self._hooks = hooks
         self._host = host
         self._host_in_caller = host_in_caller
+        self._run_init = run_init
         self._store: Any = None
-        self._next_seq = -1  # the group's own chunks; the pipeline's are >= 0
         self._closed = False
-
-    @classmethod
-    def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> GroupBackend:
-        """Not for this class: runners build a ``ProcessGroupBackend`` or a ``RayGroupBackend``.
-
-        Raises:
-            TypeError: always.
-        """
-        raise TypeError("build a ProcessGroupBackend or a RayGroupBackend from a runner")
 
     @property
     def world_size(self) -> int:
         """int: the number of ranks."""
         return len(self.devices)
 
+    @property
+    def inner(self) -> Backend:
+        """Backend: the back-end running the ranks."""
+        return self._inner
+
     # ----------------------------------------------------------------- start
     def start(self) -> None:
-        deadline = _deadline(self.timeout)
-        self._inner.start()
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        n, ranks = self.world_size, list(range(self.world_size))
         try:
-            n = self.world_size
-            if self._host_in_caller:
-                host = self._host or LOOPBACK
-                self._store, port = open_store(host, self.timeout)
-                ports: List[Optional[int]] = [port] * n
-            else:
-                opened = self.run_each({0: HostStore(self._host, self.timeout)}, deadline,
-                                       "opening the rendezvous store")
-                host, port = opened[0]
-                ports = [None] + [port] * (n - 1)
-            joins = {
-                r: Join(r, n, self.backend, host, ports[r], self.timeout, self._hooks)
-                for r in range(n)
-            }
-            self.run_each(joins, deadline, "joining the process group")
-            self.run_each({r: Init() for r in range(n)}, None, "producer_init")
+            # Its own engine: the steps are items like any other, so the
+            # runner's engine, made over this back-end, starts afresh after it.
+            engine = Engine(self._inner, credits=1, fail_fast=True)
+            engine.start()  # the workers, with their device set up
+            host, ports = self._rendezvous(engine, deadline)
+            joins = [Join(n, self.backend, host, ports[r], self.timeout) for r in ranks]
+            run_steps(engine, joins, ranks, deadline, "joining the process group", self.timeout)
+            if self._run_init:
+                run_steps(engine, [Init()] * n, ranks, None, "producer_init")
+        except ParallelError as err:
+            self.abort()
+            name_rank(err, n)
+            raise
         except BaseException:
             self.abort()
             raise
 
-    def run_each(
-        self, messages: Mapping[int, Any], deadline: Optional[float], what: str
-    ) -> Dict[int, Any]:
-        """Send one message to each of some ranks and wait for every answer.
+    def _rendezvous(self, engine: Engine,
+                    deadline: Optional[float]) -> Tuple[str, List[Optional[int]]]:
+        """Open the store; ``(host, port of each rank)``, None where the rank hosts it."""
+        n = self.world_size
+        if self._host_in_caller:
+            host = self._host or LOOPBACK
+            self._store, port = open_store(host, self.timeout)
+            return host, [port] * n
+        ((host, port),) = run_steps(engine, [HostStore(self._host, self.timeout)], [0],
+                                    deadline, "opening the rendezvous store", self.timeout)
+        return host, [None] + [port] * (n - 1)
 
-        Args:
-            messages (dict): rank -> message (a ``rank_worker`` message).
-            deadline (float or None): ``time.monotonic()`` value to give up at.
-            what (str): what the ranks are doing, for the ``TimeoutError``.
+    # ---------------------------------------------------------- the engine's
+    def send(self, worker: int, message: Any) -> None:
+        self._inner.send(worker, message)
 
-        Returns:
-            dict: rank -> what the message returned.
-
-        Raises:
-            WorkerError: a rank failed (named, with its device and traceback).
-            WorkerDiedError: a rank died.
-            TimeoutError: ``deadline`` passed first.
-        """
-        pending: Dict[int, int] = {}  # seq -> rank
-        for rank, message in messages.items():
-            seq, self._next_seq = self._next_seq, self._next_seq - 1
-            self._inner.submit(rank, seq, [message])
-            pending[seq] = rank
-        answers: Dict[int, Any] = {}
-        while pending:
-            wait = self.tick
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._timeout_error(sorted(pending.values()), what)
-                wait = min(wait, remaining)
-            for res in self._poll_inner(wait):
-                if res.seq not in pending:
-                    continue  # an answer nobody waits for any more
-                rank = pending.pop(res.seq)
-                value = res.results[0]
-                if isinstance(value, Failed):
-                    raise self._root_cause(self._report_error(rank, value), deadline)
-                answers[rank] = value
-        return answers
-
-    # ------------------------------------------------------------ per chunk
-    def submit(self, worker: int, seq: int, items: List[Any]) -> None:
-        self._inner.submit(worker, seq, items)
-
-    def poll(self, timeout: Optional[float]) -> List[Result]:
-        return self._poll_inner(timeout)
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
+        return self._inner.poll(timeout)
 
     def wakeup(self) -> None:
         self._inner.wakeup()
 
-    # ---------------------------------------------------------------- errors
-    def _poll_inner(self, timeout: Optional[float]) -> List[Result]:
-        try:
-            return self._inner.poll(timeout)
-        except ParallelError as err:
-            raise self._root_cause(err, None) from None
+    def kill(self, worker: int) -> None:
+        self._inner.kill(worker)
 
-    def _report_error(self, rank: int, failed: Failed) -> WorkerError:
-        return WorkerError.from_report(
-            failed.report, self.devices[rank], rank, self._inner.pids[rank]
+    def restart(self, worker: int) -> None:
+        raise NotImplementedError(
+            f"rank {worker} on device {self.devices[worker]!r} cannot be replaced: its "
+            "process group would need forming again"
         )
 
-    def _root_cause(self, first: BaseException, deadline: Optional[float]) -> BaseException:
-        """``first``, or within ``settle`` seconds a likelier cause; named by rank.
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        return self._inner.death_error(worker, exited, items)
 
-        A timeout in a peer's collective caused by a stuck rank is reported as
-        ``TimeoutError`` when ``deadline`` passes while settling.
-        """
-        best = first
-        if severity(first) >= CONSEQUENCE:
-            end = time.monotonic() + self.settle
-            while time.monotonic() < end and severity(best) >= CONSEQUENCE:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return name_rank(best, self.world_size)
-                try:
-                    results = self._inner.poll(min(0.05, max(0.0, end - time.monotonic())))
-                except ParallelError as err:
-                    candidate: Optional[BaseException] = err
-                else:
-                    candidate = next(
-                        (self._report_error(r.worker, r.results[0]) for r in results
-                         if r.results and isinstance(r.results[0], Failed)),
-                        None,
-                    )
-                if candidate is not None and severity(candidate) < severity(best):
-                    best = candidate
-        return name_rank(best, self.world_size)
+    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
+        return self._inner.progress(worker)
 
-    def _timeout_error(self, ranks: List[int], what: str) -> TimeoutError:
-        pids = self._inner.pids
-        running = ", ".join(
-            f"rank {r} (device {self.devices[r]!r}"
-            + (f", pid {pids[r]})" if pids[r] is not None else ")")
-            for r in ranks
-        )
-        return TimeoutError(
-            f"{what} did not finish within {self.timeout} s: still running: {running}"
-        )
+    @property
+    def pids(self) -> List[Optional[int]]:
+        return self._inner.pids
 
     # ------------------------------------------------------------------ end
     def stop(self, timeout: Optional[float] = None) -> None:
@@ -234,7 +156,8 @@ class GroupBackend(Backend):
         try:
             self._inner.stop(timeout)  # producer_end everywhere, then each rank leaves
         except ParallelError as err:
-            raise name_rank(err, self.world_size) from None
+            name_rank(err, self.world_size)
+            raise
         finally:
             self._release()
 
@@ -254,64 +177,3 @@ class GroupBackend(Backend):
     def closed(self) -> bool:
         """bool: whether the ranks are gone."""
         return self._closed
-
-    @property
-    def pids(self) -> List[Optional[int]]:
-        return self._inner.pids
-
-    @property
-    def inner(self) -> Backend:
-        """Backend: the back-end running the ranks."""
-        return self._inner
-
-
-class ProcessGroupBackend(GroupBackend):
-    """Ranks as local worker processes; the caller hosts the store."""
-
-    @classmethod
-    def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> ProcessGroupBackend:
-        """Build from a [`DistributedRunner`][easycore.torch.distributed.DistributedRunner].
-
-        Args:
-            runner (DistributedRunner): reads ``devices``, ``dist_backend``,
-                ``dist_timeout``, ``dist_host`` and its process seams.
-            cfg (CfgNode):
-            **options: none are accepted.
-
-        Returns:
-            ProcessGroupBackend:
-        """
-        if options:
-            raise TypeError(f"unexpected options for backend='process': {sorted(options)}")
-        inner = ProcessBackend(
-            RankHooks, runner.devices, cfg, runner.get_mp_context(), runner.make_transport()
-        )
-        return cls(inner, type(runner), backend=runner.dist_backend,
-                   timeout=runner.dist_timeout, host=runner.dist_host, host_in_caller=True)
-
-
-class RayGroupBackend(GroupBackend):
-    """Ranks as Ray actors; rank 0 hosts the store on its node."""
-
-    @classmethod
-    def from_runner(cls, runner: Any, cfg: Any, **options: Any) -> RayGroupBackend:
-        """Build from a [`DistributedRunner`][easycore.torch.distributed.DistributedRunner].
-
-        Args:
-            runner (DistributedRunner):
-            cfg (CfgNode):
-            **options: ``address`` (which Ray, as for the runners' Ray
-                back-end) and ``ray_init_kwargs`` (other ``ray.init`` arguments).
-
-        Returns:
-            RayGroupBackend:
-        """
-        from easycore.common.parallel.ray_backend import RayBackend
-
-        address = options.pop("address", None)
-        ray_init_kwargs = options.pop("ray_init_kwargs", None)
-        if options:
-            raise TypeError(f"unexpected options for backend='ray': {sorted(options)}")
-        inner = RayBackend(RankHooks, runner.devices, cfg, address, ray_init_kwargs)
-        return cls(inner, type(runner), backend=runner.dist_backend,
-                   timeout=runner.dist_timeout, host=runner.dist_host, host_in_caller=False)

@@ -1,35 +1,37 @@
 """``spawn``: run a function on every rank of a fresh process group, get the results.
 
-The ranks are easycore's own workers (`group_backend`): local processes
-(``launcher="process"``) or Ray actors (``launcher="ray"``), started, joined
-into one process group, given one call each, and stopped, all within the
-call. Nothing outlives it, and a failing rank ends it at once.
+The ranks are easycore's own workers: local processes (``launcher="process"``)
+or Ray actors (``launcher="ray"``), built from a
+[`BackendSpec`][easycore.common.parallel.BackendSpec] with torch's device
+policy, formed into one process group by a
+[`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend], and
+driven by a fail-fast [`Engine`][easycore.common.parallel.engine.Engine]:
+one job whose item k (a `Call`) runs on rank k. Everything is started and
+stopped within the call: nothing outlives it, and a failing rank ends it at
+once.
 """
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from easycore.common.config import CfgNode
-from easycore.common.parallel import ProcessBackend
-from easycore.torch.parallel import BaseRunner, TensorTransport, check_device
-from easycore.torch.parallel.context import get_context, select_start_method
+from easycore.common.parallel import BackendSpec, ProcessBackend
+from easycore.common.parallel.engine import Engine
+from easycore.common.parallel.threads import budget
+from easycore.torch.parallel import TorchDevicePolicy
 from easycore.torch.parallel.devices import DeviceLike, canonical_device, is_cuda
 
 from .group_backend import GroupBackend
-from .rank_worker import ByValue, Call, RankHooks
+from .rank_worker import Call, RankProgram
+from .steps import run_steps
 
 __all__ = ["spawn", "default_devices"]
 
 LAUNCHERS = ("process", "ray")
 #: seconds a successful call waits for the ranks to leave the group when it has no timeout
 STOP_TIMEOUT = 30.0
-
-
-class SpawnRanks(BaseRunner):
-    """The hooks of a ``spawn`` rank: the torch runner's device setup, nothing else."""
 
 
 def default_devices(world_size: int, backend: str) -> List[str]:
@@ -71,52 +73,38 @@ def _check_devices(
     return out
 
 
-def _portable(fn: Callable[..., Any]) -> Any:
-    """``fn`` itself if it pickles by reference, else ``fn`` by value (cloudpickle)."""
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {fn!r}")
-    try:
-        pickle.dumps(fn)
-        return fn
-    except Exception as exc:
-        try:
-            return ByValue(fn)
-        except ImportError:
-            raise TypeError(
-                f"cannot send {fn!r} to the ranks: {exc}; define it at module level, "
-                "or install cloudpickle to send lambdas and closures"
-            ) from exc
-
-
 def _make_group(
     devices: List[str], backend: str, timeout: Optional[float], launcher: str,
     start_method: Optional[str], options: dict,
 ) -> GroupBackend:
+    """The unstarted back-end of the ranks (nothing starts here: bad options fail first)."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}; expected one of {LAUNCHERS}")
     host = options.pop("host", None)
+    policy = TorchDevicePolicy()
+    # CPU ranks run torch on one thread (they may then be forked); GPU ranks
+    # share the CPUs.
+    threads = budget("auto", len(devices)) if any(map(is_cuda, devices)) else 1
+    spec = BackendSpec(RankProgram(policy=policy), devices, CfgNode(), policy, start_method,
+                       threads)
+    inner: Any
     if launcher == "process":
         if options:
             raise TypeError(f"unexpected options for launcher='process': {sorted(options)}")
         for device in devices:
-            check_device(device)
-        method = select_start_method(devices, start_method, SpawnRanks.cpu_threads)
-        inner: Any = ProcessBackend(
-            RankHooks, devices, CfgNode(), get_context(method), TensorTransport()
-        )
-        return GroupBackend(inner, SpawnRanks, backend=backend, timeout=timeout, host=host,
-                            host_in_caller=True)
-    if launcher == "ray":
+            policy.check_available(device)
+        inner = ProcessBackend.from_spec(spec)
+    else:
         if start_method is not None:
             raise ValueError("start_method concerns launcher='process' only")
-        address = options.pop("address", None)
-        ray_init_kwargs = options.pop("ray_init_kwargs", None)
+        ray_options = {k: options.pop(k) for k in ("address", "ray_init_kwargs") if k in options}
         if options:
             raise TypeError(f"unexpected options for launcher='ray': {sorted(options)}")
         from easycore.common.parallel.ray_backend import RayBackend
 
-        inner = RayBackend(RankHooks, devices, CfgNode(), address, ray_init_kwargs)
-        return GroupBackend(inner, SpawnRanks, backend=backend, timeout=timeout, host=host,
-                            host_in_caller=False)
-    raise ValueError(f"unknown launcher {launcher!r}; expected one of {LAUNCHERS}")
+        inner = RayBackend.from_spec(spec, **ray_options)
+    return GroupBackend(inner, backend=backend, timeout=timeout, host=host,
+                        host_in_caller=launcher == "process")
 
 
 def spawn(
@@ -205,19 +193,20 @@ def spawn(
     """
     started = time.monotonic()
     devs = _check_devices(world_size, devices, backend)
-    if timeout is not None and timeout <= 0:
+    if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be positive or None, got {timeout!r}")
-    message_fn = _portable(fn)
+    call = Call.make(fn, tuple(args))
     group = _make_group(devs, backend, timeout, launcher, start_method, dict(launcher_options))
     deadline = None if timeout is None else started + timeout
-    name = getattr(fn, "__qualname__", None) or repr(fn)
-    group.start()  # aborts (kills every rank) itself if it raises
+    engine = Engine(group, credits=1, fail_fast=True)
+    engine.start()  # forms the group; kills every rank itself if it fails
     try:
-        calls = {rank: Call(message_fn, tuple(args)) for rank in range(world_size)}
-        answers = group.run_each(calls, deadline, f"spawn({name})")
+        ranks = list(range(world_size))
+        results = run_steps(engine, [call] * world_size, ranks, deadline,
+                            f"spawn({call.qualname})", timeout)
         remaining = STOP_TIMEOUT if deadline is None else max(5.0, deadline - time.monotonic())
-        group.stop(remaining)
+        engine.close(remaining)  # every rank leaves the group and exits
     except BaseException:
-        group.abort()
+        engine.abort()
         raise
-    return [answers[rank] for rank in range(world_size)]
+    return results

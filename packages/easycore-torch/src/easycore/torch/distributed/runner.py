@@ -6,10 +6,20 @@ from typing import Any, ClassVar, Dict, Iterable, Mapping, Optional, Sequence, U
 
 import torch.distributed as dist
 
+from easycore.common.parallel import (
+    Backend,
+    ProcessBackend,
+    WorkerDiedError,
+    WorkerError,
+    WorkerProgram,
+)
+from easycore.common.parallel.progress import ProgressOption
 from easycore.torch.parallel import OrderedRunner
 from easycore.torch.parallel.devices import is_cuda
 
-from .group_backend import ProcessGroupBackend, RayGroupBackend
+from .failures import name_rank
+from .group_backend import GroupBackend
+from .rank_worker import RankProgram
 
 __all__ = ["DistributedRunner", "default_backend"]
 
@@ -86,9 +96,10 @@ class DistributedRunner(OrderedRunner):
         ```
     """
 
+    #: ranks as local processes, or as Ray actors (threads cannot form a group)
     backends: ClassVar[Dict[str, Union[type, str]]] = {
-        "process": ProcessGroupBackend,
-        "ray": RayGroupBackend,
+        "process": ProcessBackend,
+        "ray": "easycore.common.parallel.ray_backend:RayBackend",
     }
 
     def __init__(
@@ -118,8 +129,9 @@ class DistributedRunner(OrderedRunner):
                 ``start_method``, ``backend="process"`` or ``"ray"``, and the Ray
                 back-end's ``address`` and ``ray_init_kwargs``).
         """
-        if dist_timeout is not None and dist_timeout <= 0:
+        if dist_timeout is not None and not dist_timeout > 0:
             raise ValueError(f"dist_timeout must be positive or None, got {dist_timeout!r}")
+        _refuse_task_timeout(options.get("task_timeout"))
         #: the torch.distributed backend of the group
         self.dist_backend = dist_backend or default_backend(self.normalize_devices(devices))
         #: seconds the ranks may take to join the group, and each collective
@@ -127,3 +139,57 @@ class DistributedRunner(OrderedRunner):
         #: the rendezvous store's address (None: the default)
         self.dist_host = dist_host
         super().__init__(devices, cfg, queue_scale, **options)
+
+    # ----------------------------------------------------------------- seams
+    def make_program(self) -> WorkerProgram:
+        """Every rank runs this class's hooks around the group's own steps.
+
+        Returns:
+            WorkerProgram: a ``RankProgram`` (see `rank_worker`).
+        """
+        return RankProgram(hooks=type(self))
+
+    def make_backend(self) -> Backend:
+        """The runner's back-end (local processes or Ray actors), its workers a group.
+
+        Returns:
+            Backend: a [`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend].
+        """
+        inner = super().make_backend()
+        return GroupBackend(
+            inner, backend=self.dist_backend, timeout=self.dist_timeout, host=self.dist_host,
+            host_in_caller=isinstance(inner, ProcessBackend), run_init=True,
+        )
+
+    def __call__(
+        self,
+        data_iter: Iterable,
+        *,
+        progress: Optional[ProgressOption] = None,
+        task_timeout: Optional[float] = None,
+    ) -> Any:
+        """As the runners' call; a producer's error names its rank.
+
+        Args:
+            data_iter (Iterable): the items, read lazily.
+            progress (bool or dict or None): override the constructor's ``progress``.
+            task_timeout (None): not supported: a rank that is killed cannot be
+                replaced in its group.
+
+        Returns:
+            Any: what ``consumer_end`` returned.
+        """
+        _refuse_task_timeout(task_timeout)
+        try:
+            return super().__call__(data_iter, progress=progress)
+        except (WorkerError, WorkerDiedError) as err:
+            name_rank(err, len(self.devices))
+            raise
+
+
+def _refuse_task_timeout(task_timeout: Optional[float]) -> None:
+    if task_timeout is not None:
+        raise ValueError(
+            "DistributedRunner does not take task_timeout: a rank killed for overrunning "
+            "could not be replaced in its process group; dist_timeout bounds each collective"
+        )
