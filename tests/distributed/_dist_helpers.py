@@ -166,3 +166,11 @@ def reference_outputs(inputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
     torch.manual_seed(seed)
     with torch.no_grad():
         return Net()(inputs)
+
+
+class DyingInit(DistributedRunner):
+    @staticmethod
+    def producer_init(device, cfg):
+        if cfg.dist.rank == 1:
+            os._exit(3)
+        dist.barrier(group=cfg.dist.group)  # the others wait for rank 1: its death ends them

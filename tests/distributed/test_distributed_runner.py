@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _dist_helpers import (
+    DyingInit,
     DyingWork,
     FailingInit,
     TutorialPredictor,
@@ -76,3 +77,26 @@ def test_unknown_options_are_refused(no_leaks):
         TutorialPredictor(devices=1, port=29500)
     with pytest.raises(ValueError, match="dist_timeout must be positive"):
         TutorialPredictor(devices=1, dist_timeout=0)
+
+
+def test_a_rank_dying_in_producer_init_names_it(no_leaks):
+    with pytest.raises(WorkerDiedError) as info:
+        DyingInit(devices=3, dist_timeout=120)
+    err = info.value
+    # the death, not the "Connection closed by peer" it causes in the others' barrier
+    assert err.rank == 1 and err.exitcode == 3 and "rank 1 of 3" in str(err)
+
+
+def test_task_timeout_and_threads_are_refused(no_leaks):
+    # a rank killed for overrunning could not be replaced in its group
+    with pytest.raises(ValueError, match="does not take task_timeout"):
+        TutorialPredictor(devices=1, task_timeout=5.0)
+    with pytest.raises(ValueError, match="unknown backend 'thread'"):
+        TutorialPredictor(devices=2, backend="thread")
+
+
+def test_a_call_with_task_timeout_is_refused_and_the_runner_stays_usable(tmp_path, no_leaks):
+    with TutorialPredictor(devices=2, cfg={"out_dir": str(tmp_path)}) as predictor:
+        with pytest.raises(ValueError, match="does not take task_timeout"):
+            predictor(batch_generator(list(range(10)), 5), task_timeout=1.0)
+        assert predictor(batch_generator(list(range(10)), 5)).shape == (10, 3)

@@ -83,6 +83,16 @@ def test_a_stuck_rank_raises_timeout_error(tmp_path, no_leaks):
     assert len(pids) == 3 and wait_gone(pids) == []
 
 
+def test_a_group_that_cannot_form_names_the_step(no_leaks):
+    if torch.distributed.is_mpi_available():
+        pytest.skip("this torch has MPI")
+    with pytest.raises(WorkerError) as info:
+        spawn(rank_and_sum, 2, 1, backend="mpi", timeout=120)
+    err = info.value
+    assert err.hook == "joining the process group" and err.rank in (0, 1)
+    assert f"rank {err.rank} of 2" in str(err) and "MPI" in str(err)
+
+
 def test_two_calls_at_once_do_not_collide(no_leaks):
     results: dict = {}
     errors: list = []

@@ -126,8 +126,13 @@ class DistributedRunner(OrderedRunner):
             dist_host (str or None): the address of the rendezvous store;
                 None: ``127.0.0.1`` for local processes, rank 0's node for Ray.
             **options: the runners' keyword arguments (``progress``,
-                ``start_method``, ``backend="process"`` or ``"ray"``, and the Ray
-                back-end's ``address`` and ``ray_init_kwargs``).
+                ``start_method``, ``cpu_threads``, ``backend="process"`` or
+                ``"ray"``, and the Ray back-end's ``address`` and
+                ``ray_init_kwargs``), except ``task_timeout``: a rank killed
+                for overrunning could not be replaced in its group.
+
+        Raises:
+            ValueError: a bad ``dist_timeout``, or a ``task_timeout``.
         """
         if dist_timeout is not None and not dist_timeout > 0:
             raise ValueError(f"dist_timeout must be positive or None, got {dist_timeout!r}")
