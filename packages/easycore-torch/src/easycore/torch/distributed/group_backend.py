@@ -90,8 +90,11 @@ class GroupBackend(Backend):
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         n, ranks = self.world_size, list(range(self.world_size))
         try:
-            # Its own engine: the steps are items like any other, so the
-            # runner's engine, made over this back-end, starts afresh after it.
+            # An engine of its own, done with when start returns; the engine
+            # made over this back-end then counts jobs from 0 again. Workers
+            # cache job functions by job id, so no job here or there sends a
+            # function (None): the program builds the same one for every job,
+            # and steps are items like any other.
             engine = Engine(self._inner, credits=1, fail_fast=True)
             engine.start()  # the workers, with their device set up
             host, ports = self._rendezvous(engine, deadline)

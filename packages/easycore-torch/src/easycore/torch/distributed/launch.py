@@ -138,8 +138,8 @@ def spawn(
     Args:
         fn (callable): called as ``fn(ctx, *args)`` in every rank; its result
             comes back (CPU tensors through shared memory). A module-level
-            function is sent by reference; a lambda or closure by value when
-            cloudpickle is installed.
+            function is sent by reference; a lambda, a closure or code of
+            ``__main__`` by value (cloudpickle), once per rank.
         world_size (int): number of ranks.
         *args: further arguments of ``fn``, the same for every rank (pickled).
         backend (str): the ``torch.distributed`` backend: "gloo" (CPUs, and
