@@ -7,6 +7,9 @@ a collective, to time out. The ranks' pids are then checked gone.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import psutil
@@ -117,6 +120,30 @@ def test_two_calls_at_once_do_not_collide(no_leaks):
 def test_ranks_started_with_spawn(no_leaks):
     # The start method CUDA ranks use: fresh interpreters importing the helpers.
     assert spawn(rank_and_sum, 2, 4, start_method="spawn") == [(0, 8.0), (1, 8.0)]
+
+
+def test_a_script_s_own_function_reaches_ranks_started_with_spawn(tmp_path, no_leaks):
+    # Code of __main__ cannot be imported by a fresh interpreter: it goes by value.
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        from easycore.torch.distributed import spawn
+
+        SCALE = 3.0
+
+        def total(ctx):
+            t = torch.tensor([SCALE * (ctx.rank + 1)])
+            dist.all_reduce(t, group=ctx.group)
+            return t.item()
+
+        if __name__ == "__main__":
+            print(spawn(total, 2, start_method="spawn"))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[9.0, 9.0]"
 
 
 def test_a_store_host_that_cannot_be_bound_fails_cleanly(no_leaks):
