@@ -37,7 +37,7 @@ from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
-from .worker import RunnerProgram
+from .worker import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
 
@@ -391,6 +391,17 @@ class BaseRunner:
         """
         return self.transport_class()
 
+    def make_program(self) -> WorkerProgram:
+        """What every worker runs: by default the runner's producer hooks.
+
+        A seam for runners whose workers do more around the hooks (e.g.
+        ``DistributedRunner`` joins a process group before ``producer_init``).
+
+        Returns:
+            WorkerProgram: picklable; each worker gets its own copy.
+        """
+        return RunnerProgram(type(self), self._threads)
+
     def make_backend(self) -> Backend:
         """A fresh, unstarted back-end for one activation.
 
@@ -398,7 +409,7 @@ class BaseRunner:
             Backend:
         """
         spec = BackendSpec(
-            RunnerProgram(type(self), self._threads), self.devices, self._cfg,
+            self.make_program(), self.devices, self._cfg,
             self.device_policy, self._start_method or self.default_start_method, self._threads,
             None, True,
         )
