@@ -18,6 +18,7 @@ worker.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import pickle
 import threading
@@ -170,6 +171,12 @@ class BaseRunner:
             raise ValueError(f"task_timeout must be a positive number of seconds, got "
                              f"{task_timeout!r}")
         self._devices = self.normalize_devices(devices)
+        if cpu_threads == _threads.AUTO:
+            # A subclass may set ``cpu_threads = N`` (or None) as a class
+            # attribute, as easycore-torch documents; it replaces the property.
+            declared = inspect.getattr_static(type(self), "cpu_threads", None)
+            if not isinstance(declared, property):
+                cpu_threads = declared
         self._threads = _threads.budget(cpu_threads, len(self._devices))
         if backend in ("process", "thread"):
             # Local workers can only use what this machine has; other back-ends
