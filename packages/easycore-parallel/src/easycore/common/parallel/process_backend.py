@@ -110,12 +110,18 @@ class _Handle:
 def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
               grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
+    below: List[tuple] = []
     for h in handles:
         if h.started() and not h.gone:
             try:
+                below += lifeline.descendants(h.process.pid)  # what it started goes too
                 h.process.kill()
             except Exception:
                 pass
+    try:
+        lifeline.kill_pids(below)
+    except Exception:
+        pass
     deadline = time.monotonic() + grace
     for h in handles:
         if h.started() and not h.gone:
@@ -450,6 +456,10 @@ class ProcessBackend(Backend):
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
+        # What the workers started (a producer's subprocesses) and producer_end
+        # leaves running goes with them, as after a failure.
+        below = [p for h in self._by_slot.values() if h.pid and not h.gone
+                 for p in lifeline.descendants(h.pid)]
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
@@ -480,6 +490,7 @@ class ProcessBackend(Backend):
                     h.process.join(min(left, 2.0))
         finally:
             self.abort()  # kills stragglers, releases pipes and shared memory
+            lifeline.kill_pids(below)
         if errors:
             raise errors[0]
 
