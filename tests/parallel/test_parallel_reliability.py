@@ -155,6 +155,36 @@ def test_processes_started_by_producer_init_end_after_a_failed_call(method, tmp_
     assert left == [], "a worker or a process it started outlived the failed call"
 
 
+@pytest.mark.skipif(not LINUX, reason="finds descendants through /proc")
+def test_processes_started_by_producer_init_end_with_close(tmp_path, no_leaks):
+    # A sibling of the above: producer_end had its chance and did not stop them.
+    with StartsChildren(2, cfg={"folder": str(tmp_path)}) as runner:
+        workers = runner.worker_pids
+        assert runner(["a", "b"]) is None
+    children = []
+    for name in os.listdir(tmp_path):
+        with open(tmp_path / name) as f:
+            children += json.load(f)
+    assert len(children) == 4
+    left = wait_gone(workers + children, 10)
+    for pid in left:
+        _kill_quietly(pid)
+    assert left == [], "a process a worker started outlived close()"
+
+
+@pytest.mark.skipif(not LINUX, reason="finds descendants through /proc")
+@pytest.mark.parametrize("how", ["exit", "drop"])
+def test_processes_started_by_producer_init_end_with_a_forgotten_runner(how):
+    proc = run_script("forgotten_children.py", how, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    children = [int(p) for p in proc.stdout.split()[:-1]]
+    assert len(children) == 1
+    left = wait_gone(children, 10)
+    for pid in left:
+        _kill_quietly(pid)
+    assert left == [], "a process a worker started outlived the runner"
+
+
 # --- 12: close(timeout=T) takes about T, not T + 5 s per worker -------------------
 class HangsInEnd(UnorderedRunner):
     @staticmethod
