@@ -211,9 +211,14 @@ class ProcessBackend(Backend):
         )
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
+            mm = None
             if self._spec.track_items and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
-                mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                try:
+                    mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                except shm.SharedMemoryFull:
+                    pass  # a full /dev/shm: task timeouts then count per chunk
+            if mm is not None:
                 self._progress_name, self._progress = name, ProgressSlots(mm)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
