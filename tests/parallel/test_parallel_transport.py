@@ -232,11 +232,13 @@ def _namespace_prefix() -> list:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_small_dev_shm_falls_back_to_the_pipe_without_sigbus(method):
+@pytest.mark.parametrize("mode", ["small", "full"])  # full: not a page left at the start
+def test_a_small_dev_shm_falls_back_to_the_pipe_without_sigbus(method, mode):
     prefix = _namespace_prefix()
     shell = 'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$0" "$@"'
+    script = [sys.executable, str(SCRIPTS / "small_shm.py"), method, mode]
     proc = subprocess.run(
-        prefix + ["sh", "-c", shell, sys.executable, str(SCRIPTS / "small_shm.py"), method],
+        prefix + ["sh", "-c", shell, *script],
         capture_output=True, text=True, timeout=150, cwd=str(SCRIPTS),
     )
     assert proc.returncode == 0, proc.stderr

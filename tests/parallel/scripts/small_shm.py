@@ -1,7 +1,9 @@
 """Twenty 8 MB inputs and results through a runner, meant to run with a small /dev/shm.
 
 The test runs it in a private mount namespace whose /dev/shm is a 32 MB tmpfs
-(Docker gives containers 64 MB). argv: start method. Prints one JSON line.
+(Docker gives containers 64 MB). argv: start method, then "small" or "full"
+(/dev/shm filled up before the runner is built, which has a large cfg array
+and a task timeout). Prints one JSON line.
 """
 
 import json
@@ -47,12 +49,25 @@ def _check(out, offset):
 
 
 if __name__ == "__main__":
-    method = sys.argv[1]
+    method, mode = sys.argv[1], sys.argv[2]
     st = os.statvfs("/dev/shm")
     report = {"shm_bytes": st.f_blocks * st.f_frsize}
+    options = {}
+    if mode == "full":
+        with open("/dev/shm/filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"x" * (1 << 20))
+            except OSError:
+                pass  # ENOSPC: not one page left
+        options = {"cfg": {"big": np.ones(N)}, "task_timeout": 60.0}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        runner = Big(2, start_method=method)
+        try:
+            runner = Big(2, start_method=method, **options)
+        except Exception as exc:
+            print(json.dumps({**report, "error": f"{type(exc).__name__}: {exc}"}))
+            sys.exit(0)
         pids = runner.worker_pids
         try:
             inputs = [(i, np.full(N, float(i))) for i in range(ITEMS)]
