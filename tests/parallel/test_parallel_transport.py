@@ -254,11 +254,14 @@ def test_a_small_dev_shm_falls_back_to_the_pipe_without_sigbus(method, mode):
 
 # --- an idle runner gives shared memory back ---------------------------------------
 class Drops(UnorderedRunner):
-    """64 MiB results, each dropped by the consumer as soon as it is seen."""
+    """64 MiB results for int items; a float for 64 MiB array items. The consumer
+    drops each result as soon as it has seen it."""
 
     @staticmethod
     def producer_work(device, cfg, data):
-        return np.full(8 * N, float(data))
+        if isinstance(data, int):
+            return np.full(8 * N, float(data))
+        return np.full(1, float(data[0]))
 
     @staticmethod
     def consumer_init(cfg):
@@ -285,12 +288,17 @@ def _held_bytes(names) -> int:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_an_idle_runner_keeps_little_shared_memory(method, no_leaks):
+@pytest.mark.parametrize("direction", ["results", "inputs"])
+def test_an_idle_runner_keeps_little_shared_memory(method, direction, no_leaks):
     workers = 2
     with Drops(workers, start_method=method) as runner:
         prefix = runner._engine.backend.transport.prefix
         for _ in range(2):
-            assert runner(range(10)) == float(sum(range(10)))
+            if direction == "results":
+                items = range(10)
+            else:
+                items = (np.full(8 * N, float(i)) for i in range(10))
+            assert runner(items) == float(sum(range(10)))
             ours = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
             # idle now: at most what the transport keeps for speed, per worker
             held = _held_bytes(ours)
