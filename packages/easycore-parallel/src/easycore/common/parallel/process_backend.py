@@ -47,18 +47,27 @@ __all__ = ["ProcessBackend"]
 _DUMP = pickle.HIGHEST_PROTOCOL
 
 
-def _dump_spec(spec: WorkerSpec) -> bytes:
-    """Pickle a worker's spec; code from ``__main__`` goes by value (cloudpickle).
+def _dump_spec(spec: WorkerSpec, method: str) -> bytes:
+    """Pickle a worker's spec; code from ``__main__`` may go by value (cloudpickle).
 
     A runner class defined in a notebook, in stdin or under ``if __name__ ==
     "__main__":`` cannot be imported by a worker started with ``spawn`` or
-    ``forkserver``: sent by value, it needs not be.
+    ``forkserver``: sent by value, it needs not be. By value, it takes the
+    globals its hooks use along, which a lock or an open file cannot do: so
+    the other way is the fallback, and the first choice under ``fork``,
+    whose workers already have ``__main__``.
     """
-    if getattr(spec.program, "by_value", False):
-        import cloudpickle
+    if not getattr(spec.program, "by_value", False):
+        return pickle.dumps(spec, protocol=_DUMP)
+    import cloudpickle
 
-        return cloudpickle.dumps(spec, protocol=_DUMP)
-    return pickle.dumps(spec, protocol=_DUMP)
+    first, second = cloudpickle.dumps, pickle.dumps
+    if method == "fork":
+        first, second = second, first
+    try:
+        return first(spec, protocol=_DUMP)
+    except Exception:
+        return second(spec, protocol=_DUMP)
 
 
 def _frame(data: bytes) -> bytes:
@@ -254,8 +263,8 @@ class ProcessBackend(Backend):
         )
         process = self._ctx.Process(
             target=process_main,
-            args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
-                  res_w),
+            args=(_dump_spec(worker_spec, self._method), spec.threads, os.getpid(), self._method,
+                  task_r, res_w),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
