@@ -327,6 +327,16 @@ def test_runner_class_defined_in_main_works_under_spawn_and_forkserver(method, h
     assert report["again"] == [1025]
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_runner_class_in_main_using_an_unpicklable_global_still_works(method):
+    # Sent by value, the class would take its globals along: a lock, a model,
+    # an open file. Where the worker can get the class without that (fork; a
+    # script's top level), it must.
+    proc = run_script("main_globals.py", method, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"out": list(range(1, 11))}
+
+
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in METHODS])
 def test_runner_class_from_a_module_the_worker_cannot_import(method, tmp_path, monkeypatch,
                                                             no_leaks):
