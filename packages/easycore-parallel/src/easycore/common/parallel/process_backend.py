@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import lifeline, shm
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
+from .pickling import dumps_either
 from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from .transport import Transport
 from .worker import ProgressSlots, WorkerSpec, process_main
@@ -47,27 +48,18 @@ __all__ = ["ProcessBackend"]
 _DUMP = pickle.HIGHEST_PROTOCOL
 
 
-def _dump_spec(spec: WorkerSpec, method: str) -> bytes:
-    """Pickle a worker's spec; code from ``__main__`` may go by value (cloudpickle).
+def _dump_spec(spec: WorkerSpec) -> bytes:
+    """Pickle a worker's spec; code from ``__main__`` also goes by value (cloudpickle).
 
     A runner class defined in a notebook, in stdin or under ``if __name__ ==
     "__main__":`` cannot be imported by a worker started with ``spawn`` or
-    ``forkserver``: sent by value, it needs not be. By value, it takes the
-    globals its hooks use along, which a lock or an open file cannot do: so
-    the other way is the fallback, and the first choice under ``fork``,
-    whose workers already have ``__main__``.
+    ``forkserver``: sent by value, it needs not be. Where the worker can find
+    it, it takes it by reference, see
+    [`dumps_either`][easycore.common.parallel.pickling.dumps_either].
     """
-    if not getattr(spec.program, "by_value", False):
-        return pickle.dumps(spec, protocol=_DUMP)
-    import cloudpickle
-
-    first, second = cloudpickle.dumps, pickle.dumps
-    if method == "fork":
-        first, second = second, first
-    try:
-        return first(spec, protocol=_DUMP)
-    except Exception:
-        return second(spec, protocol=_DUMP)
+    if getattr(spec.program, "by_value", False):
+        return dumps_either(spec)
+    return pickle.dumps(spec, protocol=_DUMP)
 
 
 def _frame(data: bytes) -> bytes:
@@ -263,8 +255,8 @@ class ProcessBackend(Backend):
         )
         process = self._ctx.Process(
             target=process_main,
-            args=(_dump_spec(worker_spec, self._method), spec.threads, os.getpid(), self._method,
-                  task_r, res_w),
+            args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
+                  res_w),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
