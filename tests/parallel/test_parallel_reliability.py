@@ -337,6 +337,20 @@ def test_runner_class_in_main_using_an_unpicklable_global_still_works(method):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"out": list(range(1, 11))}
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_pool_functions_in_main_share_its_globals_as_with_multiprocessing(method):
+    # By reference where the worker has __main__: an initializer's global is
+    # the task's, and a lock in the module need not travel; lambdas by value.
+    proc = run_script("pool_main_globals.py", method, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {
+        "state": [[42, x] for x in range(4)],
+        "locked": [x + 1 for x in range(4)],
+        "lambda": [x * 3 for x in range(4)],
+    }
+
+
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in METHODS])
 def test_runner_class_from_a_module_the_worker_cannot_import(method, tmp_path, monkeypatch,
                                                             no_leaks):
