@@ -280,11 +280,11 @@ def test_failed_call_with_a_blocked_input_leaves_nothing_behind(tmp_path, no_lea
     def source():
         for i in itertools.count():
             if i == 1:
-                # Blocked until the worker is failing on item 0. Read by any other
-                # thread (a feeder), it then stays blocked as a slow input would,
-                # while the call fails; the calling thread cannot fail a call it
-                # is busy reading input for, so it goes on.
-                assert _wait_for(marker.exists, 60)
+                # Blocked until the worker is failing on item 0 (if item 0 went
+                # out alone). Read by any other thread (a feeder), it then stays
+                # blocked as a slow input would, while the call fails; the calling
+                # thread cannot fail a call it is busy reading input for: it goes on.
+                _wait_for(marker.exists, 30)
                 if threading.current_thread() is not caller:
                     released.wait(60)
             taken.append((i, threading.current_thread().name))
