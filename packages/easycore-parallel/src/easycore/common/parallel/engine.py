@@ -566,6 +566,14 @@ class Engine:
             self._check_timeouts()
             with self._lock:
                 self._dispatch()
+                if events and not any(w.fifo for w in self._workers):
+                    # The last results were delivered while the delivering frames
+                    # still held them: only now can segments their consumer dropped
+                    # count as free, and an idle runner give them back.
+                    try:
+                        self.transport.idle()
+                    except Exception:
+                        pass
 
     def _handle(self, slot: int, message: Any) -> None:
         kind = type(message)

@@ -5,7 +5,7 @@ which a worker started with ``spawn`` or ``forkserver`` can only follow if it
 can import it. Lambdas, closures, and anything defined in ``__main__`` (a
 script's ``if __name__ == "__main__":`` block, a notebook, code read from
 stdin) cannot be imported there, so those go *by value* through
-[cloudpickle](https://github.com/cloudpipe/cloudpickle), which workers read
+`cloudpickle <https://github.com/cloudpipe/cloudpickle>`_, which workers read
 with plain ``pickle.loads``. Code is pickled once per job, never per item.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pickle
 import sys
 import types
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["dumps_code", "loads_code"]
 
@@ -44,18 +44,70 @@ def dumps_code(obj: Any) -> bytes:
             return pickle.dumps(obj, protocol=_PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError):
             pass  # a lambda or a local function: by value below
+        import cloudpickle
+
+        return cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    return dumps_either(obj)
+
+
+def dumps_either(obj: Any) -> bytes:
+    """Pickle code of ``__main__`` by reference *and* by value; the worker takes the first it can.
+
+    By reference where the worker has ``__main__`` (forked, or a script it
+    re-ran): the code then shares the module's globals (what an initializer
+    sets, a function reads, as with ``multiprocessing.Pool``) and takes no
+    unpicklable global (a lock, an open file) along. By value where it cannot
+    find it (a notebook, stdin, a block under ``if __name__ == "__main__":``).
+
+    Args:
+        obj (Any): what to pickle.
+
+    Returns:
+        bytes: readable with ``pickle.loads`` in any worker.
+    """
     import cloudpickle
 
-    return cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    try:
+        by_reference: Optional[bytes] = pickle.dumps(obj, protocol=_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        by_reference = None  # a lambda or a local function
+    try:
+        by_value = cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    except Exception:
+        if by_reference is None:
+            raise
+        return by_reference
+    if by_reference is None:
+        return by_value
+    return pickle.dumps(_FirstThatLoads(by_reference, by_value), protocol=_PROTOCOL)
+
+
+class _FirstThatLoads:
+    """Unpickles as the first of its pickles that the unpickling process can resolve."""
+
+    def __init__(self, *blobs: bytes) -> None:
+        self.blobs = blobs
+
+    def __reduce__(self) -> Any:
+        return _load_first, self.blobs
+
+
+def _load_first(*blobs: bytes) -> Any:
+    for blob in blobs[:-1]:
+        try:
+            return pickle.loads(blob)
+        except (AttributeError, ImportError):
+            continue  # not found in this process: the next way
+    return pickle.loads(blobs[-1])
 
 
 def loads_code(data: bytes) -> Any:
     """The inverse of [`dumps_code`][easycore.common.parallel.pickling.dumps_code].
 
-    Functions of ``__main__`` that came by value are rebound to this process's
+    Functions of ``__main__`` that came by value (a notebook, stdin, a block
+    under ``if __name__ == "__main__":``) are rebound to this process's
     ``__main__`` namespace, so that they share globals as they did in the
-    caller: an initializer that sets a global is seen by the tasks (the
-    stdlib's ``Pool(initializer=...)`` pattern), whichever start method.
+    caller: an initializer that sets a global is seen by the tasks.
 
     Args:
         data (bytes):

@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import lifeline, shm
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
+from .pickling import dumps_either
 from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from .transport import Transport
 from .worker import ProgressSlots, WorkerSpec, process_main
@@ -48,16 +49,16 @@ _DUMP = pickle.HIGHEST_PROTOCOL
 
 
 def _dump_spec(spec: WorkerSpec) -> bytes:
-    """Pickle a worker's spec; code from ``__main__`` goes by value (cloudpickle).
+    """Pickle a worker's spec; code from ``__main__`` also goes by value (cloudpickle).
 
     A runner class defined in a notebook, in stdin or under ``if __name__ ==
     "__main__":`` cannot be imported by a worker started with ``spawn`` or
-    ``forkserver``: sent by value, it needs not be.
+    ``forkserver``: sent by value, it needs not be. Where the worker can find
+    it, it takes it by reference, see
+    [`dumps_either`][easycore.common.parallel.pickling.dumps_either].
     """
     if getattr(spec.program, "by_value", False):
-        import cloudpickle
-
-        return cloudpickle.dumps(spec, protocol=_DUMP)
+        return dumps_either(spec)
     return pickle.dumps(spec, protocol=_DUMP)
 
 
@@ -110,12 +111,18 @@ class _Handle:
 def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
               grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
+    below: List[tuple] = []
     for h in handles:
         if h.started() and not h.gone:
             try:
+                below += lifeline.descendants(h.process.pid)  # what it started goes too
                 h.process.kill()
             except Exception:
                 pass
+    try:
+        lifeline.kill_pids(below)
+    except Exception:
+        pass
     deadline = time.monotonic() + grace
     for h in handles:
         if h.started() and not h.gone:
@@ -207,9 +214,14 @@ class ProcessBackend(Backend):
         )
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
+            mm = None
             if self._spec.track_items and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
-                mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                try:
+                    mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                except shm.SharedMemoryFull:
+                    pass  # a full /dev/shm: task timeouts then count per chunk
+            if mm is not None:
                 self._progress_name, self._progress = name, ProgressSlots(mm)
                 for slot in range(len(self.devices)):  # no job -1: nothing runs yet
                     self._progress.write(slot, -1, -1, -1, 0.0)
@@ -454,6 +466,10 @@ class ProcessBackend(Backend):
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
+        # What the workers started (a producer's subprocesses) and producer_end
+        # leaves running goes with them, as after a failure.
+        below = [p for h in self._by_slot.values() if h.pid and not h.gone
+                 for p in lifeline.descendants(h.pid)]
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
@@ -484,6 +500,7 @@ class ProcessBackend(Backend):
                     h.process.join(min(left, 2.0))
         finally:
             self.abort()  # kills stragglers, releases pipes and shared memory
+            lifeline.kill_pids(below)
         if errors:
             raise errors[0]
 
