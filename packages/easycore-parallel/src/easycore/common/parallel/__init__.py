@@ -68,6 +68,7 @@ ordering, consumer hooks, errors) is shared unchanged.
 
 from ._version import __version__
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited
+from .background import BackgroundStats, BackgroundTask
 from .errors import (
     ErrorReport,
     ParallelError,
@@ -77,6 +78,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .jobqueue import JobQueue
 from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .process_backend import ProcessBackend
@@ -89,6 +91,9 @@ __all__ = [
     "AsyncResult",
     "MapResult",
     "IMapIterator",
+    "BackgroundTask",
+    "BackgroundStats",
+    "JobQueue",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",
