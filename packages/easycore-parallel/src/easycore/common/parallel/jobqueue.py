@@ -140,12 +140,17 @@ class JobQueue:
             start_method (str or None): "fork", "spawn" or "forkserver".
             backend (str): "process", "thread" (no ``seed``) or "ray".
             **options: more [`Pool`][easycore.common.parallel.Pool] options
-                (``devices``, ``cpu_threads``, ``max_deaths``, ``address``, ...).
+                (``devices``, ``cpu_threads``, ``max_deaths``, ``address``, ...);
+                ``queue_scale`` is 1 here: a worker holds one job at a time, so
+                no job waits behind a slow one while another worker is free.
         """
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"maxsize must be a non-negative int, got {maxsize!r}")
         self._closed = True  # until the pool runs, for __del__
         self._owner_pid = os.getpid()
+        # One job per worker at a time: a job never waits behind a slow one
+        # while another worker is free (jobs differ, unlike a task's calls).
+        options.setdefault("queue_scale", 1)
         make_pool, self._streams = pool_factory(
             self, workers, initializer, initargs, seed, task_timeout, start_method, backend,
             dict(options),
