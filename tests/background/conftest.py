@@ -22,6 +22,9 @@ import pytest
 from processes import stray_children
 
 HERE = Path(__file__).resolve().parent
+# Read by Ray when it is imported (the Ray tests import it at collection), as
+# tests/ray/conftest.py does: Ray's processes use 127.0.0.1, not the outward address.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def shm_segments() -> list:
@@ -77,23 +80,20 @@ def no_leaks():
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray of 2 CPUs on 127.0.0.1, for one test module; shut down after it."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    # Read by Ray when it is imported: loopback addresses for its processes.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    saved = os.environ.get("PYTHONPATH")
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
     # Actors import the targets by module name: this folder on their path.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved["PYTHONPATH"]) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved) if p)
     try:
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  _node_ip_address="127.0.0.1", object_store_memory=300 << 20,
                  log_to_driver=False)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
     try:
         yield ray
     finally:

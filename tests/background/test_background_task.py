@@ -5,11 +5,15 @@ Real worker processes throughout; every wait has a timeout.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -43,6 +47,16 @@ pytestmark = pytest.mark.timeout(120)
 WAIT = 30.0
 METHODS = [m for m in ("fork", "forkserver", "spawn")
            if m in multiprocessing.get_all_start_methods()]
+
+
+def main_thread_waits_in_get() -> bool:
+    """Whether the main thread is inside ``BackgroundTask.get`` (for Ctrl-C tests)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "get" and frame.f_code.co_filename.endswith("background.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def wait_until(predicate, timeout: float = WAIT) -> None:
@@ -138,7 +152,7 @@ def test_ctrl_c_in_get_then_reset_then_get(no_leaks, tmp_path):
     go, started = tmp_path / "go", tmp_path / "started"
 
     def interrupt() -> None:
-        wait_until(started.exists)
+        wait_until(lambda: started.exists() and main_thread_waits_in_get())
         os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C reaches us
 
     with BackgroundTask(wait_for, (str(go), str(started))) as bg:
@@ -357,3 +371,17 @@ def test_an_initializer_runs_in_every_worker(no_leaks, tmp_path):
     with BackgroundTask(pid, workers=2, initializer=count_call, initargs=(str(marks),)) as bg:
         bg.get(timeout=WAIT)
         assert sorted(map(int, marks.read_text().split())) == sorted(bg.worker_pids)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_terminal_ctrl_c_spares_the_workers_and_reset_goes_on(tmp_path, method):
+    # The terminal sends SIGINT to the whole group: the workers ignore it.
+    script = Path(__file__).resolve().parent / "scripts" / "ctrl_c_reset.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), method, str(tmp_path / "started"), str(tmp_path / "go")],
+        capture_output=True, text=True, timeout=120, start_new_session=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"caught": True, "result_from_a_worker": True, "workers_alive": True,
+                      "children_after_close": []}

@@ -2,8 +2,9 @@
 
 Augmentation code run by N workers must not produce N identical batches, yet
 that is what forked workers do by default: each child inherits its parent's
-NumPy state (and torch's), and a spawned one starts torch at a fixed seed.
-[`RandomStreams`][easycore.common.parallel.seeding.RandomStreams] fixes both,
+NumPy and torch generator states (CPython reseeds only ``random`` after a
+fork), so N workers draw N copies of one stream.
+[`RandomStreams`][easycore.common.parallel.seeding.RandomStreams] fixes that
 for the generators code uses without asking: Python's ``random``, NumPy's
 legacy global ``np.random`` (if NumPy is importable) and, in easycore-torch's
 subclass, torch's default generators.
@@ -11,13 +12,16 @@ subclass, torch's default generators.
 * **Without a seed**, each worker seeds them from fresh OS entropy when it
   starts (a replacement worker too): distinct streams, different every run.
 * **With a seed**, they are set before *each call* from ``(seed, k)``, ``k``
-  being the call's number (the k-th batch a
-  [`BackgroundTask`][easycore.common.parallel.BackgroundTask] asked for, the
+  being the call's number (the k-th call a
+  [`BackgroundTask`][easycore.common.parallel.BackgroundTask] started, the
   k-th job ``put`` on a [`JobQueue`][easycore.common.parallel.JobQueue]).
   Call k draws the same numbers in every run, whichever worker runs it, so
   a replacement worker (after a death or a timeout) changes nothing, and with
-  ``ordered=True`` the k-th result is the same in every run. Numbers drawn in
-  an ``initializer`` come from fresh entropy: draw them in the target.
+  ``ordered=True`` the k-th result of a task is the same in every run. A
+  ``reset`` skips the numbers of the calls it discarded (how many depends on
+  timing), so runs with resets are reproducible call by call, not result by
+  result. Numbers drawn in an ``initializer`` come from fresh entropy: draw
+  them in the target.
 
 Generators a target makes itself (``np.random.default_rng()``) are its own
 business; derive them from the seeded ones to follow the seed, e.g.

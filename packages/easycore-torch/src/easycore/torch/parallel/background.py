@@ -14,7 +14,7 @@ and [`JobQueue`][easycore.common.parallel.JobQueue] on the torch
   this machine lacks is a ``ValueError`` naming it;
 * **torch's random generators in the streams**: without ``seed`` every
   worker seeds torch (CPU, and CUDA as it initialises) from fresh entropy,
-  instead of the fixed seed every spawned interpreter starts with; with
+  where forked workers would all continue the caller's torch stream; with
   ``seed`` each call seeds them from ``(seed, call)`` (see
   [`seeding`][easycore.common.parallel.seeding]);
 * **one CPU thread per worker** by default (``cpu_threads=1``, as torch's
