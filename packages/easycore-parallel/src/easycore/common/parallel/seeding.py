@@ -109,16 +109,17 @@ class RandomStreams:
                 slower, complete seeding only then).
         """
         random.seed(int.from_bytes(key, "little"))
-        np: Any = sys.modules.get("numpy")
-        if np is None and first:
-            try:  # not imported yet: a forked worker may inherit its state later
-                import numpy
+        # ``numpy.random`` is imported lazily (about 10 ms): only a state that
+        # exists can have been copied by fork. Seeded runs import it up front,
+        # so that a target importing it in its first call draws seeded numbers.
+        np_random: Any = sys.modules.get("numpy.random")
+        if np_random is None and first and self.seed is not None:
+            try:
+                import numpy.random as np_random
             except ImportError:
-                pass
-            else:
-                np = numpy
-        if np is not None:
-            np.random.seed([int.from_bytes(key[i : i + 4], "little") for i in range(0, 16, 4)])
+                np_random = None
+        if np_random is not None:
+            np_random.seed([int.from_bytes(key[i : i + 4], "little") for i in range(0, 16, 4)])
 
 
 class WorkerStart:
