@@ -538,4 +538,8 @@ class BackgroundTask:
         self._busy_before = [b + busy[i] for i, b in enumerate(self._busy_before)]
         self._pool = None
         old.terminate()
-        self._pool = self._make_pool()
+        try:
+            self._pool = self._make_pool()
+        except BaseException:
+            self._closed = True  # no workers to go on with: closed, and says so
+            raise
