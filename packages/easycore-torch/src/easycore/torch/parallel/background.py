@@ -133,8 +133,9 @@ class BackgroundTask(_background.BackgroundTask):
                 caller (with a warning and no pinning where CUDA is unavailable).
             cpu_threads (int or str or None): torch's threads in each worker
                 (1, as ``DataLoader``; ``"auto"``: ``cpus // workers``).
-            **options: as [`easycore.common.parallel.BackgroundTask`][easycore.common.parallel.BackgroundTask],
-                plus ``tensor_sharing`` (see [`Pool`][easycore.torch.parallel.Pool]).
+            **options: as the [`BackgroundTask`][easycore.common.parallel.BackgroundTask]
+                of easycore-parallel, plus ``tensor_sharing`` (see
+                [`Pool`][easycore.torch.parallel.Pool]).
         """
         self._stage = _pin_stage(pin_memory, "BackgroundTask")
         super().__init__(target, args, kwargs, cpu_threads=cpu_threads, **options)
@@ -160,8 +161,8 @@ class JobQueue(_jobqueue.JobQueue):
             pin_memory (bool): pin the results' CPU tensors in a thread of the
                 caller (with a warning and no pinning where CUDA is unavailable).
             cpu_threads (int or str or None): torch's threads in each worker.
-            **options: as [`easycore.common.parallel.JobQueue`][easycore.common.parallel.JobQueue],
-                plus ``tensor_sharing``.
+            **options: as the [`JobQueue`][easycore.common.parallel.JobQueue] of
+                easycore-parallel, plus ``tensor_sharing``.
         """
         self._stage = _pin_stage(pin_memory, "JobQueue")
         super().__init__(workers, cpu_threads=cpu_threads, **options)
