@@ -85,9 +85,9 @@ def detach_from_forkserver() -> None:
         from multiprocessing import forkserver
     except ImportError:  # pragma: no cover - Windows
         return
-    server = getattr(forkserver, "_forkserver", None)
+    server: Any = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
+    if server is not None and fd is not None:
         try:
             os.close(fd)
         except OSError:
@@ -112,6 +112,27 @@ def _launcher_main(requests: queue.SimpleQueue) -> None:
         del fn, box, done
 
 
+def _start_hiding_phantom_main(start: Callable[[], Any]) -> Any:
+    # A script read from stdin (`python - < x.py`) has __main__.__file__ ==
+    # "<stdin>": spawn and forkserver workers would try to run that path and
+    # die before any of our code. Workers get code of __main__ by value, so
+    # they need not import it: hide a path that does not exist while starting.
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    phantom = (
+        isinstance(path, str)
+        and getattr(getattr(main, "__spec__", None), "name", None) is None
+        and not os.path.exists(path)
+    )
+    if not phantom:
+        return start()
+    del main.__file__  # type: ignore[union-attr]
+    try:
+        return start()
+    finally:
+        main.__file__ = path  # type: ignore[union-attr]
+
+
 def start_process(start: Callable[[], Any]) -> Any:
     """Call ``start`` (e.g. ``process.start``) from a thread that never exits.
 
@@ -129,7 +150,7 @@ def start_process(start: Callable[[], Any]) -> Any:
     if threading.current_thread() is threading.main_thread() or not sys.platform.startswith(
         "linux"
     ):
-        return start()
+        return _start_hiding_phantom_main(start)
     with _launcher_lock:
         if _launcher_queue is None:
             _launcher_queue = queue.SimpleQueue()
@@ -141,7 +162,7 @@ def start_process(start: Callable[[], Any]) -> Any:
             ).start()
     box: Dict[str, Any] = {}
     done = threading.Event()
-    _launcher_queue.put((start, box, done))
+    _launcher_queue.put((lambda: _start_hiding_phantom_main(start), box, done))
     done.wait()
     if "error" in box:
         raise box["error"]

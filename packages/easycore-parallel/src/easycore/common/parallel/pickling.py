@@ -5,13 +5,15 @@ which a worker started with ``spawn`` or ``forkserver`` can only follow if it
 can import it. Lambdas, closures, and anything defined in ``__main__`` (a
 script's ``if __name__ == "__main__":`` block, a notebook, code read from
 stdin) cannot be imported there, so those go *by value* through
-`cloudpickle <https://github.com/cloudpipe/cloudpickle>`_, which workers read
+[cloudpickle](https://github.com/cloudpipe/cloudpickle), which workers read
 with plain ``pickle.loads``. Code is pickled once per job, never per item.
 """
 
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 from typing import Any
 
 __all__ = ["dumps_code", "loads_code"]
@@ -50,10 +52,35 @@ def dumps_code(obj: Any) -> bytes:
 def loads_code(data: bytes) -> Any:
     """The inverse of [`dumps_code`][easycore.common.parallel.pickling.dumps_code].
 
+    Functions of ``__main__`` that came by value are rebound to this process's
+    ``__main__`` namespace, so that they share globals as they did in the
+    caller: an initializer that sets a global is seen by the tasks (the
+    stdlib's ``Pool(initializer=...)`` pattern), whichever start method.
+
     Args:
         data (bytes):
 
     Returns:
         Any:
     """
-    return pickle.loads(data)
+    return _share_main_globals(pickle.loads(data))
+
+
+def _share_main_globals(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return tuple(_share_main_globals(part) for part in obj)
+    if not isinstance(obj, types.FunctionType) or not _from_main(obj):
+        return obj
+    main = sys.modules.get("__main__")
+    if main is None or obj.__globals__ is vars(main):
+        return obj
+    namespace = vars(main)
+    for name, value in obj.__globals__.items():
+        namespace.setdefault(name, value)  # what it brought, unless already there
+    shared = types.FunctionType(obj.__code__, namespace, obj.__name__, obj.__defaults__,
+                                obj.__closure__)
+    shared.__kwdefaults__ = obj.__kwdefaults__
+    shared.__dict__.update(obj.__dict__)
+    shared.__qualname__ = obj.__qualname__
+    shared.__module__ = obj.__module__
+    return shared

@@ -106,7 +106,7 @@ class PoolProgram(WorkerProgram):
 
 
 def _load(blob: Any) -> Any:
-    return loads_code(blob) if isinstance(blob, (bytes, bytearray)) else blob
+    return loads_code(bytes(blob)) if isinstance(blob, (bytes, bytearray)) else blob
 
 
 # ------------------------------------------------------------------ results
@@ -175,7 +175,7 @@ class AsyncResult:
         if self._event.is_set():
             return
         self._value, self._error = value, error
-        self._event.set()
+        # As the stdlib: the callback has run by the time get() returns.
         try:
             if error is None and self._callback is not None:
                 self._callback(value)
@@ -185,6 +185,8 @@ class AsyncResult:
             import traceback
 
             traceback.print_exc()  # a callback's error must not stop the pool
+        finally:
+            self._event.set()
 
 
 class ApplyResult(AsyncResult):
@@ -218,7 +220,6 @@ class _MapSink(JobSink):
         self.engine = engine
         self.progress = progress
         self.unpack_one = unpack_one
-        self.job: Optional[Job] = None
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         if failed:
@@ -270,8 +271,8 @@ class IMapIterator:
             while not self._items:
                 if self._done:
                     if self._error is not None:
-                        error, self._error = self._error, None
-                        raise error
+                        job_error, self._error = self._error, None
+                        raise job_error
                     raise StopIteration
                 remaining = None if deadline is None else deadline - _now()
                 if remaining is not None and remaining <= 0:
@@ -388,6 +389,7 @@ class Pool:
         initializer: Optional[Callable[..., Any]] = None,
         initargs: Sequence[Any] = (),
         maxtasksperchild: Optional[int] = None,
+        context: Optional[Any] = None,
         *,
         devices: Optional[Iterable[str]] = None,
         cfg: Optional[Mapping[str, Any]] = None,
@@ -410,6 +412,8 @@ class Pool:
             initargs (tuple): its arguments.
             maxtasksperchild (int or None): replace a worker after it ran this
                 many tasks (None: never).
+            context (multiprocessing context or None): as the stdlib's: its
+                start method is used (same as ``start_method=``).
             devices (list[str] or None): one worker per device (e.g.
                 ``["cuda:0", "cuda:1"]`` with easycore-torch); default ``"cpu"``.
             cfg (CfgNode or dict or None): given to functions that ask for a
@@ -448,6 +452,16 @@ class Pool:
             raise ValueError("maxtasksperchild must be a positive int or None")
         if backend not in self.backends:
             raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
+        if context is not None:
+            if start_method is not None and start_method != context.get_start_method():
+                raise ValueError("pass context= or start_method=, not both")
+            start_method = context.get_start_method()
+        if task_timeout is not None and not (
+            isinstance(task_timeout, (int, float)) and math.isfinite(task_timeout)
+            and task_timeout > 0
+        ):
+            raise ValueError(f"task_timeout must be a positive number of seconds, got "
+                             f"{task_timeout!r}")
         if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
                 and queue_scale > 0):
             raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
@@ -525,8 +539,8 @@ class Pool:
         return dumps_code(blob) if self._pickle_code else blob
 
     def _chunker(self, func: Callable) -> AdaptiveChunker:
+        key: Any = func
         try:
-            key = func
             hash(key)
         except TypeError:
             key = id(func)

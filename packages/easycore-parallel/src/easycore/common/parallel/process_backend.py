@@ -47,6 +47,20 @@ __all__ = ["ProcessBackend"]
 _DUMP = pickle.HIGHEST_PROTOCOL
 
 
+def _dump_spec(spec: WorkerSpec) -> bytes:
+    """Pickle a worker's spec; code from ``__main__`` goes by value (cloudpickle).
+
+    A runner class defined in a notebook, in stdin or under ``if __name__ ==
+    "__main__":`` cannot be imported by a worker started with ``spawn`` or
+    ``forkserver``: sent by value, it needs not be.
+    """
+    if getattr(spec.program, "by_value", False):
+        import cloudpickle
+
+        return cloudpickle.dumps(spec, protocol=_DUMP)
+    return pickle.dumps(spec, protocol=_DUMP)
+
+
 def _frame(data: bytes) -> bytes:
     """``data`` framed as ``multiprocessing.connection`` frames it (for recv_bytes)."""
     n = len(data)
@@ -149,7 +163,8 @@ class ProcessBackend(Backend):
         self._handles: List[_Handle] = []
         self._by_slot: Dict[int, _Handle] = {}
         self._sel: Optional[selectors.BaseSelector] = None
-        self._wake_r = self._wake_w = None
+        self._wake_r: Optional[int] = None
+        self._wake_w: Optional[int] = None
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._poll_lock = threading.RLock()
@@ -182,10 +197,11 @@ class ProcessBackend(Backend):
     def start(self) -> None:
         self.transport.prepare()
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, ("wake", -1))
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self._wake_r, self._wake_w = wake_r, wake_w
+        self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
         self._finalizer = util.Finalize(
             self, _kill_all, args=(self._handles, self.transport, None), exitpriority=10
         )
@@ -195,6 +211,8 @@ class ProcessBackend(Backend):
                 name = f"/{shm.make_prefix('ecs')}p"
                 mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
                 self._progress_name, self._progress = name, ProgressSlots(mm)
+                for slot in range(len(self.devices)):  # no job -1: nothing runs yet
+                    self._progress.write(slot, -1, -1, -1, 0.0)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name), exitpriority=10
@@ -227,10 +245,10 @@ class ProcessBackend(Backend):
             spec.program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._progress_name,
         )
-        process = self._ctx.Process(
+        process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
-            args=(pickle.dumps(worker_spec, protocol=_DUMP), spec.threads, os.getpid(),
-                  self._method, task_r, res_w),
+            args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
+                  res_w),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
@@ -316,14 +334,14 @@ class ProcessBackend(Backend):
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for key, mask in sel.select(tick):
+        for key, _mask in sel.select(tick):
             kind, slot = key.data
             if kind == "wake":
                 # Reset before draining, so no wakeup is lost; no lock here: a
                 # Ctrl-C landing while this thread held one would deadlock.
                 self._wake_pending = False
                 try:
-                    while os.read(self._wake_r, 4096):
+                    while self._wake_r is not None and os.read(self._wake_r, 4096):
                         pass
                 except (BlockingIOError, OSError):
                     pass

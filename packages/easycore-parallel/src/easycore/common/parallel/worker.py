@@ -34,6 +34,7 @@ import signal
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import lifeline, threads
@@ -77,7 +78,8 @@ class Terminated(SystemExit):
     """Raised in a worker by ``SIGTERM``: unwind and exit, whatever runs."""
 
 
-class WorkerContext(NamedTuple):
+@dataclass(frozen=True)
+class WorkerContext:
     """What a worker knows about itself, given to functions that ask for it.
 
     Attributes:
@@ -126,7 +128,7 @@ class RunnerProgram(WorkerProgram):
     """A runner's producer hooks: ``setup_worker`` and ``producer_init``,
     ``producer_work`` per item, ``producer_end``."""
 
-    def __init__(self, runner_cls: type, threads: Optional[int] = None) -> None:
+    def __init__(self, runner_cls: Any, threads: Optional[int] = None) -> None:
         """
         Args:
             runner_cls (type): the runner class whose static hooks to call.
@@ -134,6 +136,11 @@ class RunnerProgram(WorkerProgram):
         """
         self.runner_cls = runner_cls
         self.threads = threads
+
+    @property
+    def by_value(self) -> bool:
+        """bool: the runner class lives in ``__main__``: send it by value (cloudpickle)."""
+        return getattr(self.runner_cls, "__module__", None) in ("__main__", "__mp_main__")
 
     def init(self, ctx: WorkerContext) -> None:
         cls = self.runner_cls
@@ -214,7 +221,11 @@ class Executor:
         return self.ctx.cfg
 
     def init(self) -> None:
-        """Run the program's init; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's init.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.init(self.ctx)
         except (HookFailed, Terminated):
@@ -223,7 +234,11 @@ class Executor:
             raise HookFailed(ErrorReport.capture("init", exc)) from None
 
     def end(self) -> None:
-        """Run the program's end; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's end.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.end(self.ctx)
         except (HookFailed, Terminated):
@@ -326,7 +341,7 @@ class WorkerSpec(NamedTuple):
     """Everything a worker process needs besides its pipes (pickled as bytes)."""
 
     program: WorkerProgram
-    index: int
+    slot: int
     device: str
     cfg: Any  #: the transport's payload of the cfg
     context: Any  #: this worker's entry of worker_contexts (Pool)
@@ -400,17 +415,17 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
         threads.limit_threads(n_threads)  # what a fork inherited already loaded
     progress = None
     try:
-        transport.bind_worker(spec.index)
+        transport.bind_worker(spec.slot)
         cfg = transport.decode_cfg(spec.cfg)
         if spec.progress is not None:
             from . import shm
 
             progress = ProgressSlots(shm.open_existing(spec.progress, ProgressSlots.nbytes(
-                spec.index + 1)))
+                spec.slot + 1)))
     except BaseException as exc:
         post(WorkerFailed(None, None, ErrorReport.capture("receiving cfg", exc)))
         return
-    executor = Executor(spec.program, WorkerContext(spec.index, spec.device, cfg, spec.context),
+    executor = Executor(spec.program, WorkerContext(spec.slot, spec.device, cfg, spec.context),
                         progress)
     try:
         executor.init()
@@ -474,14 +489,15 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
 
 def _unpickling_report(exc: BaseException) -> ErrorReport:
     report = ErrorReport.capture("starting the worker", exc)
-    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+    if isinstance(exc, (AttributeError, ImportError)):
         hint = (
             "\n\nThe worker could not import a class or function it was sent. Under the "
             "'spawn' and 'forkserver' start methods (the default for CUDA devices, and "
-            "on macOS and Windows) a worker imports your module anew: define the runner "
-            "class (and what its hooks use) at the top level of an importable module, "
-            "not inside `if __name__ == \"__main__\":`, a function, a notebook cell or "
-            "code read from stdin; or use start_method='fork' where the platform has it."
+            "on macOS and Windows) a worker imports your modules anew: define the runner "
+            "class, and what its hooks use, at the top level of a module the worker can "
+            "import (on its sys.path, not deleted or renamed since), or in the script "
+            "itself (code of __main__ is sent by value); or use start_method='fork' "
+            "where the platform has it."
         )
         report = report._replace(message=report.message + hint)
     return report
