@@ -42,7 +42,7 @@ from easycore.torch.parallel import BackgroundTask
 ELEMENTS = 2 << 20  # float32: 8 MiB per batch
 ITEMS = 100  # batches per throughput measurement
 REPEAT = 5  # best of, taking turns
-STARTS = 5  # time-to-first-batch measurements per contender
+STARTS = 7  # time-to-first-batch measurements per contender
 WORKERS = 2
 PREFETCH = 2
 
