@@ -51,6 +51,7 @@ Examples:
 
 from ._version import __version__
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited
+from .background import BackgroundStats, BackgroundTask
 from .errors import (
     ErrorReport,
     ParallelError,
@@ -60,6 +61,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .jobqueue import JobQueue
 from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .process_backend import ProcessBackend
@@ -72,6 +74,9 @@ __all__ = [
     "AsyncResult",
     "MapResult",
     "IMapIterator",
+    "BackgroundTask",
+    "BackgroundStats",
+    "JobQueue",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

@@ -557,14 +557,17 @@ class Pool:
 
     def _submit(self, func: Callable, mode: str, source: Any, sink: JobSink, *, ordered: bool,
                 lazy: bool, chunksize: Optional[int], task_timeout: Optional[float],
-                pass_context: bool, targets: Optional[List[int]] = None) -> Job:
+                pass_context: bool, targets: Optional[List[int]] = None,
+                window: Optional[int] = None) -> Job:
+        # ``window``: results taken but not yet consumed, at most (see
+        # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
         self._check_running()
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
         job = self._engine.submit_job(
             self._code(func, mode, pass_context), source, sink, ordered=ordered, lazy=lazy,
             timeout=self._timeout(task_timeout), chunker=self._chunker(func),
-            chunk_size=chunksize, targets=targets,
+            chunk_size=chunksize, targets=targets, window=window,
         )
         with self._lock:
             self._jobs = [j for j in self._jobs if not j.done]

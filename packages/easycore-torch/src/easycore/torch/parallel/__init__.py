@@ -65,6 +65,7 @@ from easycore.common.parallel import (
     WorkerError,
 )
 
+from .background import BackgroundTask, JobQueue
 from .context import select_start_method
 from .devices import canonical_device, check_device
 from .gradient_server import GradientServer
@@ -76,6 +77,8 @@ from .transport import TensorTransport, TorchSharingTransport
 
 __all__ = [
     "Pool",
+    "BackgroundTask",
+    "JobQueue",
     "TorchDevicePolicy",
     "TorchSharingTransport",
     "TaskTimeoutError",
