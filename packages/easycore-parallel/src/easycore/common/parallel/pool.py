@@ -26,6 +26,7 @@ import concurrent.futures
 import importlib
 import math
 import multiprocessing
+import os
 import threading
 from collections import deque
 from typing import (
@@ -475,6 +476,7 @@ class Pool:
         self._task_timeout = task_timeout
         self._progress = progress
         self._state = "RUN"
+        self._owner = os.getpid()
         self._chunkers: Dict[Any, AdaptiveChunker] = {}
         self._lock = threading.Lock()
         self._jobs: List[Job] = []
@@ -809,6 +811,10 @@ class Pool:
         self.terminate()  # as multiprocessing.Pool does
 
     def __del__(self) -> None:
+        # A process forked from the owner (a user's os.fork, a fork-started
+        # worker of another pool) may collect its copy: its workers are not ours.
+        if getattr(self, "_owner", None) != os.getpid():
+            return
         if getattr(self, "_state", "TERMINATED") != "TERMINATED":
             try:
                 self.terminate()
