@@ -36,3 +36,24 @@ def test_pool_tutorial(tmp_path):
     assert "ran longer than task_timeout=1 s" in out
     assert "imap went on past the dead worker: [0, 1, 2, 3, 4, 'died', 6, 7]" in out
     assert "submit -> 49" in out
+
+
+def test_background_tutorial(tmp_path):
+    out = run_example("23_background_tutorial.py", tmp_path)
+    assert "batch (64, 32, 32) float32" in out
+    assert "in put order: [1, 4, 9]" in out
+    assert "a failed job raises:" in out and "job 7 cannot be done" in out
+
+
+def test_services_tutorial(tmp_path):
+    out = run_example("27_services_tutorial.py", tmp_path)
+    assert "20 racing increments -> value 20, version 20" in out
+    assert "each push got a version of its own: True" in out
+
+
+def test_distributed_tutorial(tmp_path):
+    pytest.importorskip("torch")
+    out = run_example("26_torch_distributed.py", tmp_path)
+    assert "averaged on 3 ranks: [2.0, 2.0, 2.0]" in out
+    assert "rank 0 heard from: [1, 2]" in out
+    assert "fails fast: rank 1 of 3" in out
