@@ -44,13 +44,12 @@ def test_code_blocks_fit_without_scrolling(path: Path) -> None:
             width = len(line.expandtabs(4))
             if width > limit:
                 too_long.append(f"{block.page}:{block.start + offset}: {width} > {limit}: {line}")
-    assert not too_long, (
-        "code lines that scroll sideways at 1280 px (wrap them):\n" + "\n".join(too_long)
-    )
+    listing = "\n".join(too_long)
+    assert not too_long, f"code lines that scroll sideways at 1280 px (wrap them):\n{listing}"
 
 
-def _load_hook():
-    spec = importlib.util.spec_from_file_location("requires_hook", DOCS / "hooks" / "requires.py")
+def _load_hook(name: str = "requires"):
+    spec = importlib.util.spec_from_file_location(f"{name}_hook", DOCS / "hooks" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,9 +71,33 @@ def _site_markdown():
     return markdown.Markdown(extensions=names, extension_configs=configs)
 
 
-def test_the_hook_is_registered() -> None:
+def test_the_hooks_and_the_stylesheet_are_registered() -> None:
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert "docs/hooks/requires.py" in config.get("hooks", [])
+    assert "docs/hooks/table_code.py" in config.get("hooks", [])
+    assert "stylesheets/extra.css" in config.get("extra_css", [])
+    assert (DOCS / "stylesheets" / "extra.css").is_file()
+
+
+def test_code_in_tables_breaks_between_the_parts_of_a_name_only() -> None:
+    hook = _load_hook("table_code")
+    page = (
+        "`easycore.common.parallel.Pool` outside a table\n\n"
+        "| Name | Call |\n|---|---|\n"
+        "| `easycore.common.parallel.Pool` | `f(x, y=1)` |\n"
+        "| `easycore-config` | `error_callback`, `__main__` |\n"
+    )
+    before = _site_markdown().convert(page)
+    after = hook.on_page_content(before, page=None, config=None, files=None)
+    codes = re.findall(r"<code>(.*?)</code>", after)
+    assert codes[0] == "easycore.common.parallel.Pool"  # prose untouched
+    assert codes[1] == "easycore.<wbr>common.<wbr>parallel.<wbr>Pool"
+    assert codes[2] == "f(<wbr>x, y=<wbr>1)"
+    assert codes[3] == '<span class="ec-nowrap">easycore-config</span>'
+    assert codes[4:] == ["error_callback", "__main__"]  # one word each
+    # without the markup it is the same text: it reads and copies as written
+    plain = re.sub(r'<wbr>|<span class="ec-nowrap">|(?<=config)</span>', "", after)
+    assert plain == before
 
 
 def test_requires_marker_is_hidden_and_the_block_still_renders() -> None:
