@@ -142,27 +142,53 @@ def test_no_page_shows_a_requires_marker(path: Path) -> None:
     assert not [line for line in shown if re.match(r"\s*#\s*requires:", line)]
 
 
-_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)")
+# ![alt](src "caption"); the alt text may hold [balanced] brackets, as Markdown allows
+def test_a_titled_picture_becomes_a_captioned_figure() -> None:
+    hook = _load_hook("figures")
+    page = (
+        '![Three boxes in a row](a.svg "The caption."){ .ec-diagram }\n\n'
+        "![No caption here](b.svg)\n\n"
+        'Text with an inline ![icon](c.svg "a title") stays as it is.\n'
+    )
+    html = hook.on_page_content(_site_markdown().convert(page), page=None, config=None, files=None)
+    figures = re.findall(r'<figure class="ec-figure">(.*?)</figure>', html)
+    assert len(figures) == 1
+    assert re.fullmatch(r"<img [^>]*><figcaption>The caption\.</figcaption>", figures[0])
+    assert 'alt="Three boxes in a row"' in figures[0] and 'class="ec-diagram"' in figures[0]
+    assert "title=" not in figures[0]  # the caption is not repeated as a tooltip
+    assert '<img alt="No caption here" src="b.svg" />' in html
+    assert 'title="a title"' in html
+
+
+_IMAGE = re.compile(
+    r"!\[(?P<alt>(?:[^\[\]]|\[[^\[\]]*\])*)\]\((?P<src>[^)\s]+)(?:\s+\"(?P<title>[^\"]*)\")?\)"
+)
+#: A caption is one line under the picture (about 85 characters at 1280 px).
+MAX_CAPTION = 85
 _SVG = "{http://www.w3.org/2000/svg}"
 
 
-def _images() -> list[tuple[Path, str, str]]:
+def _images() -> list[tuple[Path, str, str, str]]:
     found = []
     for page in sorted(DOCS.rglob("*.md")):
         for match in _IMAGE.finditer(page.read_text(encoding="utf-8")):
-            found.append((page, match["alt"], match["src"]))
+            found.append((page, match["alt"], match["src"], match["title"] or ""))
     return found
 
 
 def test_the_docs_have_pictures() -> None:
-    assert len({src for _, _, src in _images()}) >= 4
+    assert len({src for _, _, src, _ in _images()}) >= 4
 
 
 @pytest.mark.parametrize("image", _images(), ids=lambda i: f"{_page_id(i[0])}:{i[2]}")
-def test_every_picture_exists_with_alt_text(image: tuple[Path, str, str]) -> None:
-    page, alt, src = image
+def test_every_picture_exists_with_alt_text_and_a_caption(
+    image: tuple[Path, str, str, str],
+) -> None:
+    page, alt, src, caption = image
     where = f"{_page_id(page)}: {src}"
     assert len(alt.split()) >= 3, f"{where}: alt text should say what the picture shows"
+    assert caption, f'{where}: no caption: write ![alt]({src} "One line of caption.")'
+    assert len(caption) <= MAX_CAPTION, f"{where}: the caption is longer than one line"
     target = (page.parent / src.split("#", 1)[0]).resolve()
     assert target.is_file(), f"{where}: no such file"
     if target.suffix == ".svg":
