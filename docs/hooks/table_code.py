@@ -19,15 +19,18 @@ _TABLE = re.compile(r"<table\b.*?</table>", re.S)
 _CODE = re.compile(r"(<code\b[^>]*>)([^<]*)(</code>)")
 # A separator with a letter, digit or closing bracket before it and the start of a name
 # (or of an argument) after it: `a.b`, `a/b`, `f(x`, `a,b`, `k=v`; not a leading or
-# trailing one (`.venv`, `f()`).
-_BREAK_AFTER = re.compile(r"(?<=[A-Za-z0-9)\]])([./,=(])(?=[A-Za-z0-9\"'\[(*.])")
+# trailing one (`.venv`, `f()`). What follows may be an HTML entity (`&lt;`).
+_BREAK_AFTER = re.compile(r"(?<=[A-Za-z0-9)\]])([./,=(])(?=[A-Za-z0-9\"'\[(*.&])")
+# Shorter code fits any column: it gets no break opportunities (no `?v=` / `1`).
+_SHORT = 16
 # A run without spaces or break opportunities that holds a hyphen: kept whole.
 _HYPHENATED = re.compile(r"[^\s<>]*\w-\w[^\s<>]*")
 
 
 def _break_code(match: re.Match[str]) -> str:
     opening, text, closing = match.groups()
-    text = _BREAK_AFTER.sub(r"\1<wbr>", text)
+    if len(text) > _SHORT:
+        text = _BREAK_AFTER.sub(r"\1<wbr>", text)
     text = _HYPHENATED.sub(r'<span class="ec-nowrap">\g<0></span>', text)
     return opening + text + closing
 
