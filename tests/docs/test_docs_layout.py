@@ -74,30 +74,36 @@ def _site_markdown():
 def test_the_hooks_and_the_stylesheet_are_registered() -> None:
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert "docs/hooks/requires.py" in config.get("hooks", [])
-    assert "docs/hooks/table_code.py" in config.get("hooks", [])
+    assert "docs/hooks/inline_code.py" in config.get("hooks", [])
     assert "stylesheets/extra.css" in config.get("extra_css", [])
     assert (DOCS / "stylesheets" / "extra.css").is_file()
 
 
-def test_code_in_tables_breaks_between_the_parts_of_a_name_only() -> None:
-    hook = _load_hook("table_code")
+def test_inline_code_wraps_between_the_parts_of_a_name_only() -> None:
+    hook = _load_hook("inline_code")
     page = (
-        "`easycore.common.parallel.Pool` outside a table\n\n"
+        "`easycore.common.parallel.Pool` and `uv pip install --upgrade easycore`\n\n"
         "| Name | Call |\n|---|---|\n"
         '| `easycore.common.parallel.Pool` | `f(x, y=1)`, `start_method="spawn"` |\n'
-        "| `easycore-config` | `error_callback`, `__main__` |\n"
+        "| `easycore-config` | `error_callback`, `__main__` |\n\n"
+        "```text\npip install easycore-config  # easycore.common.config\n```\n"
     )
     before = _site_markdown().convert(page)
     after = hook.on_page_content(before, page=None, config=None, files=None)
-    codes = re.findall(r"<code>(.*?)</code>", after)
-    assert codes[0] == "easycore.common.parallel.Pool"  # prose untouched
-    assert codes[1] == "easycore.<wbr>common.<wbr>parallel.<wbr>Pool"
-    assert codes[2] == "f(x, y=1)"  # short: fits any column as it is
-    assert codes[3] == 'start_method=<wbr>"spawn"'
-    assert codes[4] == '<span class="ec-nowrap">easycore-config</span>'
-    assert codes[5:] == ["error_callback", "__main__"]  # one word each
+    codes = re.findall(r"<code>(.*?)</code>", after, re.S)
+    # prose: no break opportunities, but a hyphenated word stays whole
+    assert codes[0] == "easycore.common.parallel.Pool"
+    assert codes[1] == 'uv pip install <span class="ec-nowrap">--upgrade</span> easycore'
+    # tables: breaks after the separators of long names only
+    assert codes[2] == "easycore.<wbr>common.<wbr>parallel.<wbr>Pool"
+    assert codes[3] == "f(x, y=1)"  # short: fits any column as it is
+    assert codes[4] == 'start_method=<wbr>"spawn"'
+    assert codes[5] == '<span class="ec-nowrap">easycore-config</span>'
+    assert codes[6:8] == ["error_callback", "__main__"]  # one word each
+    # code blocks are left alone
+    assert "pip install easycore-config  # easycore.common.config\n" in codes[8]
     # without the markup it is the same text: it reads and copies as written
-    plain = re.sub(r'<wbr>|<span class="ec-nowrap">|(?<=config)</span>', "", after)
+    plain = re.sub(r'<wbr>|<span class="ec-nowrap">([^<]*)</span>', r"\1", after)
     assert plain == before
 
 
