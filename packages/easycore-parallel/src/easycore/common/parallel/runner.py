@@ -43,8 +43,7 @@ __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
-#: ``cpu_threads`` not given: the class attribute decides
-_FROM_CLASS: Any = object()
+
 
 
 class _ConsumerSink(JobSink):
@@ -121,7 +120,7 @@ class BaseRunner:
         progress: ProgressOption = False,
         start_method: Optional[str] = None,
         backend: str = "process",
-        cpu_threads: ThreadsOption = _FROM_CLASS,
+        cpu_threads: ThreadsOption = "auto",
         task_timeout: Optional[float] = None,
         **backend_options: Any,
     ) -> None:
@@ -178,7 +177,8 @@ class BaseRunner:
             raise ValueError(f"task_timeout must be a positive number of seconds, got "
                              f"{task_timeout!r}")
         self._devices = self.normalize_devices(devices)
-        option = type(self).cpu_threads if cpu_threads is _FROM_CLASS else cpu_threads
+        # "auto" defers to the class: a subclass may set ``cpu_threads = N`` (or None).
+        option = type(self).cpu_threads if cpu_threads == _threads.AUTO else cpu_threads
         self._threads = _threads.budget(option, len(self._devices))
         self.cpu_threads = self._threads
         if backend in ("process", "thread"):
