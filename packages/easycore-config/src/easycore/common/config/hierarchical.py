@@ -44,7 +44,9 @@ class HierarchicalCfgNode:
         from easycore.common.config import HierarchicalCfgNode
 
         cfg = HierarchicalCfgNode.open("example-A.yaml")
-        print(cfg)  # {'A': 'in example-A.yaml', 'B': 'in example-B.yaml', 'C': 'in example-A.yaml'}
+        # {'A': 'in example-A.yaml', 'B': 'in example-B.yaml',
+        #  'C': 'in example-A.yaml'}
+        print(cfg)
         ```
 
     Note:

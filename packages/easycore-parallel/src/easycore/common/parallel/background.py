@@ -267,10 +267,12 @@ class BackgroundTask:
 
         def getbatch(size, flip=False):
             data = np.random.rand(size, 3, 32, 32).astype(np.float32)
-            return (data[..., ::-1] if flip else data), np.random.randint(10, size=size)
+            labels = np.random.randint(10, size=size)
+            return (data[..., ::-1] if flip else data), labels
 
         if __name__ == "__main__":
-            with BackgroundTask(getbatch, (64,), {"flip": True}, workers=2) as batches:
+            task = BackgroundTask(getbatch, (64,), {"flip": True}, workers=2)
+            with task as batches:
                 for step in range(100):
                     data, label = batches.get()   # ready: made while you trained
                     ...                           # train on them

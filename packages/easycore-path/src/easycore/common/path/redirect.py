@@ -36,8 +36,10 @@ class RedirectPathHandler(PathHandler):
 
     Examples:
         ```python
-        PathManager.register(RedirectPathHandler("easycore://", "http://xxx.com/download/"))
-        PathManager.register(RedirectPathHandler("dataset://MNIST/", "/data/MNIST/"))
+        handler = RedirectPathHandler("easycore://", "http://xxx.com/download/")
+        PathManager.register(handler)
+        handler = RedirectPathHandler("dataset://MNIST/", "/data/MNIST/")
+        PathManager.register(handler)
         ```
 
     Args:

@@ -71,7 +71,8 @@ class DistributedRunner(OrderedRunner):
             @staticmethod
             def producer_init(device, cfg):
                 scale = torch.tensor([3.0 if cfg.dist.rank == 0 else 0.0])
-                dist.broadcast(scale, src=0, group=cfg.dist.group)  # every rank gets rank 0's
+                # every rank gets rank 0's
+                dist.broadcast(scale, src=0, group=cfg.dist.group)
                 cfg.scale = scale
 
             @staticmethod

@@ -15,7 +15,8 @@ Examples:
     class Predictor(OrderedRunner):
         @staticmethod
         def producer_init(device, cfg):
-            cfg.model = Net().to(device)       # one model per worker, on its device
+            # one model per worker, on its device
+            cfg.model = Net().to(device)
 
         @staticmethod
         def producer_work(device, cfg, data):

@@ -110,10 +110,12 @@ class BackgroundTask(_background.BackgroundTask):
             return torch.randn(size, 3, 224, 224), torch.randint(10, (size,))
 
         if __name__ == "__main__":
-            with BackgroundTask(getbatch, (64,), workers=4, pin_memory=True) as batches:
+            task = BackgroundTask(getbatch, (64,), workers=4, pin_memory=True)
+            with task as batches:
                 for step in range(1000):
                     data, label = batches.get()
-                    data = data.to("cuda", non_blocking=True)   # pinned: asynchronous
+                    # pinned: asynchronous
+                    data = data.to("cuda", non_blocking=True)
                     ...
         ```
     """

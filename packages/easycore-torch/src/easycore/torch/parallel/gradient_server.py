@@ -67,7 +67,9 @@ class GradientServer:
 
         model = torch.nn.Linear(3, 1)
         server = GradientServer.start(
-            model, lambda params: torch.optim.SGD(params, lr=0.1), reduce_batch_size=1
+            model,
+            lambda params: torch.optim.SGD(params, lr=0.1),
+            reduce_batch_size=1,
         )
         with server:
             model(torch.ones(8, 3)).pow(2).mean().backward()

@@ -48,7 +48,8 @@ class ModelSync:
         from easycore.common.parallel.services import Service, VersionedStore
         from easycore.torch.parallel import ModelSync
 
-        with Service.start(VersionedStore) as store, ModelSync(store, "policy") as sync:
+        store = Service.start(VersionedStore)
+        with store, ModelSync(store, "policy") as sync:
             a, b = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
             assert sync.push(a)              # version 1
             assert sync.pull(b)              # b now has a's parameters

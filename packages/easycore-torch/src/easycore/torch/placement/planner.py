@@ -69,7 +69,8 @@ def plan_placement(
             capacity={"cuda:0": 10 * GiB, "cuda:1": 10 * GiB},
             traffic={(0, 2): 1.0, (1, 3): 1.0},  # model 2 talks to 0, model 3 to 1
         )
-        print(plan)  # ['cuda:0', 'cuda:1', 'cuda:0', 'cuda:1']: both devices carry 7 GiB
+        # ['cuda:0', 'cuda:1', 'cuda:0', 'cuda:1']: both devices carry 7 GiB
+        print(plan)
         ```
     """
     problem = Problem.build(sizes, devices, capacity, compute, traffic, reserve, device_capacity)

@@ -6,9 +6,11 @@ servers, on easycore's engine instead of ``torch.distributed.rpc``:
 ```python
 from easycore.common.parallel.services import Service, VersionedStore, lookup
 
-store = Service.start(VersionedStore, depth=2, name="weights")   # the owner's handle
+# the owner's handle
+store = Service.start(VersionedStore, depth=2, name="weights")
 store.call("push", "w", [0.5], version=1, prev_version=None)
-other = lookup("weights")            # from any process of this user; or pickle `store`
+# from any process of this user; or pickle `store`
+other = lookup("weights")
 print(other.call("pull", "w"))       # ([0.5], 1)
 other.close()                        # disconnects
 store.close()                        # stops the service

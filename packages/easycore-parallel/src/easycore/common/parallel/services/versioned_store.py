@@ -40,7 +40,8 @@ class VersionedStore:
         store = VersionedStore(depth=2)
         assert store.push("w", 1.0, version=1, prev_version=None)  # first push
         assert store.push("w", 2.0, version=2, prev_version=1)
-        assert not store.push("w", 9.9, version=3, prev_version=1)  # stale: 2 is newest
+        # stale: 2 is newest
+        assert not store.push("w", 9.9, version=3, prev_version=1)
         assert store.pull("w") == (2.0, 2)
         assert store.pull("w", version=1) == (1.0, 1)
         assert store.versions("w") == [1, 2]
