@@ -26,6 +26,7 @@ import concurrent.futures
 import importlib
 import math
 import multiprocessing
+import sys
 import threading
 from collections import deque
 from typing import (
@@ -795,7 +796,10 @@ class Pool:
         self.terminate()  # as multiprocessing.Pool does
 
     def __del__(self) -> None:
-        if getattr(self, "_state", "TERMINATED") != "TERMINATED":
+        # At interpreter shutdown the coordinator (a daemon thread) may have
+        # been frozen holding the engine's locks: terminating would hang. The
+        # back-end's exit handler has already stopped the workers then.
+        if getattr(self, "_state", "TERMINATED") != "TERMINATED" and not sys.is_finalizing():
             try:
                 self.terminate()
             except Exception:

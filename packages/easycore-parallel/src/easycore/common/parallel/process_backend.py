@@ -111,6 +111,9 @@ def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[s
               grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     for h in handles:
+        # Expected: an engine still pumping (a pool's coordinator at
+        # interpreter exit) must not start replacements for them.
+        h.expected_exit = True
         if h.started() and not h.gone:
             try:
                 h.process.kill()
