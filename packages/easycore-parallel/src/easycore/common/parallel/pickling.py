@@ -12,6 +12,8 @@ with plain ``pickle.loads``. Code is pickled once per job, never per item.
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 from typing import Any
 
 __all__ = ["dumps_code", "loads_code"]
@@ -56,4 +58,59 @@ def loads_code(data: bytes) -> Any:
     Returns:
         Any:
     """
-    return pickle.loads(data)
+    obj = pickle.loads(data)
+    _adopt_main(obj)
+    return obj
+
+
+def _adopt_main(obj: Any) -> None:
+    """Name the classes and functions of ``__main__`` that came by value in this
+    process's ``__main__`` (a worker's).
+
+    Why: cloudpickle rebuilds them as copies, while a worker forked from the
+    caller (or one that re-imported the script) has its own ``__main__``
+    versions, and a notebook's worker has none. A task returning an instance
+    of a copied class could then not be pickled by reference ("not the same
+    object as __main__.X"), and items of that class would arrive as another
+    class than the task's. Named in ``__main__``, copies pickle by reference,
+    and the caller reads them as its own classes.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        return
+    seen = set()
+    todo = [obj]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, (tuple, list)):
+            todo.extend(x)
+            continue
+        if not (isinstance(x, type) or callable(x)):
+            x = type(x)  # an instance: its class
+        if isinstance(x, types.MethodType):
+            todo.extend((x.__self__, x.__func__))
+            continue
+        if not _from_main(x):
+            continue
+        name = getattr(x, "__name__", None)
+        if isinstance(name, str) and name.isidentifier() and getattr(x, "__qualname__", "") == name:
+            if getattr(main, name, None) is not x:
+                setattr(main, name, x)
+        if isinstance(x, types.FunctionType):
+            todo.extend(x.__globals__.values())
+            todo.extend(c.cell_contents for c in x.__closure__ or () if _filled(c))
+            todo.extend(x.__defaults__ or ())
+        elif isinstance(x, type):
+            todo.extend(v for v in vars(x).values() if isinstance(v, types.FunctionType))
+            todo.extend(b for b in x.__bases__ if b is not object)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True

@@ -241,6 +241,25 @@ class Executor:
         for job in jobs:
             self._jobs.pop(job, None)
 
+    def load(self, job: int, function: Optional[bytes]) -> Tuple[Callable[[Any], Any], str]:
+        """Job ``job``'s function and hook name, built from ``function`` the first time.
+
+        Raises [`HookFailed`][easycore.common.parallel.worker.HookFailed] if it
+        cannot be built.
+        """
+        entry = self._jobs.get(job)
+        if entry is None:
+            program = self.program
+            name = program.hook_name(function)
+            try:
+                fn = program.function(function, self.ctx)
+            except Terminated:
+                raise
+            except BaseException as exc:
+                raise HookFailed(ErrorReport.capture(f"{name} (receiving it)", exc)) from None
+            entry = self._jobs[job] = (fn, name)
+        return entry
+
     def run_chunk(
         self,
         job: int,
@@ -265,18 +284,7 @@ class Executor:
             per failed item. Raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]
             if the job's function cannot be built.
         """
-        entry = self._jobs.get(job)
-        if entry is None:
-            program = self.program
-            name = program.hook_name(function)
-            try:
-                fn = program.function(function, self.ctx)
-            except Terminated:
-                raise
-            except BaseException as exc:
-                raise HookFailed(ErrorReport.capture(f"{name} (receiving it)", exc)) from None
-            entry = self._jobs[job] = (fn, name)
-        fn, name = entry
+        fn, name = self.load(job, function)
         results: List[Any] = []
         failures: List[ItemFailure] = []
         if track_items and self.progress is not None:
@@ -442,6 +450,15 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             break
         if message.forget:
             executor.forget(message.forget)
+        if message.function is not None:
+            # The function before its items: code of __main__ sent by value
+            # names its classes in this __main__, and items of those classes
+            # then arrive as the function's own (see pickling._adopt_main).
+            try:
+                executor.load(message.job, message.function)
+            except HookFailed as failed:
+                post(WorkerFailed(message.job, message.seq, failed.report))
+                continue
         try:
             items = transport.decode_items(message.items)
         except BaseException as exc:
