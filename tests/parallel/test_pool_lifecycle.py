@@ -10,7 +10,7 @@ import pytest
 from _pool_funcs import announce_then_block, nap, square, wait_for_file
 from processes import wait_gone
 
-from easycore.common.parallel import Pool
+from easycore.common.parallel import Pool, RunnerClosedError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,7 +78,7 @@ def test_the_context_manager_returns_the_pool_and_terminates_it(no_leaks):
         pool.map(square, [1])
     # Unlike the stdlib (where it would wait forever), the interrupted task fails.
     assert running.wait(WAIT) is None and running.ready() and not running.successful()
-    with pytest.raises(Exception):
+    with pytest.raises(RunnerClosedError):
         running.get(timeout=0)
 
 
