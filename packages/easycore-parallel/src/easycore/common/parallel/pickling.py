@@ -11,6 +11,7 @@ with plain ``pickle.loads``. Code is pickled once per job, never per item.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import sys
 import types
@@ -46,7 +47,48 @@ def dumps_code(obj: Any) -> bytes:
             pass  # a lambda or a local function: by value below
     import cloudpickle
 
+    if isinstance(obj, tuple):
+        obj = tuple(_MainFunction(p) if _top_level_main_function(p) else p for p in obj)
+    elif _top_level_main_function(obj):
+        obj = _MainFunction(obj)
     return cloudpickle.dumps(obj, protocol=_PROTOCOL)
+
+
+def _top_level_main_function(obj: Any) -> bool:
+    return (isinstance(obj, types.FunctionType) and _from_main(obj)
+            and obj.__qualname__ == obj.__name__ and obj.__name__ != "<lambda>")
+
+
+def _fingerprint(fn: types.FunctionType) -> tuple:
+    code = fn.__code__
+    return (code.co_filename, code.co_firstlineno, hashlib.sha1(code.co_code).hexdigest())
+
+
+class _MainFunction:
+    """A function of ``__main__``'s top level, sent by name *and* by value.
+
+    A worker that has the very same function in its ``__main__`` (forked from
+    the caller, or a spawned one that re-imported the script) uses its own, as
+    with ``multiprocessing.Pool``: then an initializer and a task share that
+    module's globals. Others (a notebook, a script read from stdin, a function
+    defined after the workers started) use the copy.
+    """
+
+    def __init__(self, fn: types.FunctionType) -> None:
+        self.fn = fn
+
+    def __reduce__(self) -> Any:
+        import cloudpickle
+
+        value = cloudpickle.dumps(self.fn, protocol=_PROTOCOL)
+        return (_resolve_main_function, (self.fn.__name__, _fingerprint(self.fn), value))
+
+
+def _resolve_main_function(name: str, fingerprint: tuple, value: bytes) -> Any:
+    own = getattr(sys.modules.get("__main__"), name, None)
+    if isinstance(own, types.FunctionType) and _fingerprint(own) == fingerprint:
+        return own
+    return pickle.loads(value)
 
 
 def loads_code(data: bytes) -> Any:
@@ -88,11 +130,11 @@ def _adopt_main(obj: Any) -> None:
         if isinstance(x, (tuple, list)):
             todo.extend(x)
             continue
-        if not (isinstance(x, type) or callable(x)):
-            x = type(x)  # an instance: its class
         if isinstance(x, types.MethodType):
             todo.extend((x.__self__, x.__func__))
             continue
+        if not isinstance(x, (type, types.FunctionType)):
+            x = type(x)  # an instance (a callable one too): its class
         if not _from_main(x):
             continue
         name = getattr(x, "__name__", None)
