@@ -212,6 +212,11 @@ class ProcessBackend(Backend):
                 name = f"/{shm.make_prefix('ecs')}p"
                 mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
                 self._progress_name, self._progress = name, ProgressSlots(mm)
+                for slot in range(len(self.devices)):
+                    # Not zeros: those read as "job 0, chunk 0 started at time
+                    # 0", and the first chunk of a pool's first job timed out
+                    # before its worker began it.
+                    self._progress.write(slot, -1, -1, -1, 0.0)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name), exitpriority=10
