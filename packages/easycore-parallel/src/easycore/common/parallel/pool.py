@@ -220,18 +220,24 @@ class _MapSink(JobSink):
         self.progress = progress
         self.unpack_one = unpack_one
         self.job: Optional[Job] = None
+        self.error: Optional[BaseException] = None
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         if failed:
-            # The stdlib's map fails with the first exception it meets.
+            # The stdlib's map fails with the first exception it meets. Kept
+            # here too: a chunk may come back before ``job`` is set.
+            if self.error is None:
+                self.error = _task_exception(failed[min(failed)])
             if self.job is not None:
-                self.engine.cancel(self.job, _task_exception(failed[min(failed)]))
+                self.engine.cancel(self.job, self.error)
             return
         self.values[first_index : first_index + len(results)] = results
         self.progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
         self.progress.close()
+        if error is None:
+            error = self.error
         if error is not None:
             self.result._set(None, error)
         else:
