@@ -13,7 +13,6 @@ import operator
 import threading
 
 import pytest
-from _parallel_support import shm_segments
 from _pool_funcs import (
     TaskError,
     add,
@@ -24,7 +23,7 @@ from _pool_funcs import (
     raise_value_error,
     square,
 )
-from processes import wait_gone
+from _pool_support import leak_checked
 
 from easycore.common.parallel import AsyncResult, IMapIterator, Pool, RemoteTraceback
 
@@ -35,18 +34,13 @@ WAIT = 30  # seconds any single result may take here: "does not hang", not a spe
 
 @pytest.fixture(scope="module")
 def pool():
-    threads_before = set(threading.enumerate())
-    shm_before = set(shm_segments())
-    p = Pool(2)
-    pids = p.worker_pids
-    try:
-        yield p
-    finally:
-        p.close()
-        p.join()
-    assert wait_gone(pids) == []
-    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
-    assert sorted(set(shm_segments()) - shm_before) == []
+    with leak_checked():
+        p = Pool(2)
+        try:
+            yield p
+        finally:
+            p.close()
+            p.join()
 
 
 # --- map / starmap ---------------------------------------------------------
@@ -80,6 +74,15 @@ def test_map_raises_the_tasks_own_exception_with_the_remote_traceback_as_cause(p
     assert "fail_on" in str(cause) and "TaskError" in str(cause)
     # The pool is unharmed by a task's exception.
     assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
+
+
+def test_a_failure_is_never_lost_however_soon_it_comes_back(pool):
+    # A chunk may come back before the call that sent it has returned.
+    for _ in range(100):
+        with pytest.raises(TaskError):
+            pool.map(fail_on, [3], 1)
+        with pytest.raises(TaskError):
+            pool.starmap_async(fail_on, [(3,)]).get(WAIT)
 
 
 def test_builtin_exception_types_come_back_unchanged(pool):
