@@ -129,3 +129,32 @@ def wait_for_file(path, timeout: float = 30.0) -> str:
             raise AssertionError(f"{path} did not appear within {timeout} s")
         time.sleep(0.01)
     return path.read_text()
+
+
+# --- counting how often code is pickled and unpickled ------------------------
+#: in the caller: times a CountedFunction was pickled; in a worker: unpickled
+PICKLED = [0]
+UNPICKLED = [0]
+
+
+def _rebuild_counted(offset):
+    UNPICKLED[0] += 1
+    return CountedFunction(offset, counting=False)
+
+
+class CountedFunction:
+    """A task that counts its trips through pickle (to check "once per job")."""
+
+    def __init__(self, offset, counting=True):
+        self.offset = offset
+
+    def __call__(self, x):
+        return x + self.offset
+
+    def __reduce__(self):
+        PICKLED[0] += 1
+        return (_rebuild_counted, (self.offset,))
+
+
+def unpickled_count(_=None):
+    return UNPICKLED[0]
