@@ -865,6 +865,10 @@ class Engine:
     def _finish(self, job: Job, error: Optional[BaseException]) -> None:
         job.done = True
         job.error = error
+        # Its inputs are the caller's: a finished job (a pool keeps the last
+        # ones it ran) must not keep them, or the memory they hold, alive.
+        job._source = job._iterator = None
+        job._retry.clear()
         if job in self._active:
             self._active.remove(job)
         self._jobs.pop(job.id, None)
