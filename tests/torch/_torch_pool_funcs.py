@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -48,3 +49,14 @@ def on_device(ctx, shape):
 
 def device_sum(t):
     return (str(t.device), float(t.sum()))
+
+
+def sleepy_block(x):
+    if x == 1:
+        time.sleep(60)
+    return block(x)
+
+
+def cuda_roundtrip(t):
+    on_gpu = t.to(torch.cuda.current_device())
+    return (on_gpu.is_cuda, float(on_gpu.sum()))

@@ -16,11 +16,13 @@ import torch
 from _torch_pool_funcs import (
     add,
     block,
+    cuda_roundtrip,
     describe,
     device_sum,
     die_on,
     doubled_and_transposed,
     on_device,
+    sleepy_block,
     threads,
     total,
 )
@@ -127,16 +129,8 @@ def test_a_worker_dying_with_tensors_in_flight_leaves_no_shared_memory(mode, no_
 def test_a_timeout_with_tensors_in_flight(no_leaks):
     with Pool(2, task_timeout=1.0) as pool:
         with pytest.raises(TaskTimeoutError):
-            pool.map(_sleepy_block, range(4), 1)
+            pool.map(sleepy_block, range(4), 1)
         assert int(pool.apply(block, (5,))[0, 0]) == 5
-
-
-def _sleepy_block(x):
-    import time
-
-    if x == 1:
-        time.sleep(60)
-    return block(x)
 
 
 def test_each_worker_runs_torch_on_its_share_of_the_cpus(no_leaks):
@@ -158,9 +152,6 @@ def test_a_cuda_device_without_a_gpu_is_refused_naming_it(no_leaks):
 
 
 # --- on a GPU machine -------------------------------------------------------------
-cuda = [pytest.mark.cuda, pytest.mark.skipif(gpu_count() == 0, reason="torch sees no GPU")]
-
-
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.cuda
@@ -168,13 +159,8 @@ cuda = [pytest.mark.cuda, pytest.mark.skipif(gpu_count() == 0, reason="torch see
 def test_cuda_workers_take_cpu_tensors_and_give_results_in_every_mode(mode):
     devices = [f"cuda:{i % gpu_count()}" for i in range(2)]
     with Pool(devices=devices, tensor_sharing=mode) as pool:
-        got = pool.map(functools.partial(_cuda_roundtrip), [torch.ones(1000)] * 4, 1)
+        got = pool.map(cuda_roundtrip, [torch.ones(1000)] * 4, 1)
     assert got == [(True, 1000.0)] * 4
-
-
-def _cuda_roundtrip(t):
-    on_gpu = t.to(torch.cuda.current_device())
-    return (on_gpu.is_cuda, float(on_gpu.sum()))
 
 
 @pytest.mark.cuda
