@@ -120,9 +120,19 @@ def test_a_task_timeout_replaces_the_actor_and_the_pool_goes_on(pool):
     assert pool.broadcast(remembered)[stuck][0] == "ray"  # initializer ran again
 
 
-def test_an_actor_that_dies_fails_its_item_and_is_replaced(pool):
-    with pytest.raises(WorkerDiedError) as info:
-        pool.map(functools.partial(exit_on, bad=2), range(4), 1)
-    assert info.value.items == [2]
+def test_an_actor_that_dies_fails_its_items_and_is_replaced(pool):
+    it = pool.imap(functools.partial(exit_on, bad=2), range(6), 1)
+    got = []
+    for _ in range(6):
+        try:
+            got.append(it.next(timeout=WAIT))
+        except WorkerDiedError as exc:
+            got.append(("died", exc.items))
+    assert ("died", [2]) in got
+    # Each item is delivered or named as lost; an item the actor finished just
+    # before dying may be lost with it (Ray had not sent its result yet).
+    for k, g in enumerate(got):
+        assert g == k or g == ("died", [k]), got
+    assert sum(1 for g in got if isinstance(g, tuple)) <= 3  # max_deaths
     assert pool.map(square, range(4)) == [0, 1, 4, 9]
     assert len(set(pool.broadcast(worker_pid))) == 2
