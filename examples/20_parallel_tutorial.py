@@ -117,12 +117,12 @@ def main() -> None:
     heading("Example 4: parameters through cfg")
     cfg = CN()
     cfg.exponent = 3
-    runner = PowerRunner(devices=3, cfg=cfg)  # transfer `cfg` into the runner
-    result = runner(list(range(100)))
+    power = PowerRunner(devices=3, cfg=cfg)  # transfer `cfg` into the runner
+    result = power(list(range(100)))
     print(f"sum of cubes of 0..99 = {result}   (expected {sum(x**3 for x in range(100))})")
-    result = runner(range(100_000), progress=True)  # a bar with the length: len() is known
+    result = power(range(100_000), progress=True)  # a bar with the length: len() is known
     print(f"sum of cubes of 0..99,999 = {result:,}")
-    runner.close()
+    power.close()
 
     heading("OrderedRunner and UnorderedRunner")
     with InOrder(devices=["cpu", "cpu"]) as ordered, AsTheyFinish(devices=2) as unordered:
@@ -130,17 +130,17 @@ def main() -> None:
         print("as they finish: ", [item for item, _ in unordered(range(12))])
 
     heading("A failing worker never hangs the call")
-    runner = Fragile(devices=["cpu", "cpu"])
+    fragile = Fragile(devices=["cpu", "cpu"])
     try:
-        runner(range(100))
+        fragile(range(100))
     except WorkerError as err:
         first, *_ = str(err).splitlines()
         print(f"caught WorkerError: {first}")
         print(f"device={err.device!r}, hook={err.hook!r}; the worker's traceback is in the message")
-    print(f"runner closed after the error: {not runner.is_activate}; activate() restarts it")
-    runner.activate()
-    print(f"after activate(): {runner(range(10)) is None and 'usable again'}")
-    runner.close()
+    print(f"runner closed after the error: {not fragile.is_activate}; activate() restarts it")
+    fragile.activate()
+    print(f"after activate(): {fragile(range(10)) is None and 'usable again'}")
+    fragile.close()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Run it in a scratch directory with a scratch cache:
     cd $(mktemp -d) && EASYCORE_CACHE=$PWD/cache python examples/40_path_tutorial.py
 """
 
+import io
 import os
 import sys
 import time
@@ -163,7 +164,8 @@ def make_site(root: str) -> None:
 
 
 def main() -> None:
-    sys.stdout.reconfigure(line_buffering=True)  # keep prints and progress bars in order
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)  # keep prints and progress bars in order
     os.environ.setdefault("EASYCORE_CACHE", os.path.abspath("cache"))
     manage_local_paths()
     make_site("site")

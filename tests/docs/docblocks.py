@@ -36,12 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
-# Markdown files outside docs/ whose examples are tested too: the READMEs the
-# documentation owns (the path and parallel READMEs belong to their packages).
+# Markdown files outside docs/ whose examples are tested too: the READMEs.
 EXTRA_PAGES = [
     "README.md",
     "packages/easycore-config/README.md",
     "packages/easycore-registry/README.md",
+    "packages/easycore-parallel/README.md",
+    "packages/easycore-path/README.md",
     "packages/easycore-torch/README.md",
     "packages/easycore/README.md",
 ]

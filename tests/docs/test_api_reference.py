@@ -16,6 +16,8 @@ MODULES = [
     "easycore.common.network",
     "easycore.common.parallel",
     "easycore.torch.parallel",
+    "easycore.torch.distributed",
+    "easycore.torch.placement",
 ]
 
 _DIRECTIVE = re.compile(r"^:::\s*(?P<target>[\w.]+)\s*$")

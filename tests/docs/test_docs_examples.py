@@ -60,6 +60,7 @@ def run_script(script: Script, tmp_path: Path) -> None:
     env = dict(os.environ)
     env["HOME"] = str(tmp_path / "home")  # nothing lands in the real ~/.easycore
     env["EASYCORE_CACHE"] = str(tmp_path / "cache")
+    env["EASYCORE_SERVICES_DIR"] = str(tmp_path / "services")  # named services stay private
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env["MPLBACKEND"] = "Agg"

@@ -30,10 +30,12 @@ INSTALL_TIMEOUT = 150
 RUN_TIMEOUT = 60
 
 
-def run(command: list[str], *, timeout: float, cwd: Path | None = None) -> str:
-    """Run `command`; return its output, or fail the test showing that output."""
+def attempt(
+    command: list[str], *, timeout: float, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """Run `command` and return what happened, whatever its exit status; fail on a timeout."""
     try:
-        done = subprocess.run(
+        return subprocess.run(
             command,
             cwd=cwd,
             capture_output=True,
@@ -43,6 +45,11 @@ def run(command: list[str], *, timeout: float, cwd: Path | None = None) -> str:
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"timed out after {timeout}s: {' '.join(command)}\n{exc.stdout}\n{exc.stderr}")
+
+
+def run(command: list[str], *, timeout: float, cwd: Path | None = None) -> str:
+    """Run `command`; return its output, or fail the test showing that output."""
+    done = attempt(command, timeout=timeout, cwd=cwd)
     if done.returncode:
         pytest.fail(
             f"exit {done.returncode}: {' '.join(command)}\n"
@@ -94,10 +101,23 @@ class Env:
     def install(self, *requirements: str) -> None:
         self.pip("install", "--quiet", *requirements)
 
+    def own_pip(self, *args: str) -> str:
+        """The environment's own pip (make_venv(..., with_pip=True)), as a user runs it."""
+        return run([str(self.python), "-m", "pip", *args], timeout=INSTALL_TIMEOUT)
+
     def run(self, code: str, *args: str) -> str:
         """Run `code` isolated (-I: no PYTHONPATH, no user site, no cwd on sys.path)."""
         command = [str(self.python), "-I", "-c", code, *args]
         return run(command, timeout=RUN_TIMEOUT, cwd=self.home)
+
+    def attempt(self, code: str, *args: str) -> subprocess.CompletedProcess:
+        """Like `run`, but return the finished process (stderr, exit status) even on failure."""
+        command = [str(self.python), "-I", "-c", code, *args]
+        return attempt(command, timeout=RUN_TIMEOUT, cwd=self.home)
+
+    @property
+    def site_packages(self) -> Path:
+        return Path(self.run("import sysconfig; print(sysconfig.get_path('purelib'))").strip())
 
     def run_json(self, code: str, *args: str):
         """Run `code`, which must print one JSON document as its last line."""
@@ -115,11 +135,15 @@ class Env:
 
 @pytest.fixture(scope="session")
 def make_venv(tmp_path_factory: pytest.TempPathFactory):
-    """Factory: make_venv("name") -> an Env for a fresh virtual environment without pip."""
+    """Factory: make_venv("name") -> an Env for a fresh virtual environment.
 
-    def make(name: str) -> Env:
+    Without pip by default (the running environment's pip installs into it); with
+    `with_pip=True` it gets the pip that ships with this Python (ensurepip, offline).
+    """
+
+    def make(name: str, with_pip: bool = False) -> Env:
         home = tmp_path_factory.mktemp(name) / "venv"
-        venv.create(home, with_pip=False, symlinks=True)
+        venv.create(home, with_pip=with_pip, symlinks=True)
         return Env(home / "bin" / "python", home)
 
     return make

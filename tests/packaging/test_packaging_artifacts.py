@@ -33,8 +33,10 @@ LEAVES = {
     "easycore-path": {"easycore.common.path", "easycore.common.network"},
     "easycore-parallel": {"easycore.common.parallel"},
     "easycore-torch": {"easycore.torch"},
-    "easycore": set(),  # the meta-package ships metadata only
+    "easycore": set(),  # the meta-package ships no package, only its start-up check
 }
+# Files at the top of site-packages: the meta-package's check for the upgrade from 0.4.2.
+TOP_LEVEL = {"easycore": {"_easycore_install_check.py", "easycore-install-check.pth"}}
 
 # Requires-Dist by extra ("" = always), as names with extras, nothing more.
 REQUIRES = {
@@ -86,6 +88,8 @@ def test_wheel_never_ships_the_namespace_packages(artifacts, distribution):
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_wheel_ships_exactly_its_leaf_packages_with_py_typed(artifacts, distribution):
     files = wheel_files(artifacts.wheels[distribution])
+    assert {str(f) for f in files if len(f.parts) == 1} == TOP_LEVEL.get(distribution, set())
+    files = [f for f in files if len(f.parts) > 1]
     inits = {f.parent for f in files if f.name == "__init__.py"}
     # A leaf is a regular package whose parent is not one (easycore.torch, not .parallel).
     leaves = {".".join(p.parts) for p in inits if p.parent not in inits}
@@ -149,3 +153,50 @@ def test_sdist_has_the_sources_and_no_namespace_init(artifacts, distribution):
     # The wheel was built from this sdist, so every shipped module came through it.
     shipped = {PurePosixPath("src", f) for f in wheel_files(artifacts.wheels[distribution])}
     assert shipped <= inside
+
+
+def test_meta_package_pth_runs_only_the_check(artifacts):
+    with zipfile.ZipFile(artifacts.wheels["easycore"]) as archive:
+        lines = archive.read("easycore-install-check.pth").decode("utf-8").splitlines()
+    # site.py executes lines that start with "import"; anything else it would add to sys.path.
+    code = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert code == ["import _easycore_install_check; _easycore_install_check.check()"]
+
+
+# --------------------------------------------------------------------- project metadata
+
+URLS = {
+    "Documentation": "https://easycore-dev.github.io/easycore/",
+    "Repository": "https://github.com/easycore-dev/easycore",
+    "Changelog": "https://github.com/easycore-dev/easycore/blob/main/CHANGELOG.md",
+    "Issues": "https://github.com/easycore-dev/easycore/issues",
+}
+PYTHONS = [f"3.{minor}" for minor in range(9, 14)]
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_metadata_links_the_same_repository_docs_changelog_and_issues(artifacts, distribution):
+    meta = metadata(artifacts.wheels[distribution])
+    urls = dict(entry.split(", ", 1) for entry in meta.get_all("Project-URL") or [])
+    assert urls == URLS
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_metadata_classifiers_state_pythons_and_status(artifacts, distribution):
+    meta = metadata(artifacts.wheels[distribution])
+    classifiers = meta.get_all("Classifier") or []
+    versions = [c.rsplit(" :: ", 1)[1] for c in classifiers if re.fullmatch(r".*:: 3\.\d+", c)]
+    assert versions == PYTHONS
+    # The classifiers and Requires-Python tell the same story.
+    assert meta["Requires-Python"] == f">={PYTHONS[0]}"
+    assert len([c for c in classifiers if c.startswith("Development Status :: ")]) == 1
+    assert ("Typing :: Typed" in classifiers) == bool(LEAVES[distribution])
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_readme_is_the_description_and_links_the_documentation(artifacts, distribution):
+    meta = metadata(artifacts.wheels[distribution])
+    readme = (ROOT / "packages" / distribution / "README.md").read_text(encoding="utf-8")
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().strip() == readme.strip()
+    assert URLS["Documentation"] in readme

@@ -123,6 +123,12 @@ def test_config_stays_light_where_heavy_packages_are_installed(all_wheels_venv):
     assert all_wheels_venv.run_json(code) == []
 
 
+def test_meta_package_start_up_check_runs_and_is_silent(all_wheels_venv):
+    # The .pth ran the upgrade check (see test_packaging_upgrade.py) and found nothing.
+    done = all_wheels_venv.attempt("import sys; print('_easycore_install_check' in sys.modules)")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True\n", "")
+
+
 # -------------------------------------------------------------------------- (b) editable
 
 # The running environment is the development one (scripts/_env.sh's .venv, or hatch's

@@ -6,8 +6,6 @@ easycore-torch tests them.
 
 from __future__ import annotations
 
-import pytest
-
 from easycore.common.config import CfgNode
 from easycore.common.config import CfgNode as CN
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
@@ -86,15 +84,8 @@ def test_example_4_a_plain_dict_cfg_is_converted(no_leaks):
         assert runner(range(100)) == 328350
 
 
-# --- Examples 2 and 3 ------------------------------------------------------------
-@pytest.mark.skip(reason="torch model on devices: tested by easycore-torch")
-def test_example_2_neural_network_predictor():
-    pass
-
-
-@pytest.mark.skip(reason="uses easycore.torch.parallel: tested by easycore-torch")
-def test_example_3_batches():
-    pass
+# Examples 2 and 3 (a torch model on devices) are tested with easycore-torch:
+# tests/torch/test_torch_tutorial.py.
 
 
 class Plain(OrderedRunner):

@@ -151,7 +151,8 @@ def test_torch_runner_on_ray_with_cpu_tensors():
 
     with Tensors(devices=2, backend="ray") as runner:
         out = runner(range(40))
-    assert {(device, threads) for device, threads, _ in out} == {("cpu", Tensors.cpu_threads)}
+        budget = runner.cpu_threads  # max(1, cpus // workers): the thread budget
+    assert {(device, threads) for device, threads, _ in out} == {("cpu", budget)}
     tensors = [t for _, _, t in out]
     assert all(isinstance(t, torch.Tensor) and t.shape == (1 << 16,) for t in tensors)
     assert [int(t[0]) for t in tensors] == list(range(40))  # in order

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 
 import pytest
 
@@ -63,3 +64,28 @@ def test_a_runner_started_ray_stays_on_loopback_by_default(ray_init_kwargs):
         nodes = ray.nodes()
         assert [node["NodeManagerAddress"] for node in nodes] == ["127.0.0.1"]
     assert not ray.is_initialized()
+
+
+def test_a_runner_started_ray_that_listens_everywhere_says_so(ray_init_kwargs):
+    # Ray 2.x binds its GCS, raylet and worker gRPC servers to 0.0.0.0 whatever
+    # the node address: easycore cannot prevent it, so it must say so (naming
+    # the ports) rather than promise loopback. Should a Ray release bind
+    # loopback only, there is nothing to say and no warning.
+    from easycore.common.parallel.ray_backend import exposed_ports
+
+    kwargs = {k: v for k, v in ray_init_kwargs.items()
+              if k not in ("_node_ip_address", "include_dashboard")}
+    with _record() as caught:
+        warnings.simplefilter("always")
+        with Runner(devices=1, backend="ray", ray_init_kwargs=kwargs) as runner:
+            exposed = exposed_ports()
+            assert runner(range(10)) == 285
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if exposed:
+        assert any("every network interface" in m and str(exposed[0]) in m for m in messages)
+    else:
+        assert not any("every network interface" in m for m in messages)
+
+
+def _record():
+    return warnings.catch_warnings(record=True)

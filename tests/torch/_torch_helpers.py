@@ -100,9 +100,14 @@ def batch_generator(data_list, batch_size):
 
 
 def reference_outputs(inputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """The tutorial's model run in this process on an (N, 1) float tensor."""
-    torch.manual_seed(seed)
-    model = Net()
+    """The tutorial's model run in this process on an (N, 1) float tensor.
+
+    The weights come from ``seed`` as in the workers, without touching this
+    process's global random state (``fork_rng``): no test sees another's seed.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Net()
     with torch.no_grad():
         return model(inputs)
 

@@ -15,7 +15,7 @@ ROOT = HERE.parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = HERE / "scripts"
 SHM_DIR = "/dev/shm"
-SHM_PREFIXES = ("ect-", "torch_")
+SHM_TAGS = ("ect", "ecp", "ecs")  # torch runners', plain runners', progress slots
 
 
 def gpu_count() -> int:
@@ -24,10 +24,17 @@ def gpu_count() -> int:
 
 
 def shm_segments() -> list:
-    """Shared-memory names a torch runner could leave (Linux; empty elsewhere)."""
+    """Shared-memory names a runner of this process could leave (Linux; empty elsewhere).
+
+    Names carry the pid of the process that made them (``ect-<pid hex>-...``,
+    torch's own ``torch_<pid>_...``): other test sessions on the same machine
+    stay out of our leak checks.
+    """
     if not os.path.isdir(SHM_DIR):
         return []
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(SHM_PREFIXES))
+    pid = os.getpid()
+    prefixes = tuple(f"{tag}-{pid:x}-" for tag in SHM_TAGS) + (f"torch_{pid}_",)
+    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefixes))
 
 
 def open_fds() -> set:

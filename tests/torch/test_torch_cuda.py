@@ -6,21 +6,22 @@ Workers are spawned (CUDA cannot be forked), so each runner takes seconds to sta
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from _torch_helpers import (
     BatchPredictor,
     Fail,
     Predictor,
-    Probe,
     batch_generator,
     reference_outputs,
 )
-from _torch_util import gpu_count
+from _torch_util import SCRIPTS, gpu_count, run_python
 from torch.utils.data import DataLoader
 
 from easycore.common.config import CfgNode
-from easycore.torch.parallel import OrderedRunner, WorkerError
+from easycore.torch.parallel import WorkerError
 
 pytestmark = [
     pytest.mark.cuda,
@@ -29,10 +30,14 @@ pytestmark = [
 ]
 
 DATA = list(range(100))
-CPU_EXPECTED = reference_outputs(torch.tensor(DATA, dtype=torch.float32).view(-1, 1))
 
 
-def test_example2_on_two_workers_on_cuda0_equals_cpu(no_leaks):
+@pytest.fixture(scope="module")
+def cpu_expected():
+    return reference_outputs(torch.tensor(DATA, dtype=torch.float32).view(-1, 1))
+
+
+def test_example2_on_two_workers_on_cuda0_equals_cpu(no_leaks, cpu_expected):
     predictor = Predictor(devices=["cuda:0", "cuda:0"])
     try:
         assert predictor.get_mp_context().get_start_method() == "spawn"
@@ -40,24 +45,24 @@ def test_example2_on_two_workers_on_cuda0_equals_cpu(no_leaks):
     finally:
         predictor.close()
     assert result.device.type == "cpu" and result.shape == (100, 3)
-    assert torch.allclose(result, CPU_EXPECTED, atol=1e-5)
+    assert torch.allclose(result, cpu_expected, atol=1e-5)
 
 
-def test_example3_generator_and_dataloader_on_cuda0(no_leaks):
+def test_example3_generator_and_dataloader_on_cuda0(no_leaks, cpu_expected):
     loader = DataLoader(torch.tensor(DATA, dtype=torch.float32), batch_size=16)
     with BatchPredictor(devices=["cuda:0", "cuda:0"]) as predictor:
-        assert torch.allclose(predictor(batch_generator(DATA, 10)), CPU_EXPECTED, atol=1e-5)
-        assert torch.allclose(predictor(loader), CPU_EXPECTED, atol=1e-5)
+        assert torch.allclose(predictor(batch_generator(DATA, 10)), cpu_expected, atol=1e-5)
+        assert torch.allclose(predictor(loader), cpu_expected, atol=1e-5)
 
 
-def test_every_gpu_and_the_parent_already_using_cuda(no_leaks):
-    torch.zeros(1, device="cuda")  # CUDA initialised here: forked workers could not use it
-    assert torch.cuda.is_initialized()
-    devices = [f"cuda:{i}" for i in range(gpu_count())] + ["cuda", "cpu"]
-    with Probe(devices, cfg=CfgNode({"sleep": 0.05})) as runner:
-        assert runner.devices[-2:] == ["cuda:0", "cpu"]  # "cuda" means cuda:0
-        infos = runner(range(8 * len(devices)))
-    assert {info["device"] for info in infos} == set(runner.devices)  # every worker took some
+def test_every_gpu_and_the_parent_already_using_cuda():
+    # CUDA is initialised in a subprocess's caller, never in this test process.
+    proc = run_python(str(SCRIPTS / "cuda_in_parent.py"), timeout=170)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["devices"][-2:] == ["cuda:0", "cpu"]  # "cuda" means cuda:0
+    infos = report["infos"]
+    assert {info["device"] for info in infos} == set(report["devices"])  # every worker took some
     for info in infos:
         device = info["device"]
         if device.startswith("cuda"):
@@ -66,34 +71,10 @@ def test_every_gpu_and_the_parent_already_using_cuda(no_leaks):
             assert info["current"] == index
             assert info["default_tensor_device"] == device
         else:
-            assert info["threads"] == 1
-
-
-class CudaResults(OrderedRunner):
-    """Returns a CUDA tensor as is (the docs say: return .cpu())."""
-
-    @staticmethod
-    def producer_work(device, cfg, data):
-        return torch.full((3,), float(data), device=device)
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.out
-
-
-def test_a_cuda_tensor_result_arrives_on_its_gpu(no_leaks):
-    with CudaResults(["cuda:0"]) as runner:
-        out = runner(range(3))
-    assert [t.device.type for t in out] == ["cuda"] * 3
-    assert [t.cpu().tolist() for t in out] == [[float(i)] * 3 for i in range(3)]
+            assert info["threads"] == report["budget"]  # the worker's thread budget
+    # A CUDA tensor returned as is arrives on its GPU in the caller.
+    assert report["result_devices"] == ["cuda"] * 3
+    assert report["result_values"] == [[float(i)] * 3 for i in range(3)]
 
 
 def test_hook_error_on_a_gpu_names_the_device(no_leaks):

@@ -29,5 +29,6 @@ class Arrays(OrderedRunner):
 if __name__ == "__main__":
     runner = Arrays(2)
     assert runner(range(20)) == list(range(20))
-    print(json.dumps({"pids": runner.worker_pids, "prefix": runner._engine.backend.transport.prefix}))
+    prefix = runner._engine.backend.transport.prefix
+    print(json.dumps({"pids": runner.worker_pids, "prefix": prefix}))
     # no close(): the exit handlers must do it

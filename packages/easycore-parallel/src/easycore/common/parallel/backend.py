@@ -39,7 +39,14 @@ from __future__ import annotations
 import abc
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Backend", "BackendSpec", "ChannelBroken", "WorkerExited", "DirectTransport", "check_options"]
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "ChannelBroken",
+    "WorkerExited",
+    "DirectTransport",
+    "check_options",
+]
 
 
 class ChannelBroken(OSError):
@@ -98,6 +105,22 @@ class Backend(abc.ABC):
         """Start a fresh worker in the slot of one that exited."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart a worker")
 
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        """The error that says ``worker`` died (Ray's names the node, say).
+
+        Args:
+            worker (int): the slot.
+            exited (WorkerExited): what ``poll`` reported.
+            items (list[int] or None): input indices of what it was running.
+
+        Returns:
+            BaseException:
+        """
+        from .errors import WorkerDiedError
+
+        return WorkerDiedError(self.devices[worker], worker, exited.pid, exited.exitcode, items)
+
     def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
         """``(job, seq, item, started)`` that ``worker`` last reported, if it can."""
         return None
@@ -152,7 +175,8 @@ class DirectTransport:
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
-    program: Any  #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    program: Any
     devices: List[str]
     cfg: Any  #: each worker gets its own copy
     policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy]

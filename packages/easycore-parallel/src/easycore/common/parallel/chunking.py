@@ -11,15 +11,19 @@ invisible to ``producer_work`` and ``consumer_work``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 __all__ = ["AdaptiveChunker"]
 
 
 class AdaptiveChunker:
     """Picks the next chunk size from the timings of finished chunks.
 
-    Thread-safety: :meth:`observe` is called by the collecting thread and
-    :attr:`size` read by the feeding thread; both touch a single int, so a
-    stale read only means one chunk of the previous size.
+    Thread-safety: [`observe`][easycore.common.parallel.chunking.AdaptiveChunker.observe]
+    is called by the thread that pumps and
+    [`size`][easycore.common.parallel.chunking.AdaptiveChunker.size] read by the
+    thread that feeds; both touch a single int, so a stale read only means one
+    chunk of the previous size.
     """
 
     def __init__(
@@ -43,8 +47,8 @@ class AdaptiveChunker:
         self.max_items = max_items
         self.growth = growth
         self._size = 1  # start small: the first items also probe how costly an item is
-        self._secs_per_item = None
-        self._bytes_per_item = None
+        self._secs_per_item: Optional[float] = None
+        self._bytes_per_item: Optional[float] = None
 
     @property
     def size(self) -> int:
@@ -70,13 +74,12 @@ class AdaptiveChunker:
         nb = max(nbytes / n_items, 1.0)
         # An exponential average: single chunks are noisy (GIL switches, page
         # faults on the first big array), the trend is what matters.
-        if self._secs_per_item is None:
-            self._secs_per_item, self._bytes_per_item = secs, nb
+        if self._secs_per_item is None or self._bytes_per_item is None:
+            spi, bpi = secs, nb
         else:
-            self._secs_per_item = 0.5 * self._secs_per_item + 0.5 * secs
-            self._bytes_per_item = 0.5 * self._bytes_per_item + 0.5 * nb
-        ideal = min(
-            self.target_seconds / self._secs_per_item, self.target_bytes / self._bytes_per_item
-        )
+            spi = 0.5 * self._secs_per_item + 0.5 * secs
+            bpi = 0.5 * self._bytes_per_item + 0.5 * nb
+        self._secs_per_item, self._bytes_per_item = spi, bpi
+        ideal = min(self.target_seconds / spi, self.target_bytes / bpi)
         ideal = min(ideal, self._size * self.growth, self.max_items)
         self._size = max(1, int(ideal))

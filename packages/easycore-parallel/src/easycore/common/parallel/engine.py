@@ -46,7 +46,6 @@ from .errors import (
     ParallelError,
     RunnerClosedError,
     TaskTimeoutError,
-    WorkerDiedError,
     WorkerError,
 )
 from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
@@ -64,7 +63,13 @@ class ItemError:
 
 
 class JobSink:
-    """Receives a job's results; subclass for each kind of client."""
+    """Receives a job's results; subclass for each kind of client.
+
+    The engine sets ``job`` before the first chunk is sent, so that a sink can
+    act on its job (e.g. cancel it) from its very first delivery.
+    """
+
+    job: Optional[Job] = None
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         """A chunk's results, in input order if the job is ordered.
@@ -97,7 +102,8 @@ class _Chunk:
 
 
 class Job:
-    """One function over a stream of items, run by an [`Engine`][easycore.common.parallel.engine.Engine]."""
+    """One function over a stream of items, run by an
+    [`Engine`][easycore.common.parallel.engine.Engine]."""
 
     def __init__(
         self,
@@ -348,6 +354,7 @@ class Engine:
                 window=window,
             )
             self._next_job += 1
+            sink.job = job  # before anything is sent: results may come back at once
             self._jobs[job.id] = job
             if job.complete():
                 self._finish(job, None)
@@ -575,6 +582,14 @@ class Engine:
             self._check_timeouts()
             with self._lock:
                 self._dispatch()
+                if events and not any(w.fifo for w in self._workers):
+                    # The last results were delivered while the delivering frames
+                    # still held them: only now can segments their consumer dropped
+                    # count as free, and an idle runner give them back.
+                    try:
+                        self.transport.idle()
+                    except Exception:
+                        pass
 
     def _handle(self, slot: int, message: Any) -> None:
         kind = type(message)
@@ -598,13 +613,15 @@ class Engine:
             w.items_done += msg.n_items
             self._busy[slot] += msg.seconds
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
-            if chunk is not None:
-                job.outstanding -= 1
-                self.transport.item_payload_done(slot, chunk.payload)
             if job is None or job.done or chunk is None:
+                if chunk is not None:
+                    chunk.job.outstanding -= 1
+                    self.transport.item_payload_done(slot, chunk.payload)
                 self.transport.discard(slot, msg.results)
                 self._after_chunk(w)
                 return
+            job.outstanding -= 1
+            self.transport.item_payload_done(slot, chunk.payload)
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes)
             try:
                 results = self.transport.decode_results(slot, msg.results)
@@ -619,8 +636,8 @@ class Engine:
                 return
             failed: Dict[int, ItemError] = {}
             for failure in msg.failures:
-                failed[failure.index] = ItemError(
-                    self._item_error(job, slot, chunk.first + failure.index, failure.report)
+                failed[failure.position] = ItemError(
+                    self._item_error(job, slot, chunk.first + failure.position, failure.report)
                 )
             if failed and self.fail_fast:
                 first_bad = min(failed)
@@ -686,10 +703,10 @@ class Engine:
                 if self.fail_fast or not w.ready:
                     self._break(err)
                 return
-            chunk = _pop_chunk(w, msg.job, msg.seq)
+            chunk = _pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
             if chunk is not None:
-                job.outstanding -= 1
+                chunk.job.outstanding -= 1
                 self.transport.item_payload_done(slot, chunk.payload)
             self._after_chunk(w)
             if job is not None and not job.done:
@@ -697,7 +714,6 @@ class Engine:
 
     def _on_exit(self, slot: int, msg: WorkerExited) -> None:
         w = self._workers[slot]
-        device = self.devices[slot]
         with self._lock:
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
@@ -729,7 +745,7 @@ class Engine:
         what, at = reason
         if not chunks:
             if what == "died":
-                self._died(w, WorkerDiedError(device, slot, msg.pid, msg.exitcode))
+                self._died(w, self.backend.death_error(slot, msg))
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
@@ -748,7 +764,7 @@ class Engine:
                 failed_items = [running.first + at]
             else:
                 failed_items = list(range(running.first, running.first + running.n))
-            err = WorkerDiedError(device, slot, msg.pid, msg.exitcode, failed_items)
+            err = self.backend.death_error(slot, msg, failed_items)
             job.deaths += 1
             if self.fail_fast:
                 self._died(w, err)
@@ -771,7 +787,7 @@ class Engine:
             if after:
                 self._requeue(job, running.first + at + 1, after, len(after))
         if what != "timeout" and job.deaths >= self.max_deaths:
-            self._fail(job, WorkerDiedError(device, slot, msg.pid, msg.exitcode, failed_items))
+            self._fail(job, err)
             return
         if not job.done:
             failed = {k: ItemError(err) for k in range(len(failed_items))}
@@ -846,12 +862,13 @@ class Engine:
                     continue
                 prog = self.backend.progress(w.slot)
                 tracked = prog is not None and prog[0] == head.job.id and prog[1] == head.seq
-                started = prog[3] if tracked else max(head.sent_at, w.last_at)
+                started = prog[3] if prog is not None and tracked else max(head.sent_at,
+                                                                            w.last_at)
                 # Untracked, the whole chunk shares the limit (chunks are small then).
                 limit = head.job.timeout * (1 if tracked else max(1, head.n))
                 if now - started <= limit:
                     continue
-                w.kill_reason = ("timeout", prog[2] if tracked else None)
+                w.kill_reason = ("timeout", prog[2] if prog is not None and tracked else None)
                 try:
                     self.backend.kill(w.slot)
                 except Exception:

@@ -2,10 +2,13 @@
 
 Every error that comes from a worker names the device it ran on, so that with
 ``devices=["cuda:0", "cuda:1"]`` you know which card failed. A hook's
-exception travels back as an :class:`ErrorReport` (plain data, picklable even
-when the exception itself is not) and is re-raised in the caller as a
-:class:`WorkerError` whose message holds the worker's traceback and whose
-``__cause__`` is the original exception when it could be unpickled.
+exception travels back as an [`ErrorReport`][easycore.common.parallel.ErrorReport]
+(plain data, picklable even when the exception itself is not) and is re-raised
+in the caller as a [`WorkerError`][easycore.common.parallel.WorkerError]
+whose message holds the worker's traceback and whose ``__cause__`` is the
+original exception when it could be unpickled. Pools re-raise the task's own
+exception instead, with a [`RemoteTraceback`][easycore.common.parallel.RemoteTraceback]
+as its ``__cause__``.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ __all__ = [
 
 
 class ParallelError(RuntimeError):
-    """Base class of the errors raised by :mod:`easycore.common.parallel`."""
+    """Base class of the errors raised by the runners and pools of `easycore.common.parallel`."""
 
 
 class RunnerClosedError(ParallelError):
-    """The runner is closed: after :meth:`close`, or after a call that failed.
+    """The runner is closed: after [`close`][easycore.common.parallel.BaseRunner.close],
+    or after a call that failed; or a pool's workers were stopped
+    ([`terminate`][easycore.common.parallel.Pool.terminate]) before a result came.
 
-    Call :meth:`~easycore.common.parallel.BaseRunner.activate` to start the
-    workers again.
+    Call [`activate`][easycore.common.parallel.BaseRunner.activate] to start a
+    runner's workers again.
     """
 
 
@@ -63,9 +68,11 @@ class ErrorReport(NamedTuple):
             ErrorReport:
         """
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        blob: Optional[bytes]
         try:
-            blob: Optional[bytes] = pickle.dumps(exc)
-            pickle.loads(blob)  # exceptions with custom __init__ often fail only here
+            data = pickle.dumps(exc)
+            pickle.loads(data)  # exceptions with custom __init__ often fail only here
+            blob = data
         except Exception:
             blob = None
         try:
@@ -76,10 +83,11 @@ class ErrorReport(NamedTuple):
 
     def original(self) -> Optional[BaseException]:
         """The worker's exception object, or None when it could not travel."""
-        if self.exc_pickle is None:
+        blob = self.exc_pickle
+        if blob is None:
             return None
         try:
-            return pickle.loads(self.exc_pickle)
+            return pickle.loads(blob)
         except Exception:
             return None
 

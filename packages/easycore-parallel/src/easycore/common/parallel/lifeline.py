@@ -85,9 +85,9 @@ def detach_from_forkserver() -> None:
         from multiprocessing import forkserver
     except ImportError:  # pragma: no cover - Windows
         return
-    server = getattr(forkserver, "_forkserver", None)
+    server: Any = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
+    if server is not None and fd is not None:
         try:
             os.close(fd)
         except OSError:

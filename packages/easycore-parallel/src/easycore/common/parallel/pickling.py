@@ -11,11 +11,10 @@ with plain ``pickle.loads``. Code is pickled once per job, never per item.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import sys
 import types
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["dumps_code", "loads_code"]
 
@@ -45,54 +44,70 @@ def dumps_code(obj: Any) -> bytes:
             return pickle.dumps(obj, protocol=_PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError):
             pass  # a lambda or a local function: by value below
-    import cloudpickle
-
-    if isinstance(obj, tuple):
-        obj = tuple(_MainFunction(p) if _top_level_main_function(p) else p for p in obj)
-    elif _top_level_main_function(obj):
-        obj = _MainFunction(obj)
-    return cloudpickle.dumps(obj, protocol=_PROTOCOL)
-
-
-def _top_level_main_function(obj: Any) -> bool:
-    return (isinstance(obj, types.FunctionType) and _from_main(obj)
-            and obj.__qualname__ == obj.__name__ and obj.__name__ != "<lambda>")
-
-
-def _fingerprint(fn: types.FunctionType) -> tuple:
-    code = fn.__code__
-    return (code.co_filename, code.co_firstlineno, hashlib.sha1(code.co_code).hexdigest())
-
-
-class _MainFunction:
-    """A function of ``__main__``'s top level, sent by name *and* by value.
-
-    A worker that has the very same function in its ``__main__`` (forked from
-    the caller, or a spawned one that re-imported the script) uses its own, as
-    with ``multiprocessing.Pool``: then an initializer and a task share that
-    module's globals. Others (a notebook, a script read from stdin, a function
-    defined after the workers started) use the copy.
-    """
-
-    def __init__(self, fn: types.FunctionType) -> None:
-        self.fn = fn
-
-    def __reduce__(self) -> Any:
         import cloudpickle
 
-        value = cloudpickle.dumps(self.fn, protocol=_PROTOCOL)
-        return (_resolve_main_function, (self.fn.__name__, _fingerprint(self.fn), value))
+        return cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    return dumps_either(obj)
 
 
-def _resolve_main_function(name: str, fingerprint: tuple, value: bytes) -> Any:
-    own = getattr(sys.modules.get("__main__"), name, None)
-    if isinstance(own, types.FunctionType) and _fingerprint(own) == fingerprint:
-        return own
-    return pickle.loads(value)
+def dumps_either(obj: Any) -> bytes:
+    """Pickle code of ``__main__`` by reference *and* by value; the worker takes the first it can.
+
+    By reference where the worker has ``__main__`` (forked, or a script it
+    re-ran): the code then shares the module's globals (what an initializer
+    sets, a function reads, as with ``multiprocessing.Pool``) and takes no
+    unpicklable global (a lock, an open file) along. By value where it cannot
+    find it (a notebook, stdin, a block under ``if __name__ == "__main__":``).
+
+    Args:
+        obj (Any): what to pickle.
+
+    Returns:
+        bytes: readable with ``pickle.loads`` in any worker.
+    """
+    import cloudpickle
+
+    try:
+        by_reference: Optional[bytes] = pickle.dumps(obj, protocol=_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        by_reference = None  # a lambda or a local function
+    try:
+        by_value = cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    except Exception:
+        if by_reference is None:
+            raise
+        return by_reference
+    if by_reference is None:
+        return by_value
+    return pickle.dumps(_FirstThatLoads(by_reference, by_value), protocol=_PROTOCOL)
+
+
+class _FirstThatLoads:
+    """Unpickles as the first of its pickles that the unpickling process can resolve."""
+
+    def __init__(self, *blobs: bytes) -> None:
+        self.blobs = blobs
+
+    def __reduce__(self) -> Any:
+        return _load_first, self.blobs
+
+
+def _load_first(*blobs: bytes) -> Any:
+    for blob in blobs[:-1]:
+        try:
+            return pickle.loads(blob)
+        except (AttributeError, ImportError):
+            continue  # not found in this process: the next way
+    return pickle.loads(blobs[-1])
 
 
 def loads_code(data: bytes) -> Any:
     """The inverse of [`dumps_code`][easycore.common.parallel.pickling.dumps_code].
+
+    Functions of ``__main__`` that came by value (a notebook, stdin, a block
+    under ``if __name__ == "__main__":``) are rebound to this process's
+    ``__main__`` namespace, so that they share globals as they did in the
+    caller: an initializer that sets a global is seen by the tasks.
 
     Args:
         data (bytes):
@@ -100,59 +115,24 @@ def loads_code(data: bytes) -> Any:
     Returns:
         Any:
     """
-    obj = pickle.loads(data)
-    _adopt_main(obj)
-    return obj
+    return _share_main_globals(pickle.loads(data))
 
 
-def _adopt_main(obj: Any) -> None:
-    """Name the classes and functions of ``__main__`` that came by value in this
-    process's ``__main__`` (a worker's).
-
-    Why: cloudpickle rebuilds them as copies, while a worker forked from the
-    caller (or one that re-imported the script) has its own ``__main__``
-    versions, and a notebook's worker has none. A task returning an instance
-    of a copied class could then not be pickled by reference ("not the same
-    object as __main__.X"), and items of that class would arrive as another
-    class than the task's. Named in ``__main__``, copies pickle by reference,
-    and the caller reads them as its own classes.
-    """
+def _share_main_globals(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return tuple(_share_main_globals(part) for part in obj)
+    if not isinstance(obj, types.FunctionType) or not _from_main(obj):
+        return obj
     main = sys.modules.get("__main__")
-    if main is None:
-        return
-    seen = set()
-    todo = [obj]
-    while todo:
-        x = todo.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, (tuple, list)):
-            todo.extend(x)
-            continue
-        if isinstance(x, types.MethodType):
-            todo.extend((x.__self__, x.__func__))
-            continue
-        if not isinstance(x, (type, types.FunctionType)):
-            x = type(x)  # an instance (a callable one too): its class
-        if not _from_main(x):
-            continue
-        name = getattr(x, "__name__", None)
-        if isinstance(name, str) and name.isidentifier() and getattr(x, "__qualname__", "") == name:
-            if getattr(main, name, None) is not x:
-                setattr(main, name, x)
-        if isinstance(x, types.FunctionType):
-            todo.extend(x.__globals__.values())
-            todo.extend(c.cell_contents for c in x.__closure__ or () if _filled(c))
-            todo.extend(x.__defaults__ or ())
-        elif isinstance(x, type):
-            todo.extend(v for v in vars(x).values() if isinstance(v, types.FunctionType))
-            todo.extend(b for b in x.__bases__ if b is not object)
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:
-        return False
-    return True
+    if main is None or obj.__globals__ is vars(main):
+        return obj
+    namespace = vars(main)
+    for name, value in obj.__globals__.items():
+        namespace.setdefault(name, value)  # what it brought, unless already there
+    shared = types.FunctionType(obj.__code__, namespace, obj.__name__, obj.__defaults__,
+                                obj.__closure__)
+    shared.__kwdefaults__ = obj.__kwdefaults__
+    shared.__dict__.update(obj.__dict__)
+    shared.__qualname__ = obj.__qualname__
+    shared.__module__ = obj.__module__
+    return shared

@@ -26,6 +26,7 @@ import concurrent.futures
 import importlib
 import math
 import multiprocessing
+import os
 import sys
 import threading
 from collections import deque
@@ -107,7 +108,7 @@ class PoolProgram(WorkerProgram):
 
 
 def _load(blob: Any) -> Any:
-    return loads_code(blob) if isinstance(blob, (bytes, bytearray)) else blob
+    return loads_code(bytes(blob)) if isinstance(blob, (bytes, bytearray)) else blob
 
 
 # ------------------------------------------------------------------ results
@@ -176,7 +177,7 @@ class AsyncResult:
         if self._event.is_set():
             return
         self._value, self._error = value, error
-        self._event.set()
+        # As the stdlib: the callback has run by the time get() returns.
         try:
             if error is None and self._callback is not None:
                 self._callback(value)
@@ -186,6 +187,8 @@ class AsyncResult:
             import traceback
 
             traceback.print_exc()  # a callback's error must not stop the pool
+        finally:
+            self._event.set()
 
 
 class ApplyResult(AsyncResult):
@@ -219,25 +222,18 @@ class _MapSink(JobSink):
         self.engine = engine
         self.progress = progress
         self.unpack_one = unpack_one
-        self.job: Optional[Job] = None
-        self.error: Optional[BaseException] = None
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         if failed:
-            # The stdlib's map fails with the first exception it meets. Kept
-            # here too: a chunk may come back before ``job`` is set.
-            if self.error is None:
-                self.error = _task_exception(failed[min(failed)])
+            # The stdlib's map fails with the first exception it meets.
             if self.job is not None:
-                self.engine.cancel(self.job, self.error)
+                self.engine.cancel(self.job, _task_exception(failed[min(failed)]))
             return
         self.values[first_index : first_index + len(results)] = results
         self.progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
         self.progress.close()
-        if error is None:
-            error = self.error
         if error is not None:
             self.result._set(None, error)
         else:
@@ -277,8 +273,8 @@ class IMapIterator:
             while not self._items:
                 if self._done:
                     if self._error is not None:
-                        error, self._error = self._error, None
-                        raise error
+                        job_error, self._error = self._error, None
+                        raise job_error
                     raise StopIteration
                 remaining = None if deadline is None else deadline - _now()
                 if remaining is not None and remaining <= 0:
@@ -406,6 +402,7 @@ class Pool:
         initializer: Optional[Callable[..., Any]] = None,
         initargs: Sequence[Any] = (),
         maxtasksperchild: Optional[int] = None,
+        context: Optional[Any] = None,
         *,
         devices: Optional[Iterable[str]] = None,
         cfg: Optional[Mapping[str, Any]] = None,
@@ -428,6 +425,8 @@ class Pool:
             initargs (tuple): its arguments.
             maxtasksperchild (int or None): replace a worker after it ran this
                 many tasks (None: never).
+            context (multiprocessing context or None): as the stdlib's: its
+                start method is used (same as ``start_method=``).
             devices (list[str] or None): one worker per device (e.g.
                 ``["cuda:0", "cuda:1"]`` with easycore-torch); default ``"cpu"``.
             cfg (CfgNode or dict or None): given to functions that ask for a
@@ -466,6 +465,16 @@ class Pool:
             raise ValueError("maxtasksperchild must be a positive int or None")
         if backend not in self.backends:
             raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
+        if context is not None:
+            if start_method is not None and start_method != context.get_start_method():
+                raise ValueError("pass context= or start_method=, not both")
+            start_method = context.get_start_method()
+        if task_timeout is not None and not (
+            isinstance(task_timeout, (int, float)) and math.isfinite(task_timeout)
+            and task_timeout > 0
+        ):
+            raise ValueError(f"task_timeout must be a positive number of seconds, got "
+                             f"{task_timeout!r}")
         if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
                 and queue_scale > 0):
             raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
@@ -479,6 +488,7 @@ class Pool:
         self._task_timeout = task_timeout
         self._progress = progress
         self._state = "RUN"
+        self._owner = os.getpid()
         self._chunkers: Dict[Any, AdaptiveChunker] = {}
         self._lock = threading.Lock()
         self._jobs: List[Job] = []
@@ -535,8 +545,8 @@ class Pool:
         return dumps_code(blob) if self._pickle_code else blob
 
     def _chunker(self, func: Callable) -> AdaptiveChunker:
+        key: Any = func
         try:
-            key = func
             hash(key)
         except TypeError:
             key = id(func)
@@ -553,14 +563,17 @@ class Pool:
 
     def _submit(self, func: Callable, mode: str, source: Any, sink: JobSink, *, ordered: bool,
                 lazy: bool, chunksize: Optional[int], task_timeout: Optional[float],
-                pass_context: bool, targets: Optional[List[int]] = None) -> Job:
+                pass_context: bool, targets: Optional[List[int]] = None,
+                window: Optional[int] = None) -> Job:
+        # ``window``: results taken but not yet consumed, at most (see
+        # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
         self._check_running()
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
         job = self._engine.submit_job(
             self._code(func, mode, pass_context), source, sink, ordered=ordered, lazy=lazy,
             timeout=self._timeout(task_timeout), chunker=self._chunker(func),
-            chunk_size=chunksize, targets=targets,
+            chunk_size=chunksize, targets=targets, window=window,
         )
         with self._lock:
             self._jobs = [j for j in self._jobs if not j.done]
@@ -802,6 +815,10 @@ class Pool:
         self.terminate()  # as multiprocessing.Pool does
 
     def __del__(self) -> None:
+        # A process forked from the owner (a user's os.fork, a fork-started
+        # worker of another pool) may collect its copy: its workers are not ours.
+        if getattr(self, "_owner", None) != os.getpid():
+            return
         # At interpreter shutdown the coordinator (a daemon thread) may have
         # been frozen holding the engine's locks: terminating would hang. The
         # back-end's exit handler has already stopped the workers then.

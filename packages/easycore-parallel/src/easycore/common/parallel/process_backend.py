@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import lifeline, shm
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
+from .pickling import dumps_either
 from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from .transport import Transport
 from .worker import ProgressSlots, WorkerSpec, process_main
@@ -48,16 +49,16 @@ _DUMP = pickle.HIGHEST_PROTOCOL
 
 
 def _dump_spec(spec: WorkerSpec) -> bytes:
-    """Pickle a worker's spec; code from ``__main__`` goes by value (cloudpickle).
+    """Pickle a worker's spec; code from ``__main__`` also goes by value (cloudpickle).
 
     A runner class defined in a notebook, in stdin or under ``if __name__ ==
     "__main__":`` cannot be imported by a worker started with ``spawn`` or
-    ``forkserver``: sent by value, it needs not be.
+    ``forkserver``: sent by value, it needs not be. Where the worker can find
+    it, it takes it by reference, see
+    [`dumps_either`][easycore.common.parallel.pickling.dumps_either].
     """
     if getattr(spec.program, "by_value", False):
-        import cloudpickle
-
-        return cloudpickle.dumps(spec, protocol=_DUMP)
+        return dumps_either(spec)
     return pickle.dumps(spec, protocol=_DUMP)
 
 
@@ -110,15 +111,21 @@ class _Handle:
 def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
               grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
+    below: List[tuple] = []
     for h in handles:
         # Expected: an engine still pumping (a pool's coordinator at
         # interpreter exit) must not start replacements for them.
         h.expected_exit = True
         if h.started() and not h.gone:
             try:
+                below += lifeline.descendants(h.process.pid)  # what it started goes too
                 h.process.kill()
             except Exception:
                 pass
+    try:
+        lifeline.kill_pids(below)
+    except Exception:
+        pass
     deadline = time.monotonic() + grace
     for h in handles:
         if h.started() and not h.gone:
@@ -166,7 +173,8 @@ class ProcessBackend(Backend):
         self._handles: List[_Handle] = []
         self._by_slot: Dict[int, _Handle] = {}
         self._sel: Optional[selectors.BaseSelector] = None
-        self._wake_r = self._wake_w = None
+        self._wake_r: Optional[int] = None
+        self._wake_w: Optional[int] = None
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._poll_lock = threading.RLock()
@@ -199,23 +207,26 @@ class ProcessBackend(Backend):
     def start(self) -> None:
         self.transport.prepare()
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, ("wake", -1))
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self._wake_r, self._wake_w = wake_r, wake_w
+        self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
         self._finalizer = util.Finalize(
             self, _kill_all, args=(self._handles, self.transport, None), exitpriority=10
         )
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
+            mm = None
             if self._spec.track_items and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
-                mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                try:
+                    mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                except shm.SharedMemoryFull:
+                    pass  # a full /dev/shm: task timeouts then count per chunk
+            if mm is not None:
                 self._progress_name, self._progress = name, ProgressSlots(mm)
-                for slot in range(len(self.devices)):
-                    # Not zeros: those read as "job 0, chunk 0 started at time
-                    # 0", and the first chunk of a pool's first job timed out
-                    # before its worker began it.
+                for slot in range(len(self.devices)):  # no job -1: nothing runs yet
                     self._progress.write(slot, -1, -1, -1, 0.0)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
@@ -249,7 +260,7 @@ class ProcessBackend(Backend):
             spec.program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._progress_name,
         )
-        process = self._ctx.Process(
+        process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
             args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
                   res_w),
@@ -338,14 +349,14 @@ class ProcessBackend(Backend):
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for key, mask in sel.select(tick):
+        for key, _mask in sel.select(tick):
             kind, slot = key.data
             if kind == "wake":
                 # Reset before draining, so no wakeup is lost; no lock here: a
                 # Ctrl-C landing while this thread held one would deadlock.
                 self._wake_pending = False
                 try:
-                    while os.read(self._wake_r, 4096):
+                    while self._wake_r is not None and os.read(self._wake_r, 4096):
                         pass
                 except (BlockingIOError, OSError):
                     pass
@@ -458,6 +469,10 @@ class ProcessBackend(Backend):
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
+        # What the workers started (a producer's subprocesses) and producer_end
+        # leaves running goes with them, as after a failure.
+        below = [p for h in self._by_slot.values() if h.pid and not h.gone
+                 for p in lifeline.descendants(h.pid)]
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
@@ -488,6 +503,7 @@ class ProcessBackend(Backend):
                     h.process.join(min(left, 2.0))
         finally:
             self.abort()  # kills stragglers, releases pipes and shared memory
+            lifeline.kill_pids(below)
         if errors:
             raise errors[0]
 

@@ -74,7 +74,7 @@ class WorkerReady(NamedTuple):
 class ItemFailure(NamedTuple):
     """One item of a chunk raised; the others have results."""
 
-    index: int  #: position of the item in its chunk
+    position: int  #: position of the item in its chunk
     report: ErrorReport
 
 

@@ -1,29 +1,33 @@
 """The Ray back-end: one Ray actor per device, selected by ``backend="ray"``.
 
-::
-
-    with Runner(devices=2, backend="ray") as runner:           # a local Ray
-        runner(data)
-    with Runner(devices=64, backend="ray", address="auto",      # a cluster
-                ray_init_kwargs={"runtime_env": {"working_dir": "."}}) as runner:
-        runner(data)
+```python
+with Runner(devices=2, backend="ray") as runner:           # a local Ray
+    runner(data)
+with Runner(devices=64, backend="ray", address="auto",      # a cluster
+            ray_init_kwargs={"runtime_env": {"working_dir": "."}}) as runner:
+    runner(data)
+with Pool(4, backend="ray") as pool:                        # a pool of actors
+    pool.map(fn, data)
+```
 
 Ray does the placement and the transport; this module only keeps the
-producer/consumer contract. Each device becomes an actor wrapping
-:class:`~.worker.ProducerWorker` (``setup_worker``, then ``producer_init``, in
-it; its own copy of ``cfg``); a chunk is one ``run_chunk`` actor task, and
-:meth:`RayBackend.poll` is ``ray.wait`` on the pending ones. The pipeline
-(chunking, ordering, ``queue_scale`` credits, the consumer hooks in the
-caller) is shared with the process back-end unchanged, so at most
-``ceil(queue_scale)`` chunks per actor are ever in flight.
+worker contract. Each device becomes an actor wrapping an
+[`Executor`][easycore.common.parallel.Executor] (the runner's
+``setup_worker``, then ``producer_init``, or the pool's ``initializer``, in
+it; its own copy of ``cfg``); a chunk is one actor task answering with the
+[`protocol`][easycore.common.parallel.protocol]'s messages, and the
+back-end's ``poll`` is ``ray.wait`` on the pending ones. The engine (chunking, ordering,
+``queue_scale`` credits, errors, the consumer hooks in the caller) is shared
+with the process back-end unchanged, so at most ``ceil(queue_scale)`` chunks
+per actor are ever in flight.
 
 Devices: every device is an actor of one CPU (``num_cpus=1``); ``"cuda"``
 and ``"cuda:N"`` add one GPU (``num_gpus=1``). Ray picks the GPU and makes it
 the only one the actor sees, so the hooks and ``setup_worker`` get
 ``"cuda:0"``; errors name the device as you wrote it. Before creating the
 actors the request is checked against ``ray.cluster_resources()``: one that
-cannot fit raises :class:`~.errors.ParallelError` instead of waiting forever
-(a local Ray has ``os.cpu_count()`` CPUs unless
+cannot fit raises [`ParallelError`][easycore.common.parallel.ParallelError]
+instead of waiting forever (a local Ray has ``os.cpu_count()`` CPUs unless
 ``ray_init_kwargs={"num_cpus": n}`` says otherwise).
 
 Results come back through Ray's object store: large NumPy arrays (and CPU
@@ -34,8 +38,11 @@ Ray itself: if this process is already connected to Ray, that connection is
 used as it is (``address`` and ``ray_init_kwargs`` are ignored) and left up
 on close. Otherwise the runner calls ``ray.init(address=address,
 **ray_init_kwargs)`` and shuts Ray down when the last runner using it closes.
-A Ray the runner starts itself binds to 127.0.0.1 without a dashboard unless
-``ray_init_kwargs`` says otherwise (nothing listens beyond loopback by default).
+A Ray the runner starts itself is a node at 127.0.0.1 without a dashboard
+unless ``ray_init_kwargs`` says otherwise. Ray itself (2.60 and before) still
+binds its GCS, raylet and worker servers to every interface whatever the node
+address, and has no option to prevent it: the runner then warns once, naming
+the ports (``RuntimeWarning``), so that you can firewall them.
 Ray is an optional extra and is imported only here, on first use.
 """
 
@@ -63,6 +70,10 @@ from .worker import Executor, HookFailed, WorkerContext
 __all__ = ["RayBackend", "RayWorkerDiedError"]
 
 _INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
+
+
+def _is_cuda(device: str) -> bool:
+    return device == "cuda" or device.startswith("cuda:")
 
 
 def _import_ray() -> Any:
@@ -102,7 +113,8 @@ class RayWorkerDiedError(WorkerDiedError):
 
 
 class _Actor:
-    """One worker; made a Ray actor class by [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
+    """One worker; made a Ray actor class by
+    [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
@@ -154,12 +166,73 @@ _session: Dict[str, Any] = {"job": None, "users": 0}
 def _acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
     with _session_lock:
         if not ray.is_initialized():
-            ray.init(address=address, **_local_defaults(address, init_kwargs))
+            kwargs = _local_defaults(address, init_kwargs)
+            ray.init(address=address, **kwargs)
             _session.update(job=ray.get_runtime_context().get_job_id(), users=0)
+            if kwargs.get("_node_ip_address") == "127.0.0.1":
+                _warn_if_exposed()
         elif ray.get_runtime_context().get_job_id() != _session["job"]:
             return False  # the caller's own Ray: use it, leave it up
         _session["users"] += 1
         return True
+
+
+def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
+    """TCP ports that processes below ``root_pid`` listen on on every interface (Linux).
+
+    Args:
+        root_pid (int or None): default this process.
+
+    Returns:
+        list[int]: ports bound to 0.0.0.0 or ``::`` by the process or its
+        descendants; empty where ``/proc`` cannot tell.
+    """
+    from .lifeline import descendants
+
+    pids = [root_pid or os.getpid()] + [p for p, _ in descendants(root_pid or os.getpid())]
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    ports = []
+    for table, wildcard in (("/proc/net/tcp", "00000000"), ("/proc/net/tcp6", "0" * 32)):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    addr, port = local.split(":")
+                    if state == "0A" and addr == wildcard and inode in inodes:
+                        ports.append(int(port, 16))
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    return sorted(set(ports))
+
+
+def _warn_if_exposed() -> None:
+    """Ray asked for 127.0.0.1 may still listen everywhere: say so, once, with the ports."""
+    import warnings
+
+    ports = exposed_ports()
+    if ports:
+        warnings.warn(
+            f"the Ray that easycore started was asked to stay on 127.0.0.1, but Ray "
+            f"{_import_ray().__version__} binds its GCS, raylet and worker servers to every "
+            f"network interface (TCP ports {', '.join(map(str, ports))}); Ray has no option "
+            f"to prevent it. On a machine reachable from untrusted networks, firewall those "
+            f"ports, or start Ray yourself inside a trusted network and pass address=",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
@@ -223,7 +296,7 @@ class RayBackend(Backend):
         self._actors: List[Any] = [None] * len(self.devices)
         self._where: List[Optional[tuple]] = [None] * len(self.devices)
         self._where_refs: List[Any] = [None] * len(self.devices)
-        self._pending: Dict[Any, int] = {}  # ObjectRef -> worker
+        self._pending: Dict[Any, Tuple[int, Any, Any]] = {}  # ref -> (worker, job, seq)
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
@@ -282,7 +355,7 @@ class RayBackend(Backend):
         self._dead.discard(slot)
         self._killed.discard(slot)
         with self._lock:
-            self._pending[actor.init.remote()] = slot
+            self._pending[actor.init.remote()] = (slot, None, None)
         self._changed.set()
 
     def _check_resources(self) -> None:
@@ -309,9 +382,14 @@ class RayBackend(Backend):
                 return (None, None, None)
         return self._where[slot] or (None, None, None)
 
-    def _death(self, slot: int, reason: str) -> RayWorkerDiedError:
+    def _death(self, slot: int, reason: str,
+               items: Optional[List[int]] = None) -> RayWorkerDiedError:
         pid, node_id, node_ip = self._locate(slot)
-        return RayWorkerDiedError(self.devices[slot], slot, pid, node_id, node_ip, reason)
+        return RayWorkerDiedError(self.devices[slot], slot, pid, node_id, node_ip, reason, items)
+
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        return self._death(worker, exited.reason, items)
 
     # -------------------------------------------------------------- messages
     def send(self, worker: int, message: Any) -> None:
@@ -321,13 +399,15 @@ class RayBackend(Backend):
         if isinstance(message, RunChunk):
             ref = actor.run.remote(message.job, message.seq, message.function, message.items,
                                    message.forget, message.track_items)
+            tag: Tuple[int, Any, Any] = (worker, message.job, message.seq)
         else:  # StopWorker
             self._ending.add(worker)
             ref = actor.end.remote()
+            tag = (worker, None, None)
         # Returns at once: Ray queues the task on the actor; the engine's
         # credits bound how many are queued.
         with self._lock:
-            self._pending[ref] = worker
+            self._pending[ref] = tag
         self._changed.set()
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
@@ -360,15 +440,16 @@ class RayBackend(Backend):
     def _reply(self, ref: Any, out: List[Tuple[int, Any]]) -> None:
         ray = self._ray
         with self._lock:
-            slot = self._pending.pop(ref, None)
-        if slot is None or slot in self._dead:
+            tag = self._pending.pop(ref, None)
+        if tag is None or tag[0] in self._dead:
             return
+        slot, job, seq = tag
         try:
             message = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
             self._dead.add(slot)
             with self._lock:  # its other calls fail the same way: one exit is enough
-                for other in [r for r, s in self._pending.items() if s == slot]:
+                for other in [r for r, t in self._pending.items() if t[0] == slot]:
                     del self._pending[other]
             if getattr(exc, "actor_init_failed", False):
                 out.append((slot, WorkerFailed(None, None, _init_failed_report(exc))))
@@ -381,7 +462,7 @@ class RayBackend(Backend):
 
             report = ErrorReport("sending results", type(cause).__name__,
                                  (str(cause).strip().splitlines() or [""])[0], str(exc), None)
-            out.append((slot, WorkerFailed(-1, -1, report)))
+            out.append((slot, WorkerFailed(job, seq, report)))
             return
         out.append((slot, message))
         if isinstance(message, (WorkerEnded,)) or (
@@ -420,7 +501,7 @@ class RayBackend(Backend):
                 if slot not in self._dead:
                     self._ending.add(slot)
                     with self._lock:
-                        self._pending[self._actors[slot].end.remote()] = slot
+                        self._pending[self._actors[slot].end.remote()] = (slot, None, None)
             while any(s not in self._dead for s in range(len(self.devices))):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:

@@ -37,18 +37,20 @@ from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
-from .worker import RunnerProgram
+from .worker import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
+#: ``cpu_threads`` not given: the class attribute decides
+_FROM_CLASS: Any = object()
 
 
 class _ConsumerSink(JobSink):
     """Delivers a call's results to the runner's consumer hooks."""
 
-    def __init__(self, runner_cls: type, cfg: CfgNode, progress: Progress) -> None:
+    def __init__(self, runner_cls: Any, cfg: CfgNode, progress: Progress) -> None:
         self._batch = runner_cls.consumer_work_batch
         self._cfg = cfg
         self._progress = progress
@@ -71,7 +73,8 @@ class BaseRunner:
 
     The runner starts one process per device for the producers and runs the
     consumer in the calling thread. It is reusable: workers (and whatever
-    ``producer_init`` put in their cfg) live until [`close`][easycore.common.parallel.BaseRunner.close].
+    ``producer_init`` put in their cfg) live until
+    [`close`][easycore.common.parallel.BaseRunner.close].
 
     Errors never hang a call: an exception in any hook, or a worker that
     dies, is raised by the call (init hooks: by the constructor or
@@ -105,6 +108,9 @@ class BaseRunner:
     transport_class: ClassVar[type] = SharedMemoryTransport
     #: start method when none is given (None: the device policy's choice)
     default_start_method: ClassVar[Optional[str]] = None
+    #: threads per worker when the constructor is not told (``"auto"``, an int or
+    #: None); on an instance, the resolved number (None: libraries' defaults)
+    cpu_threads: ThreadsOption = "auto"
 
     def __init__(
         self,
@@ -115,7 +121,7 @@ class BaseRunner:
         progress: ProgressOption = False,
         start_method: Optional[str] = None,
         backend: str = "process",
-        cpu_threads: ThreadsOption = "auto",
+        cpu_threads: ThreadsOption = _FROM_CLASS,
         task_timeout: Optional[float] = None,
         **backend_options: Any,
     ) -> None:
@@ -144,10 +150,12 @@ class BaseRunner:
                 [`ray_backend`][easycore.common.parallel.ray_backend]; needs the
                 ``ray`` extra: ``pip install 'easycore-parallel[ray]'``).
             cpu_threads (int or str or None): threads each worker's thread
-                pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default)
-                gives each worker ``max(1, cpus // workers)`` of the CPUs this
-                process may run on; an int sets it; None leaves the libraries'
-                defaults (one thread per core in *every* worker).
+                pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default,
+                or the class's ``cpu_threads``) gives each worker
+                ``max(1, cpus // workers)`` of the CPUs this process may run
+                on; an int sets it; None leaves the libraries' defaults (one
+                thread per core in *every* worker). ``runner.cpu_threads`` is
+                then the number each worker got.
             task_timeout (float or None): seconds one item may run in a
                 worker; an item running longer makes the call raise
                 [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError],
@@ -170,7 +178,9 @@ class BaseRunner:
             raise ValueError(f"task_timeout must be a positive number of seconds, got "
                              f"{task_timeout!r}")
         self._devices = self.normalize_devices(devices)
-        self._threads = _threads.budget(cpu_threads, len(self._devices))
+        option = type(self).cpu_threads if cpu_threads is _FROM_CLASS else cpu_threads
+        self._threads = _threads.budget(option, len(self._devices))
+        self.cpu_threads = self._threads
         if backend in ("process", "thread"):
             # Local workers can only use what this machine has; other back-ends
             # (Ray) place devices on their own nodes, which may differ.
@@ -363,11 +373,6 @@ class BaseRunner:
         """
         cls.device_policy.setup_worker(device)
 
-    @property
-    def cpu_threads(self) -> Optional[int]:
-        """int or None: each worker's thread budget (None: libraries' defaults)."""
-        return self._threads
-
     def get_mp_context(self) -> BaseContext:
         """The multiprocessing context that starts the workers.
 
@@ -386,6 +391,17 @@ class BaseRunner:
         """
         return self.transport_class()
 
+    def make_program(self) -> WorkerProgram:
+        """What every worker runs: by default the runner's producer hooks.
+
+        A seam for runners whose workers do more around the hooks (e.g.
+        ``DistributedRunner`` joins a process group before ``producer_init``).
+
+        Returns:
+            WorkerProgram: picklable; each worker gets its own copy.
+        """
+        return RunnerProgram(type(self), self._threads)
+
     def make_backend(self) -> Backend:
         """A fresh, unstarted back-end for one activation.
 
@@ -393,7 +409,7 @@ class BaseRunner:
             Backend:
         """
         spec = BackendSpec(
-            RunnerProgram(type(self), self._threads), self.devices, self._cfg,
+            self.make_program(), self.devices, self._cfg,
             self.device_policy, self._start_method or self.default_start_method, self._threads,
             None, True,
         )
@@ -454,15 +470,14 @@ class BaseRunner:
             engine = self._engine
             if engine is None:
                 return
+            self._engine = None  # closed from now on, as a running call will say
             if not self._busy.acquire(blocking=False):
                 engine.request_close()  # the call sees it at its next step
                 wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
                 if not self._busy.acquire(timeout=wait):
-                    self._engine = None
                     engine.abort()
                     raise TimeoutError(f"the running call did not end within {timeout} s")
             try:
-                self._engine = None
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 engine.close(remaining)  # raises a producer_end error after cleaning up
             finally:

@@ -49,12 +49,13 @@ __all__ = [
     "BufferView",
 ]
 
+_posixshmem: Any = None
+resource_tracker: Any = None
 try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
-    import _posixshmem
+    import _posixshmem  # type: ignore[no-redef]
     from multiprocessing import resource_tracker
 except ImportError:  # Windows: everything travels in-band through the pipe
-    _posixshmem = None
-    resource_tracker = None
+    pass
 
 #: whether this platform has POSIX shared memory
 AVAILABLE = _posixshmem is not None
@@ -108,7 +109,9 @@ def create(name: str, size: int) -> mmap.mmap:
         except OSError as exc:
             _unlink(name)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-                raise SharedMemoryFull(exc.errno, f"no room in {_SHM_DIR} for {size} bytes")
+                raise SharedMemoryFull(
+                    exc.errno, f"no room in {_SHM_DIR} for {size} bytes"
+                ) from exc
             raise
     finally:
         os.close(fd)
@@ -196,14 +199,17 @@ def sweep(prefix: str) -> None:
         return
     for entry in names:
         if entry.startswith(prefix):
-            release("/" + entry, registered=False)
+            try:
+                release("/" + entry, free_now=True, registered=False)
+            except Exception:
+                pass
 
 
 # ------------------------------------------------------------ watched views
-_view_types: Dict[int, type] = {}
+_view_types: Dict[int, Any] = {}
 
 
-def _view_type(size: int) -> type:
+def _view_type(size: int) -> Any:
     cls = _view_types.get(size)
     if cls is None:
         # A subclass, so that instances take weak references. One type per

@@ -108,7 +108,7 @@ def limit_threads(n: int) -> None:
 
 def _limit_loaded(n: int) -> None:
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # type: ignore[import-not-found]
     except ImportError:
         _limit_by_symbols(n)
         return

@@ -544,9 +544,12 @@ class SharedMemoryTransport(Transport):
             # Result arrays the caller still holds keep their memory until they
             # die (unlinking only removes the name); nothing else reads the rest.
             viewed = seg.state == "results"
-            if not viewed:
-                self._close(seg)
-            shm.release(seg.name, free_now=not viewed)
+            try:
+                if not viewed:
+                    self._close(seg)
+                shm.release(seg.name, free_now=not viewed)
+            except Exception:
+                pass  # the sweep below still removes it
         self._segs.clear()
         self._free.clear()
         self._granted.clear()

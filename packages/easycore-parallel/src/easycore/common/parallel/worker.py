@@ -34,6 +34,7 @@ import signal
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import lifeline, threads
@@ -77,7 +78,8 @@ class Terminated(SystemExit):
     """Raised in a worker by ``SIGTERM``: unwind and exit, whatever runs."""
 
 
-class WorkerContext(NamedTuple):
+@dataclass(frozen=True)
+class WorkerContext:
     """What a worker knows about itself, given to functions that ask for it.
 
     Attributes:
@@ -126,7 +128,7 @@ class RunnerProgram(WorkerProgram):
     """A runner's producer hooks: ``setup_worker`` and ``producer_init``,
     ``producer_work`` per item, ``producer_end``."""
 
-    def __init__(self, runner_cls: type, threads: Optional[int] = None) -> None:
+    def __init__(self, runner_cls: Any, threads: Optional[int] = None) -> None:
         """
         Args:
             runner_cls (type): the runner class whose static hooks to call.
@@ -219,7 +221,11 @@ class Executor:
         return self.ctx.cfg
 
     def init(self) -> None:
-        """Run the program's init; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's init.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.init(self.ctx)
         except (HookFailed, Terminated):
@@ -228,7 +234,11 @@ class Executor:
             raise HookFailed(ErrorReport.capture("init", exc)) from None
 
     def end(self) -> None:
-        """Run the program's end; raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]."""
+        """Run the program's end.
+
+        Raises:
+            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.worker.HookFailed]).
+        """
         try:
             self.program.end(self.ctx)
         except (HookFailed, Terminated):
@@ -339,7 +349,7 @@ class WorkerSpec(NamedTuple):
     """Everything a worker process needs besides its pipes (pickled as bytes)."""
 
     program: WorkerProgram
-    index: int
+    slot: int
     device: str
     cfg: Any  #: the transport's payload of the cfg
     context: Any  #: this worker's entry of worker_contexts (Pool)
@@ -413,17 +423,17 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
         threads.limit_threads(n_threads)  # what a fork inherited already loaded
     progress = None
     try:
-        transport.bind_worker(spec.index)
+        transport.bind_worker(spec.slot)
         cfg = transport.decode_cfg(spec.cfg)
         if spec.progress is not None:
             from . import shm
 
             progress = ProgressSlots(shm.open_existing(spec.progress, ProgressSlots.nbytes(
-                spec.index + 1)))
+                spec.slot + 1)))
     except BaseException as exc:
         post(WorkerFailed(None, None, ErrorReport.capture("receiving cfg", exc)))
         return
-    executor = Executor(spec.program, WorkerContext(spec.index, spec.device, cfg, spec.context),
+    executor = Executor(spec.program, WorkerContext(spec.slot, spec.device, cfg, spec.context),
                         progress)
     try:
         executor.init()
@@ -452,8 +462,8 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             executor.forget(message.forget)
         if message.function is not None:
             # The function before its items: code of __main__ sent by value
-            # names its classes in this __main__, and items of those classes
-            # then arrive as the function's own (see pickling._adopt_main).
+            # puts what it brought (its classes) in this __main__, where items
+            # of those classes then find them (pickling._share_main_globals).
             try:
                 executor.load(message.job, message.function)
             except HookFailed as failed:

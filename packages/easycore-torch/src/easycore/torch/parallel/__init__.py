@@ -1,10 +1,16 @@
-"""Producer/consumer runners on ``torch.multiprocessing``, for CPUs and GPUs.
+"""Runners and a pool on ``torch.multiprocessing``, for CPUs and GPUs.
 
-The same API as :mod:`easycore.common.parallel` (same hooks, same lifecycle,
-same errors), for producers that run PyTorch::
+The same API as `easycore.common.parallel` (same hooks, same lifecycle,
+same errors; [`Pool`][easycore.torch.parallel.Pool] is ``multiprocessing.Pool``'s
+API), for code that runs PyTorch: devices are ``"cpu"`` / ``"cuda:N"``,
+checked when the runner or pool is built; CUDA workers start with ``spawn``
+and make their GPU current; each worker runs torch on its share of the CPUs;
+CPU tensors travel through shared memory both ways.
 
+Examples:
+    ```python
     import torch
-    from easycore.torch.parallel import OrderedRunner
+    from easycore.torch.parallel import OrderedRunner, Pool
 
     class Predictor(OrderedRunner):
         @staticmethod
@@ -31,17 +37,22 @@ same errors), for producers that run PyTorch::
     if __name__ == "__main__":
         with Predictor(devices=["cuda:0", "cuda:1"]) as predictor:
             print(predictor(batches).shape)
+        with Pool(devices=["cuda:0", "cuda:1"]) as pool:
+            norms = pool.map(lambda batch: batch.norm().item(), batches)
+    ```
 
-Modules, one job each; the runner machinery itself is easycore-parallel's,
-reached only through its seams:
+Modules, one job each; the machinery itself is easycore-parallel's, reached
+only through its seams (see the docs' "Extending" page):
 
-* :mod:`.runner`: the public classes, filling in the seams;
-* :mod:`.devices`: device strings checked in the caller, and each worker's
-  device setup (``torch.cuda.set_device``, ``torch.set_num_threads``);
-* :mod:`.context`: the start method (``spawn`` when a device is CUDA) on
+* ``runner``, ``pool``: the public classes;
+* ``policy``: [`TorchDevicePolicy`][easycore.torch.parallel.TorchDevicePolicy],
+  what a device means (checks, set-up, start method, transport);
+* ``devices``: device strings checked in the caller, and each worker's
+  device set-up (``torch.cuda.set_device``);
+* ``context``: the start method (``spawn`` when a device is CUDA) on
   ``torch.multiprocessing``;
-* :mod:`.transport`: CPU tensors through shared memory, without copies in the
-  caller.
+* ``transport``: CPU tensors through shared memory, both ways, without
+  copies on arrival; or torch's own sharing.
 
 The errors are easycore-parallel's, re-exported here.
 """
@@ -54,8 +65,11 @@ from easycore.common.parallel import (
     WorkerError,
 )
 
+from .background import BackgroundTask, JobQueue
 from .context import select_start_method
 from .devices import canonical_device, check_device
+from .gradient_server import GradientServer
+from .model_sync import ModelSync
 from .policy import TorchDevicePolicy
 from .pool import Pool
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
@@ -63,6 +77,8 @@ from .transport import TensorTransport, TorchSharingTransport
 
 __all__ = [
     "Pool",
+    "BackgroundTask",
+    "JobQueue",
     "TorchDevicePolicy",
     "TorchSharingTransport",
     "TaskTimeoutError",
@@ -77,4 +93,6 @@ __all__ = [
     "canonical_device",
     "check_device",
     "select_start_method",
+    "ModelSync",
+    "GradientServer",
 ]

@@ -14,12 +14,12 @@ Two things in the caller's process do not survive ``fork``:
   cannot be forked: if the caller already ran a multi-threaded torch op (any
   large tensor operation does), a forked child that starts a multi-threaded
   op of its own waits for pool threads that do not exist, forever. A child
-  that runs torch with *one* intra-op thread never uses the pool. CPU workers
-  get one thread by default (``BaseRunner.cpu_threads = 1``, which is also
-  what keeps N workers from oversubscribing the cores), so they may be forked,
-  which starts them in milliseconds rather than the seconds importing torch
-  takes; a runner whose ``cpu_threads`` is None or above one starts its
-  workers with ``spawn`` instead, and refuses an explicit ``"fork"``.
+  that runs torch with *one* intra-op thread never uses the pool. So CPU
+  workers whose thread budget (``cpu_threads``; by default
+  ``max(1, cpus // workers)``) is one may be forked, which starts them in
+  milliseconds rather than the seconds importing torch takes; CPU workers
+  with a budget above one, or None (torch's default), start with ``spawn``
+  instead, and an explicit ``"fork"`` is refused.
 
 Otherwise (CPU devices, one thread each) the start method is whatever the
 runner was given, else the platform's default, exactly as in

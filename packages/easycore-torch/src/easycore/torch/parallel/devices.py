@@ -15,20 +15,21 @@ rather than a worker that crashes (or never starts) later:
 
 Checking a CUDA device asks torch how many GPUs it sees. torch does that
 through NVML when it can, which does not initialise CUDA in the caller; CUDA
-workers start with ``spawn`` anyway (:mod:`.context`). CPU-only device lists
+workers start with ``spawn`` anyway (see ``context``). CPU-only device lists
 never touch CUDA at all.
 
-In the worker, :func:`setup_device` runs before ``producer_init``:
+In the worker, [`setup_device`][easycore.torch.parallel.devices.setup_device]
+runs before ``producer_init``:
 
 * a CUDA worker calls ``torch.cuda.set_device(N)``, so that code saying
   ``"cuda"`` or ``torch.cuda.current_device()`` agrees with the ``device`` the
   hooks receive (``.to(device)`` moves a model to the same GPU that
   ``torch.zeros(1, device="cuda")`` allocates on);
-* a CPU worker calls ``torch.set_num_threads(cpu_threads)`` (one by default):
-  with N CPU workers the processes are the parallelism, and torch's default of
-  one intra-op thread per core in *every* worker would oversubscribe the
-  machine N times over. See :mod:`.context` for why one thread also keeps
-  forked workers safe.
+* the worker's thread budget (``cpu_threads``: ``max(1, cpus // workers)``
+  by default) is set before that, by easycore-parallel, for torch's intra-op
+  pool and the BLAS and OpenMP pools alike: torch's default of one thread per
+  core in *every* worker would oversubscribe the machine N times over. See
+  ``context`` for why a forked worker must run torch on one thread.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def canonical_device(device: DeviceLike) -> str:
     if parsed.type not in _SUPPORTED:
         raise ValueError(
             f"unsupported device {device!r}: easycore.torch.parallel runs on 'cpu' and "
-            f"'cuda:N' devices (override validate_device to support {parsed.type!r})"
+            f"'cuda:N' devices (a DevicePolicy of your own can support {parsed.type!r})"
         )
     if parsed.type == "cuda" and parsed.index is None:
         return "cuda:0"
@@ -82,7 +83,7 @@ def is_cuda(device: str) -> bool:
     """Whether a canonical device string names a GPU.
 
     Args:
-        device (str): as returned by :func:`canonical_device`.
+        device (str): as returned by [`canonical_device`][easycore.torch.parallel.canonical_device].
 
     Returns:
         bool:
@@ -108,7 +109,8 @@ def check_device(device: DeviceLike) -> str:
         device (str or torch.device): e.g. "cpu", "cuda:0".
 
     Returns:
-        str: the canonical device string (see :func:`canonical_device`).
+        str: the canonical device string (see
+            [`canonical_device`][easycore.torch.parallel.canonical_device]).
 
     Raises:
         ValueError: invalid, unsupported, or a GPU that torch does not see.

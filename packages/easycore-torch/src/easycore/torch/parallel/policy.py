@@ -11,7 +11,8 @@ answers every device question for every back-end:
   ``"cuda"`` in your code means the worker's GPU (the worker's thread budget,
   ``torch.set_num_threads`` included, is set before, by the engine);
 * ``start_method``: ``spawn`` as soon as a device is CUDA, or a CPU worker
-  runs torch on more than one thread ([`select_start_method`][easycore.torch.parallel.select_start_method]);
+  runs torch on more than one thread
+  ([`select_start_method`][easycore.torch.parallel.select_start_method]);
 * ``mp_context``: ``torch.multiprocessing``'s;
 * ``make_transport``: [`TensorTransport`][easycore.torch.parallel.TensorTransport],
   CPU tensors through shared memory in both directions.

@@ -24,7 +24,8 @@ class BaseRunner(_common.BaseRunner):
     """A multi-process runner on ``torch.multiprocessing`` whose consumer receives data unordered.
 
     The runner starts one process per device for the producers and runs the
-    consumer in the calling thread; see [`easycore.common.parallel.BaseRunner`][easycore.common.parallel.BaseRunner]
+    consumer in the calling thread; see
+    [`easycore.common.parallel.BaseRunner`][easycore.common.parallel.BaseRunner]
     for the hooks, the lifecycle and the error guarantees, which are the same.
     What torch changes:
 

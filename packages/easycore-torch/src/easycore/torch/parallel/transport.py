@@ -1,4 +1,6 @@
-"""Tensors through shared memory, both ways: [`TensorTransport`][easycore.torch.parallel.TensorTransport].
+"""Tensors through shared memory, both ways.
+
+[`TensorTransport`][easycore.torch.parallel.TensorTransport]: how it works, and why.
 
 How: tensor bytes ride in easycore's shared-memory segments. Items going to a
 worker and results coming back are pickled by a pickler that reduces every

@@ -1,0 +1,504 @@
+"""The public face: [`Service.start`][easycore.common.parallel.services.Service.start],
+[`ServiceHandle`][easycore.common.parallel.services.ServiceHandle] and
+[`lookup`][easycore.common.parallel.services.lookup].
+
+A handle is a target (how to reach the service: a socket path and key, or a
+Ray actor's name), a transport class, and, lazily, one channel per process
+(a forked child that inherits a handle opens its own connection). The handle
+that [`Service.start`][easycore.common.parallel.services.Service.start]
+returned *owns* the service: closing it (or garbage-collecting it, or the
+owner's process ending) stops the service. Every other handle (unpickled,
+copied, from [`lookup`][easycore.common.parallel.services.lookup] or from
+[`with_transport`][easycore.common.parallel.services.ServiceHandle.with_transport])
+only disconnects when closed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import secrets
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from multiprocessing import util
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional
+
+from ..errors import WorkerDiedError, WorkerError
+from ..transport import SharedMemoryTransport
+from .client import ProcessTarget
+from .dispatch import describe, dump_spec
+from .errors import ServiceClosedError, ServiceNotFoundError
+from .naming import (
+    find,
+    new_socket_address,
+    pid_namespace,
+    register,
+    remove_quietly,
+    services_dir,
+    unregister,
+)
+from .server import ServiceHost
+
+__all__ = ["Service", "ServiceHandle", "lookup"]
+
+_BACKENDS = ("process", "ray")
+
+
+class _ProcessOwner:
+    """What the owner of a local service holds: its runner and its files."""
+
+    def __init__(self, runner: Any, address: str, entry: Optional[str], token: str) -> None:
+        self.runner = runner
+        self.address = address
+        self.entry = entry
+        self.token = token
+        self.pid = os.getpid()
+
+    def close(self, timeout: Optional[float]) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked copy: the service is the parent's to stop
+        if self.entry is not None:
+            unregister(self.entry, self.token)  # first: no new client finds a closing service
+        try:
+            self.runner.close(timeout)
+        except WorkerDiedError:
+            pass  # it died earlier; its clients were told
+        finally:
+            remove_quietly(self.address)  # normally the service did it
+
+
+class _State:
+    """A handle's mutable part; the finalizer holds this, never the handle."""
+
+    def __init__(self, target: Any, transport_class: Optional[type], owner: Any) -> None:
+        self.target = target
+        self.transport_class = transport_class
+        self.owner = owner
+        self.channel: Any = None
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def get_channel(self) -> Any:
+        channel = self.channel
+        if channel is not None and channel.pid == os.getpid():
+            return channel
+        with self.lock:
+            if self.closed:
+                raise ServiceClosedError(f"this handle to {self.target.label} is closed")
+            if self.channel is None or self.channel.pid != os.getpid():
+                self.channel = self.target.open_channel(self.transport_class)
+            return self.channel
+
+    def close(self, timeout: Optional[float] = 30.0) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            channel, self.channel = self.channel, None
+            owner, self.owner = self.owner, None
+        try:
+            if channel is not None:
+                channel.close()
+        finally:
+            if owner is not None:
+                owner.close(timeout)
+
+
+class ServiceHandle:
+    """A picklable handle on a running service: call its public methods.
+
+    Get one from [`Service.start`][easycore.common.parallel.services.Service.start]
+    (the owner's handle) or [`lookup`][easycore.common.parallel.services.lookup];
+    pickle it into other processes (a `multiprocessing.Pool` task, a runner's
+    ``cfg``, a Ray task): each copy connects on its first call. Thread-safe.
+
+    A method that raises in the service raises
+    [`WorkerError`][easycore.common.parallel.WorkerError] here, with the
+    service's traceback (``__cause__`` is the original exception when it
+    pickles); a service that dies raises
+    [`ServiceDiedError`][easycore.common.parallel.services.ServiceDiedError]
+    (a [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError]) in every
+    client, calls in flight included, within a second; a closed one raises
+    [`ServiceClosedError`][easycore.common.parallel.services.ServiceClosedError].
+
+    Examples:
+        ```python
+        from easycore.common.parallel.services import Service, VersionedStore
+
+        with Service.start(VersionedStore, depth=2) as store:
+            assert store.call("push", "w", [1, 2], version=1, prev_version=None)
+            assert store.call("pull", "w") == ([1, 2], 1)
+        ```
+    """
+
+    #: seconds ``close()`` of an owner's handle waits for the service to stop
+    stop_timeout: ClassVar[float] = 30.0
+
+    def __init__(
+        self,
+        backend: str,
+        target: Any,
+        transport_class: Optional[type],
+        *,
+        name: Optional[str] = None,
+        namespace: Optional[str] = None,
+        owner: Any = None,
+    ) -> None:
+        self._backend = backend
+        self._name = name
+        self._namespace = namespace
+        self._state = _State(target, transport_class, owner)
+        # At garbage collection and at interpreter exit (before the runners'
+        # own finalizers kill their workers, exit priority 10): close, so the
+        # owner's service stops cleanly and a client's shared memory is freed.
+        util.Finalize(self, self._state.close, exitpriority=20)
+
+    # ------------------------------------------------------------- calls
+    def call(self, method: str, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:
+        """Call ``method(*args, **kwargs)`` on the service and wait for its result.
+
+        Args:
+            method (str): a public method of the service object.
+            *args: its positional arguments (pickled; large NumPy arrays, and
+                tensors with ``TensorTransport``, go through shared memory).
+            timeout (float or None): seconds to wait; then ``TimeoutError``
+                (the call itself still runs in the service).
+            **kwargs: its keyword arguments.
+
+        Returns:
+            Any: what the method returned (a copy: the service's objects are its own).
+
+        Raises:
+            WorkerError: the method raised; holds the service's traceback.
+            ServiceDiedError: the service died.
+            ServiceClosedError: the service or this handle was closed.
+            TimeoutError: no result within ``timeout`` seconds.
+        """
+        return self._state.get_channel().call(method, args, kwargs, timeout)
+
+    def call_async(
+        self, method: str, *args: Any, timeout: Optional[float] = None, **kwargs: Any
+    ) -> Future:
+        """Send a call and return at once.
+
+        Calls from one handle run in the order they were sent.
+
+        Args:
+            method (str): a public method of the service object.
+            *args: its positional arguments.
+            timeout (float or None): the future fails with ``TimeoutError``
+                after this many seconds without a result.
+            **kwargs: its keyword arguments.
+
+        Returns:
+            concurrent.futures.Future: resolves to the result, or fails with
+            the errors [`call`][easycore.common.parallel.services.ServiceHandle.call] raises.
+        """
+        return self._state.get_channel().submit(method, args, kwargs, timeout)
+
+    def with_transport(self, transport_class: type) -> ServiceHandle:
+        """Another handle on this service whose calls use ``transport_class``.
+
+        E.g. ``handle.with_transport(TensorTransport)`` (from
+        ``easycore.torch.parallel``) moves tensors through shared memory.
+        The new handle does not own the service. (Ray ignores transports.)
+
+        Args:
+            transport_class (type): a [`Transport`][easycore.common.parallel.Transport] class.
+
+        Returns:
+            ServiceHandle:
+        """
+        return ServiceHandle(self._backend, self._state.target, transport_class,
+                             name=self._name, namespace=self._namespace)
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Disconnect; the owner's handle also stops the service. Idempotent.
+
+        Stopping lets the call in progress finish, fails every other client's
+        calls with [`ServiceClosedError`][easycore.common.parallel.services.ServiceClosedError],
+        calls the object's ``close()`` method if it has one, and removes the
+        service's socket, name and shared memory. A service that had died is
+        not an error here (its clients were told).
+
+        Args:
+            timeout (float or None): seconds the service may take to stop
+                (default ``stop_timeout``); then it is killed and
+                ``TimeoutError`` is raised.
+
+        Raises:
+            WorkerError: the object's ``close()`` raised.
+        """
+        self._state.close(self.stop_timeout if timeout is None else timeout)
+
+    # -------------------------------------------------------- properties
+    @property
+    def name(self) -> Optional[str]:
+        """str or None: its name, for [`lookup`][easycore.common.parallel.services.lookup]."""
+        return self._name
+
+    @property
+    def namespace(self) -> Optional[str]:
+        """str or None: its namespace (for Ray, the Ray namespace)."""
+        return self._namespace
+
+    @property
+    def backend(self) -> str:
+        """str: ``"process"`` or ``"ray"``."""
+        return self._backend
+
+    @property
+    def device(self) -> str:
+        """str: the device it runs on."""
+        return self._state.target.device
+
+    @property
+    def pid(self) -> Optional[int]:
+        """int or None: its process id."""
+        return self._state.target.pid
+
+    @property
+    def is_owner(self) -> bool:
+        """bool: whether closing this handle stops the service."""
+        return self._state.owner is not None
+
+    @property
+    def closed(self) -> bool:
+        """bool: whether this handle was closed."""
+        return self._state.closed
+
+    def __enter__(self) -> ServiceHandle:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # the exception already propagating matters more
+            self.close()
+        except Exception:
+            pass
+
+    def __reduce__(self) -> Any:
+        # Never the owner, the channel or the lock: a copy is a new client.
+        state = self._state
+        args = (self._backend, state.target, state.transport_class, self._name, self._namespace)
+        return (_rebuild, args)
+
+    def __repr__(self) -> str:
+        t = self._state.target
+        role = "owner" if self.is_owner else "client"
+        state = " closed" if self.closed else ""
+        return (f"<ServiceHandle {t.label} {self._backend} device={t.device!r} pid={t.pid} "
+                f"{role}{state}>")
+
+
+def _rebuild(backend: str, target: Any, transport_class: Optional[type], name: Optional[str],
+             namespace: Optional[str]) -> ServiceHandle:
+    return ServiceHandle(backend, target, transport_class, name=name, namespace=namespace)
+
+
+class Service:
+    """Host an object in its own worker and call it from anywhere.
+
+    ``Service.start(factory, *args, **kwargs)`` builds ``factory(*args,
+    **kwargs)`` in one easycore worker (a local process, or a Ray actor with
+    ``backend="ray"``) and returns the owner's
+    [`ServiceHandle`][easycore.common.parallel.services.ServiceHandle].
+    Calls run one at a time, so the object needs no locks; each client's calls
+    in the order it made them.
+
+    Subclasses choose where services run: ``host_class`` (the runner that
+    hosts a local service) and ``transport_class`` (how the owner's handle
+    moves arguments and results).
+    """
+
+    #: the runner class that hosts a local service (one device, one worker)
+    host_class: ClassVar[type] = ServiceHost
+    #: how handles from ``start`` move values (shared memory for NumPy arrays)
+    transport_class: ClassVar[type] = SharedMemoryTransport
+
+    @classmethod
+    def start(
+        cls,
+        factory: Callable[..., Any],
+        *args: Any,
+        name: Optional[str] = None,
+        device: str = "cpu",
+        backend: str = "process",
+        namespace: Optional[str] = None,
+        backend_options: Optional[Mapping[str, Any]] = None,
+        **kwargs: Any,
+    ) -> ServiceHandle:
+        """Start ``factory(*args, **kwargs)`` as a service.
+
+        Args:
+            factory (callable): builds the service object in its worker, e.g.
+                a class. Sent there pickled (by value with cloudpickle when
+                installed, so lambdas work).
+            *args: positional arguments for ``factory``.
+            name (str or None): register it under this name, for
+                [`lookup`][easycore.common.parallel.services.lookup]; unique
+                per namespace (a ``ValueError`` if a live service holds it).
+            device (str): the worker's device, e.g. ``"cpu"``; the host runner
+                validates it (the torch one also ``"cuda:N"``).
+            backend (str): ``"process"`` (a local process, reached through a
+                Unix socket) or ``"ray"`` (a Ray named actor, reachable from
+                the whole cluster).
+            namespace (str or None): where the name lives: a sub-registry of
+                the local directory, or the Ray namespace (None: the current one).
+            backend_options (dict or None): for ``"process"``, keyword
+                arguments of the host runner (e.g. ``start_method``); for
+                ``"ray"``, ``address`` and ``ray_init_kwargs`` as for the
+                runners' Ray back-end, and ``actor_options`` for
+                ``ray.remote(...).options`` (e.g. ``num_cpus``).
+            **kwargs: keyword arguments for ``factory`` (to pass one named
+                like a parameter above, use ``functools.partial``).
+
+        Returns:
+            ServiceHandle: the owner's handle; the service stops when it is
+            closed or garbage-collected, or when this process ends.
+
+        Raises:
+            WorkerError: ``factory`` raised in the worker (its traceback included).
+            ValueError: bad arguments, or the name is taken.
+            TypeError: the factory or its arguments cannot be pickled.
+        """
+        if not callable(factory):
+            raise TypeError(f"factory must be callable, got {factory!r}")
+        if backend not in _BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"name must be a non-empty str or None, got {name!r}")
+        label = f"service {name!r}" if name else f"service <{describe(factory)}>"
+        spec = dump_spec(factory, args, kwargs)
+        options = dict(backend_options or {})
+        if backend == "ray":
+            from .ray_service import start_ray
+
+            return start_ray(spec, label, name, device, namespace, options)
+        return cls._start_process(spec, label, name, device, namespace, options)
+
+    @classmethod
+    def _start_process(
+        cls, spec: bytes, label: str, name: Optional[str], device: str,
+        namespace: Optional[str], options: Dict[str, Any],
+    ) -> ServiceHandle:
+        if not hasattr(socket, "AF_UNIX"):  # pragma: no cover - Windows
+            raise OSError("local services need Unix-domain sockets; use backend='ray' here")
+        for key in ("devices", "cfg", "backend"):
+            if key in options:
+                raise ValueError(f"backend_options cannot set {key!r}")
+        base = services_dir()
+        if name is not None and find(base, name, namespace) is not None:
+            raise ValueError(f"a service named {name!r} is already running; close it, or "
+                             "choose another name")
+        address = new_socket_address(base)
+        authkey = os.urandom(32)
+        cfg = {"spec": spec, "label": label, "address": address, "authkey": authkey.hex()}
+        try:
+            runner = cls.host_class(devices=[device], cfg=cfg, **options)
+        except WorkerError as exc:
+            remove_quietly(address)
+            err = WorkerError(exc.device, f"starting {label}", 0, exc.pid, exc.exc_type,
+                              exc.exc_message, exc.remote_traceback)
+            raise err from exc.__cause__
+        except BaseException:
+            remove_quietly(address)
+            raise
+        pid = runner.worker_pids[0]
+        device = runner.devices[0]
+        target = ProcessTarget(address, authkey, pid, device, label, pid_namespace())
+        token = secrets.token_hex(8)
+        entry = None
+        if name is not None:
+            record = {
+                "name": name, "namespace": namespace, "address": address,
+                "authkey": authkey.hex(), "pid": pid, "owner_pid": os.getpid(),
+                "device": device, "label": label, "token": token,
+                "pidns": target.pidns, "transport": _class_path(cls.transport_class),
+            }
+            try:
+                entry = register(base, name, namespace, record)
+            except BaseException:
+                try:
+                    runner.close(5.0)
+                finally:
+                    remove_quietly(address)
+                raise
+        owner = _ProcessOwner(runner, address, entry, token)
+        return ServiceHandle("process", target, cls.transport_class, name=name,
+                             namespace=namespace, owner=owner)
+
+
+def lookup(
+    name: str,
+    *,
+    backend: str = "process",
+    namespace: Optional[str] = None,
+    timeout: float = 10.0,
+    address: Optional[str] = None,
+) -> ServiceHandle:
+    """Find a running service by name.
+
+    Waits up to ``timeout`` seconds for it to appear (it may be starting).
+
+    Args:
+        name (str): what it was started with (``Service.start(..., name=name)``).
+        backend (str): ``"process"`` (this user's local registry) or ``"ray"``
+            (a Ray named actor).
+        namespace (str or None): as given to ``Service.start``; for Ray, None
+            is the current Ray namespace.
+        timeout (float): seconds to wait for it.
+        address (str or None): Ray only, when this process is not connected
+            to Ray yet: the cluster to join (``ray.init(address=...)``;
+            None: ``"auto"``, the Ray running on this machine).
+
+    Returns:
+        ServiceHandle: a client's handle (closing it only disconnects).
+
+    Raises:
+        ServiceNotFoundError: no such service within ``timeout`` (a
+            ``LookupError``).
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
+    if backend == "ray":
+        from .ray_service import lookup_ray
+
+        return lookup_ray(name, namespace, timeout, address)
+    base = services_dir()
+    deadline = time.monotonic() + timeout
+    while True:
+        record = find(base, name, namespace)
+        if record is not None:
+            break
+        if time.monotonic() >= deadline:
+            where = "" if namespace is None else f" in namespace {namespace!r}"
+            raise ServiceNotFoundError(
+                f"no running service named {name!r}{where} (looked in {base!r} for {timeout} s)"
+            )
+        time.sleep(0.05)  # another process registers it: no event crosses processes
+    target = ProcessTarget(record["address"], bytes.fromhex(record["authkey"]), record["pid"],
+                           record["device"], record["label"], record.get("pidns"))
+    transport = _import_class(record.get("transport")) or SharedMemoryTransport
+    return ServiceHandle("process", target, transport, name=name, namespace=namespace)
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import_class(path: Optional[str]) -> Optional[type]:
+    if not path:
+        return None
+    module, _, qualname = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None  # e.g. torch not installed here: arrays still go through shared memory
+    return obj

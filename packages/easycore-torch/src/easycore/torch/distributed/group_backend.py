@@ -1,0 +1,182 @@
+"""A back-end whose workers form one ``torch.distributed`` process group.
+
+[`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend]
+wraps one of easycore-parallel's back-ends (local processes, or Ray actors)
+whose workers run a `RankProgram` (`rank_worker`); rank ``r`` is worker
+``r``, on ``devices[r]``. Only ``start`` differs from the inner back-end's:
+
+1. the inner back-end starts the workers (device set-up only);
+2. the rendezvous store is opened on a free port: by the caller for local
+   processes, by rank 0 for Ray (its ranks may be on other machines);
+3. every rank joins the group, all within ``timeout`` seconds;
+4. for a runner, every rank runs ``producer_init`` (without a time limit, as
+   in any runner).
+
+Steps 2 to 4 are jobs of an [`Engine`][easycore.common.parallel.engine.Engine]
+over the inner back-end, one item per rank (`steps`): a rank that raises,
+dies or hangs fails the start at once, named by rank, and every rank is
+killed. Then ``start`` returns, and the engine of the runner (or of
+``spawn``) drives the back-end like any other: ``send``, ``poll``, ``stop``
+and ``abort`` are the inner back-end's; ``stop`` runs the end hooks (a
+runner's ``producer_end``, then each rank leaves the group). A rank cannot be
+replaced (the group would need forming again): ``restart`` refuses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional, Tuple
+
+from easycore.common.parallel import Backend, ParallelError, WorkerExited
+from easycore.common.parallel.engine import Engine
+
+from .failures import name_rank
+from .rank_worker import HostStore, Init, Join
+from .rendezvous import LOOPBACK, open_store
+from .steps import run_steps
+
+__all__ = ["GroupBackend"]
+
+
+class GroupBackend(Backend):
+    """Runs the workers of an inner back-end as the ranks of one process group."""
+
+    def __init__(
+        self,
+        inner: Backend,
+        *,
+        backend: str,
+        timeout: Optional[float],
+        host: Optional[str],
+        host_in_caller: bool,
+        run_init: bool = False,
+    ) -> None:
+        """
+        Args:
+            inner (Backend): an unstarted back-end whose workers run a ``RankProgram``.
+            backend (str): the ``torch.distributed`` backend, e.g. "gloo".
+            timeout (float or None): seconds the start-up (and each collective) may take.
+            host (str or None): the store's address; None: ``127.0.0.1`` when
+                the caller hosts it, the node's address when rank 0 does.
+            host_in_caller (bool): whether this process hosts the store (local
+                ranks) or rank 0 does (ranks that may be on other machines).
+            run_init (bool): run the runner's ``producer_init`` on every rank
+                once the group is formed.
+        """
+        self.devices = list(inner.devices)
+        self.transport = inner.transport
+        self.tracks_items = inner.tracks_items
+        self.backend = backend
+        self.timeout = timeout
+        self._inner = inner
+        self._host = host
+        self._host_in_caller = host_in_caller
+        self._run_init = run_init
+        self._store: Any = None
+        self._closed = False
+
+    @property
+    def world_size(self) -> int:
+        """int: the number of ranks."""
+        return len(self.devices)
+
+    @property
+    def inner(self) -> Backend:
+        """Backend: the back-end running the ranks."""
+        return self._inner
+
+    # ----------------------------------------------------------------- start
+    def start(self) -> None:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        n, ranks = self.world_size, list(range(self.world_size))
+        try:
+            # An engine of its own, done with when start returns; the engine
+            # made over this back-end then counts jobs from 0 again. Workers
+            # cache job functions by job id, so no job here or there sends a
+            # function (None): the program builds the same one for every job,
+            # and steps are items like any other.
+            engine = Engine(self._inner, credits=1, fail_fast=True)
+            engine.start()  # the workers, with their device set up
+            host, ports = self._rendezvous(engine, deadline)
+            joins = [Join(n, self.backend, host, ports[r], self.timeout) for r in ranks]
+            run_steps(engine, joins, ranks, deadline, "joining the process group", self.timeout)
+            if self._run_init:
+                run_steps(engine, [Init()] * n, ranks, None, "producer_init")
+        except ParallelError as err:
+            self.abort()
+            name_rank(err, n)
+            raise
+        except BaseException:
+            self.abort()
+            raise
+
+    def _rendezvous(self, engine: Engine,
+                    deadline: Optional[float]) -> Tuple[str, List[Optional[int]]]:
+        """Open the store; ``(host, port of each rank)``, None where the rank hosts it."""
+        n = self.world_size
+        if self._host_in_caller:
+            host = self._host or LOOPBACK
+            self._store, port = open_store(host, self.timeout)
+            return host, [port] * n
+        ((host, port),) = run_steps(engine, [HostStore(self._host, self.timeout)], [0],
+                                    deadline, "opening the rendezvous store", self.timeout)
+        return host, [None] + [port] * (n - 1)
+
+    # ---------------------------------------------------------- the engine's
+    def send(self, worker: int, message: Any) -> None:
+        self._inner.send(worker, message)
+
+    def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
+        return self._inner.poll(timeout)
+
+    def wakeup(self) -> None:
+        self._inner.wakeup()
+
+    def kill(self, worker: int) -> None:
+        self._inner.kill(worker)
+
+    def restart(self, worker: int) -> None:
+        raise NotImplementedError(
+            f"rank {worker} on device {self.devices[worker]!r} cannot be replaced: its "
+            "process group would need forming again"
+        )
+
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        return self._inner.death_error(worker, exited, items)
+
+    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
+        return self._inner.progress(worker)
+
+    @property
+    def pids(self) -> List[Optional[int]]:
+        return self._inner.pids
+
+    # ------------------------------------------------------------------ end
+    def stop(self, timeout: Optional[float] = None) -> None:
+        if self._closed:
+            return
+        try:
+            self._inner.stop(timeout)  # producer_end everywhere, then each rank leaves
+        except ParallelError as err:
+            name_rank(err, self.world_size)
+            raise
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._inner.abort()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        self._store = None  # stops listening
+
+    @property
+    def closed(self) -> bool:
+        """bool: whether the ranks are gone."""
+        return self._closed

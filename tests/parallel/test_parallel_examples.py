@@ -1,0 +1,38 @@
+"""The parallel tutorials that ``scripts/demo`` runs, run as a user would (a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def run_example(name: str, tmp_path: Path) -> str:
+    env = dict(os.environ, EASYCORE_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_runner_tutorial(tmp_path):
+    out = run_example("20_parallel_tutorial.py", tmp_path)
+    assert "sum of cubes of 0..99 = 24502500" in out
+    assert "caught WorkerError" in out and "usable again" in out
+
+
+def test_pool_tutorial(tmp_path):
+    out = run_example("22_pool_tutorial.py", tmp_path)
+    assert "map:            [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]" in out
+    assert "a lambda: [100, 101, 102, 103, 104]" in out
+    assert "ran longer than task_timeout=1 s" in out
+    assert "imap went on past the dead worker: [0, 1, 2, 3, 4, 'died', 6, 7]" in out
+    assert "submit -> 49" in out
