@@ -3,7 +3,8 @@
 Runners start real worker processes; nothing is mocked. ``no_leaks`` asserts
 that a test left no worker process, no thread and no shared-memory segment
 behind (multiprocessing's own long-lived helpers, the resource tracker and
-the forkserver, are allowed: they are started once per interpreter).
+the forkserver, and easycore's launcher thread, are allowed: they are started
+once per interpreter).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def no_leaks():
         time.sleep(0.05)
     strays = stray_children(children_before)
     assert not strays, f"leaked processes: {[(p.pid, p.status()) for p in strays]}"
-    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+                   and t.name != "easycore-launcher"]
     assert not new_threads, f"leaked threads: {new_threads}"
     leaked_shm = sorted(set(shm_segments()) - shm_before)
     assert not leaked_shm, f"leaked shared memory: {leaked_shm}"

@@ -4,7 +4,8 @@ Runners start real worker processes; nothing is mocked. ``no_leaks`` asserts
 that a test left no worker process, no thread, no open file descriptor and no
 shared memory behind: neither easycore's torch segments (``/dev/shm/ect-*``)
 nor torch's own (``/dev/shm/torch_*``, from its file_system strategy).
-multiprocessing's long-lived helpers (resource tracker, forkserver) are allowed.
+multiprocessing's long-lived helpers (resource tracker, forkserver, resource
+sharer) and easycore's launcher thread are allowed.
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ def no_leaks():
         time.sleep(0.05)
     strays = stray_children(children_before)
     assert not strays, f"leaked processes: {[(p.pid, p.status()) for p in strays]}"
-    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+                   and not _process_wide_helper(t)]
     assert not new_threads, f"leaked threads: {new_threads}"
     leaked_shm = sorted(set(shm_segments()) - shm_before)
     assert not leaked_shm, f"leaked shared memory: {leaked_shm}"
     # A worker's sentinel pipe closes when its Process object is collected; a
     # failed constructor's traceback keeps it in a reference cycle until then.
     gc.collect()
-    leaked_fds = {fd for fd in open_fds() - fds_before if not _driver_owned(fd)}
+    leaked_fds = {fd for fd in open_fds() - fds_before - _process_wide_fds()
+                  if not _driver_owned(fd)}
     assert not leaked_fds, f"leaked file descriptors: {_describe_fds(leaked_fds)}"
 
 
@@ -68,6 +71,27 @@ def _driver_owned(fd: str) -> bool:
     return target.startswith(("/dev/nvidia", "/dev/dri/")) or target in (
         "anon_inode:[eventfd]", "anon_inode:[pidfd]",
     ) or (target.startswith("/dev/shm/cuda") and torch.cuda.is_initialized())
+
+
+def _process_wide_helper(thread: threading.Thread) -> bool:
+    """Threads started once per process and kept by design: easycore's launcher
+    (starts replacement workers for pools), and multiprocessing's resource
+    sharer (hands file descriptors to other processes: torch's tensor sharing)."""
+    from multiprocessing import resource_sharer
+
+    sharer = getattr(resource_sharer, "_resource_sharer", None)
+    return thread.name == "easycore-launcher" or thread is getattr(sharer, "_thread", None)
+
+
+def _process_wide_fds() -> set:
+    """The resource sharer's listening socket (kept with its thread, see above)."""
+    from multiprocessing import resource_sharer
+
+    listener = getattr(getattr(resource_sharer, "_resource_sharer", None), "_listener", None)
+    try:
+        return {str(listener._listener._socket.fileno())}
+    except AttributeError:  # not started (or another Python's internals)
+        return set()
 
 
 def _describe_fds(fds: set) -> list:

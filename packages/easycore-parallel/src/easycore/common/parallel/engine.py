@@ -432,7 +432,7 @@ class Engine:
                 worker = self._reserve(job)
                 if worker is None:
                     return True
-            size = job.next_size()
+                size = self._size_for(job, worker)
             try:
                 first, items = job.pull(size, self.linger)
             except BaseException:
@@ -450,7 +450,14 @@ class Engine:
 
     # ------------------------------------------------------------- dispatch
     def _usable(self, w: _Worker) -> bool:
-        return w.ready and w.alive and not w.retiring and w.kill_reason is None
+        if not (w.ready and w.alive and not w.retiring and w.kill_reason is None):
+            return False
+        if self.maxtasksperchild is not None:
+            # Never more in flight than the worker may still run: queued
+            # chunks would run past maxtasksperchild before it retires.
+            queued = sum(1 if c is None else c.n for c in w.fifo)
+            return w.items_done + queued < self.maxtasksperchild
+        return True
 
     def _reserve(self, job: Job) -> Optional[int]:
         """A worker with a free credit for ``job`` (credit taken), or None."""
@@ -485,6 +492,15 @@ class Engine:
         best.fifo.append(None)  # type: ignore[arg-type]
         return best.slot
 
+    def _size_for(self, job: Job, slot: int) -> int:
+        """The next chunk's size for ``job`` on worker ``slot`` (credit reserved; lock held)."""
+        size = job.next_size()
+        if self.maxtasksperchild is not None:
+            w = self._workers[slot]
+            queued = sum(1 if c is None else c.n for c in w.fifo) - 1  # less this credit
+            size = max(1, min(size, self.maxtasksperchild - w.items_done - queued))
+        return size
+
     def _unreserve(self, slot: int, job: Job) -> None:
         w = self._workers[slot]
         try:
@@ -510,7 +526,7 @@ class Engine:
                 worker = self._reserve(job)
                 if worker is None:
                     continue
-                first, items = job.take(job.next_size())
+                first, items = job.take(self._size_for(job, worker))
                 if not items:
                     self._unreserve(worker, job)
                     continue
@@ -803,6 +819,7 @@ class Engine:
 
     def _restart(self, w: _Worker) -> None:
         w.retiring = False
+        w.items_done = 0  # the replacement's own count (maxtasksperchild)
         w.restarts += 1
         try:
             self.backend.restart(w.slot)
@@ -865,6 +882,10 @@ class Engine:
     def _finish(self, job: Job, error: Optional[BaseException]) -> None:
         job.done = True
         job.error = error
+        # Its inputs are the caller's: a finished job (a pool keeps the last
+        # ones it ran) must not keep them, or the memory they hold, alive.
+        job._source = job._iterator = None
+        job._retry.clear()
         if job in self._active:
             self._active.remove(job)
         self._jobs.pop(job.id, None)

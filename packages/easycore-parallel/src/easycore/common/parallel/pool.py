@@ -27,6 +27,7 @@ import importlib
 import math
 import multiprocessing
 import os
+import sys
 import threading
 from collections import deque
 from typing import (
@@ -351,6 +352,17 @@ class _FutureSink(JobSink):
                 self.future.set_exception(error)
 
 
+def _coordinate(engine: Engine, stop: threading.Event) -> None:
+    """A pool's coordinator thread: pumps the engine until the pool stops."""
+    while not stop.is_set():
+        try:
+            engine.pump(None)
+        except Exception:  # pragma: no cover - a bug; keep serving other jobs
+            import traceback
+
+            traceback.print_exc()
+
+
 def _now() -> float:
     import time
 
@@ -497,7 +509,9 @@ class Pool:
                               max_deaths=max_deaths, maxtasksperchild=maxtasksperchild)
         self._engine.start()
         self._stop = threading.Event()
-        self._coordinator = threading.Thread(target=self._coordinate,
+        # The thread holds the engine, not the pool: a pool nobody references
+        # is collected, and its __del__ stops the workers.
+        self._coordinator = threading.Thread(target=_coordinate, args=(self._engine, self._stop),
                                              name="easycore-pool-coordinator", daemon=True)
         self._coordinator.start()
 
@@ -515,16 +529,6 @@ class Pool:
             module, _, attr = backend_cls.partition(":")
             backend_cls = getattr(importlib.import_module(module), attr)
         return backend_cls.from_spec(spec, **options)  # type: ignore[union-attr]
-
-    def _coordinate(self) -> None:
-        engine = self._engine
-        while not self._stop.is_set():
-            try:
-                engine.pump(None)
-            except Exception:  # pragma: no cover - a bug; keep serving other jobs
-                import traceback
-
-                traceback.print_exc()
 
     def _engine_or_raise(self) -> Engine:
         return self._engine
@@ -815,7 +819,10 @@ class Pool:
         # worker of another pool) may collect its copy: its workers are not ours.
         if getattr(self, "_owner", None) != os.getpid():
             return
-        if getattr(self, "_state", "TERMINATED") != "TERMINATED":
+        # At interpreter shutdown the coordinator (a daemon thread) may have
+        # been frozen holding the engine's locks: terminating would hang. The
+        # back-end's exit handler has already stopped the workers then.
+        if getattr(self, "_state", "TERMINATED") != "TERMINATED" and not sys.is_finalizing():
             try:
                 self.terminate()
             except Exception:

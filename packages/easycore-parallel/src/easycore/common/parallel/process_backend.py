@@ -113,6 +113,9 @@ def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[s
     """Kill and reap every worker, then release their leftovers; never raises."""
     below: List[tuple] = []
     for h in handles:
+        # Expected: an engine still pumping (a pool's coordinator at
+        # interpreter exit) must not start replacements for them.
+        h.expected_exit = True
         if h.started() and not h.gone:
             try:
                 below += lifeline.descendants(h.process.pid)  # what it started goes too

@@ -251,6 +251,25 @@ class Executor:
         for job in jobs:
             self._jobs.pop(job, None)
 
+    def load(self, job: int, function: Optional[bytes]) -> Tuple[Callable[[Any], Any], str]:
+        """Job ``job``'s function and hook name, built from ``function`` the first time.
+
+        Raises [`HookFailed`][easycore.common.parallel.worker.HookFailed] if it
+        cannot be built.
+        """
+        entry = self._jobs.get(job)
+        if entry is None:
+            program = self.program
+            name = program.hook_name(function)
+            try:
+                fn = program.function(function, self.ctx)
+            except Terminated:
+                raise
+            except BaseException as exc:
+                raise HookFailed(ErrorReport.capture(f"{name} (receiving it)", exc)) from None
+            entry = self._jobs[job] = (fn, name)
+        return entry
+
     def run_chunk(
         self,
         job: int,
@@ -275,18 +294,7 @@ class Executor:
             per failed item. Raises [`HookFailed`][easycore.common.parallel.worker.HookFailed]
             if the job's function cannot be built.
         """
-        entry = self._jobs.get(job)
-        if entry is None:
-            program = self.program
-            name = program.hook_name(function)
-            try:
-                fn = program.function(function, self.ctx)
-            except Terminated:
-                raise
-            except BaseException as exc:
-                raise HookFailed(ErrorReport.capture(f"{name} (receiving it)", exc)) from None
-            entry = self._jobs[job] = (fn, name)
-        fn, name = entry
+        fn, name = self.load(job, function)
         results: List[Any] = []
         failures: List[ItemFailure] = []
         if track_items and self.progress is not None:
@@ -452,6 +460,15 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             break
         if message.forget:
             executor.forget(message.forget)
+        if message.function is not None:
+            # The function before its items: code of __main__ sent by value
+            # puts what it brought (its classes) in this __main__, where items
+            # of those classes then find them (pickling._share_main_globals).
+            try:
+                executor.load(message.job, message.function)
+            except HookFailed as failed:
+                post(WorkerFailed(message.job, message.seq, failed.report))
+                continue
         try:
             items = transport.decode_items(message.items)
         except BaseException as exc:

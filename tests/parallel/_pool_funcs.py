@@ -1,0 +1,160 @@
+"""Task functions of the Pool tests, importable by workers under every start method.
+
+Tasks that must be seen running by the test (to kill their worker, or to
+interrupt the call) announce themselves by creating a file named after the
+item in a folder the test gives; [`wait_for_file`][] waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Optional
+
+#: set by ``remember`` (a pool initializer) in each worker
+_INIT: Optional[tuple] = None
+
+
+class TaskError(Exception):
+    """An exception class of the tests' own (it must come back as itself)."""
+
+
+def square(x):
+    return x * x
+
+
+def add(a, b):
+    return a + b
+
+
+def describe(a, b=0, *, c=0):
+    return (a, b, c)
+
+
+def identity(x):
+    return x
+
+
+def worker_pid(_=None):
+    return os.getpid()
+
+
+def fail_on(x, bad=3):
+    if x == bad:
+        raise TaskError(f"bad item {x}")
+    return x
+
+
+def raise_value_error(message):
+    raise ValueError(message)
+
+
+def nap(seconds, value=None):
+    time.sleep(seconds)
+    return value
+
+
+def nap_on(x, slow=0, seconds=30.0):
+    """Sleep ``seconds`` on item ``slow`` (provokes a timeout), return the others at once."""
+    if x == slow:
+        time.sleep(seconds)
+    return x
+
+
+def exit_on(x, bad=3, how="exit"):
+    """Die on item ``bad``: ``os._exit`` or SIGKILL from inside."""
+    if x == bad:
+        if how == "exit":
+            os._exit(7)
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(30)  # never reached: SIGKILL is immediate
+    return x
+
+
+def always_exit(x):
+    os._exit(9)
+
+
+def announce_then_block(x, folder, block=0, seconds=60.0):
+    """Item ``block`` writes its worker's pid to ``folder/<x>`` and blocks; others return."""
+    if x == block:
+        path = Path(folder) / str(x)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, path)  # the test never reads a half-written pid
+        time.sleep(seconds)
+    return x
+
+
+def announce_and_nap(x, folder, seconds=0.05):
+    """Every item announces itself, then naps (a long stream of short tasks)."""
+    Path(folder, f"{x}.started").touch()
+    time.sleep(seconds)
+    return x
+
+
+def remember(tag):
+    """A pool initializer: records what it got, in which process."""
+    global _INIT
+    _INIT = (tag, os.getpid())
+
+
+def remembered(_=None):
+    return _INIT
+
+
+def context_info(ctx, x=None):
+    """A ``pass_context`` task: what the worker knows about itself."""
+    cfg = ctx.cfg
+    scale = cfg.get("scale") if hasattr(cfg, "get") else None
+    return {"index": ctx.index, "device": ctx.device, "context": ctx.context,
+            "scale": scale, "x": x}
+
+
+def mutate_cfg(ctx, value):
+    """Writes into this worker's cfg, returns what was there before."""
+    before = ctx.cfg.get("seen")
+    ctx.cfg.seen = value
+    return before
+
+
+def wait_for_file(path, timeout: float = 30.0) -> str:
+    """The contents of ``path`` once it exists (polls; fails after ``timeout``)."""
+    path = Path(path)
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.01)
+    return path.read_text()
+
+
+# --- counting how often code is pickled and unpickled ------------------------
+#: in the caller: times a CountedFunction was pickled; in a worker: unpickled
+PICKLED = [0]
+UNPICKLED = [0]
+
+
+def _rebuild_counted(offset):
+    UNPICKLED[0] += 1
+    return CountedFunction(offset, counting=False)
+
+
+class CountedFunction:
+    """A task that counts its trips through pickle (to check "once per job")."""
+
+    def __init__(self, offset, counting=True):
+        self.offset = offset
+
+    def __call__(self, x):
+        return x + self.offset
+
+    def __reduce__(self):
+        PICKLED[0] += 1
+        return (_rebuild_counted, (self.offset,))
+
+
+def unpickled_count(_=None):
+    return UNPICKLED[0]

@@ -1,0 +1,73 @@
+"""Code written in ``__main__`` runs in the pool's workers under every start method.
+
+Lambdas, closures, local functions, functions and classes of a script (as
+tasks, items and results), an initializer setting a global that tasks read
+(the stdlib's pattern), and the same from a notebook-like script piped to
+``python -``. Each case runs in a fresh interpreter (a script), so that its
+``__main__`` is the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from _parallel_support import METHODS, SCRIPTS, run_script, shm_named
+from processes import wait_gone
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _report(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_lambdas_closures_and_main_classes_in_a_script(method):
+    report = _report(run_script("pool_main.py", method, timeout=120))
+    assert report == {
+        "lambda": [100, 101, 102, 103],
+        "closure": [100, 101, 102],
+        "local": [100, 101, 104],
+        "starmap_lambda": [6, 20],
+        "callable_instance": [0, 3, 6],
+        # __main__ classes in and out: the caller gets its own classes back
+        "classes": [[True, True, 1, 2, 3], [True, True, 3, 4, 7]],
+        "apply_async": 6,
+        "submit": 104,
+        "initializer": ["ready"],
+        "broadcast_pids_match": True,
+        "defined_late": [0, -1, -2],
+        "unordered": [0, 2, 4, 6, 8],
+    }
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_notebook_like_script_read_from_stdin(method):
+    source = (SCRIPTS / "pool_notebook.py").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-", method], input=source, capture_output=True, text=True,
+        timeout=120, cwd=str(SCRIPTS),
+    )
+    report = _report(proc)
+    assert report["classes"] == [True, True]
+    assert report["calibrated"] == [["A", 3.0], ["B", -0.5]]
+    assert report["threshold"] == [True, False]
+    assert report["lambda"] == ["AA", "BB"]
+    assert report["apply"] is True
+    assert wait_gone(report["pids"]) == []
+
+
+@pytest.mark.parametrize("how", ["quietly", "raising"])
+def test_a_script_that_never_closes_its_pool_exits_and_leaves_nothing(how):
+    proc = run_script("pool_forgotten.py", how, timeout=60)  # a hang fails here
+    info = json.loads(proc.stdout.strip().splitlines()[0])
+    if how == "quietly":
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 1 and "no pickling this" in proc.stderr
+    assert wait_gone(info["pids"], 10) == []
+    assert shm_named(info["prefix"]) == []
