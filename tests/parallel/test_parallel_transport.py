@@ -93,8 +93,10 @@ def test_large_inputs_and_cfg_arrays_are_read_from_shared_memory(method, no_leak
                 assert r["input"].startswith(prefix), r
                 assert r["cfg"].startswith(prefix), r
                 seen.add(r["input"])
-        # 36 inputs of 8 MiB served by a few recycled segments per worker
-        assert len(seen) <= 2 * 8, sorted(seen)
+        # 36 inputs of 8 MiB served by recycled segments: within a call at most
+        # what 2 workers hold at once (3 credits + the one being released, each),
+        # and between calls the idle trim may give all but two per worker back.
+        assert len(seen) <= 3 * 8 < 36, sorted(seen)
     assert shm_segments() == []
 
 
