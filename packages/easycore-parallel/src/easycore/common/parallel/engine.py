@@ -690,10 +690,14 @@ class Engine:
             except ChannelBroken:
                 pass
         if not any(x.fifo for x in self._workers):
-            try:
-                self.transport.idle()
-            except Exception:
-                pass
+            # Between jobs only: a job whose input is slower than its workers
+            # empties the queues after every chunk, and giving its segments
+            # back each time made every chunk create a new one.
+            if not self._jobs:
+                try:
+                    self.transport.idle()
+                except Exception:
+                    pass
             if self._on_idle is not None:
                 self._on_idle()
 
