@@ -463,7 +463,7 @@ class Config:
         quick = args.quick
         self.rounds = args.rounds or (3 if quick else 5)
         self.n_arrays = 40 if quick else 200
-        self.cpu_items_per_worker = 100 if quick else 250
+        self.cpu_items_per_worker = 250 if quick else 500
         self.n_tiny = 200_000 if quick else 400_000
         self.latency_calls = 200 if quick else 1000
         self.naps_per_worker = 200
