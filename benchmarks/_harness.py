@@ -122,9 +122,15 @@ def take_turns(contenders: Sequence[Contender], rounds: int,
     Returns:
         dict: name -> Result.
     """
+    def checked(c: Contender, out: Any) -> None:
+        try:
+            c.check(out)
+        except AssertionError as exc:
+            raise AssertionError(f"{c.name}: {exc}") from None
+
     if warmup:
         for c in contenders:
-            c.check(c.run())
+            checked(c, c.run())
     times: Dict[str, List[float]] = {c.name: [] for c in contenders}
     for r in range(rounds):
         # Rotate who goes first, so no contender always follows the same one.
@@ -134,7 +140,7 @@ def take_turns(contenders: Sequence[Contender], rounds: int,
             start = time.perf_counter()
             out = c.run()
             elapsed = time.perf_counter() - start
-            c.check(out)
+            checked(c, out)
             del out
             times[c.name].append(elapsed)
     return {name: Result(name, t) for name, t in times.items()}
