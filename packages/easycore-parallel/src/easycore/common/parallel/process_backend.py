@@ -484,8 +484,9 @@ class ProcessBackend(Backend):
         errors: List[BaseException] = []
         # What the workers started (a producer's subprocesses) and producer_end
         # leaves running goes with them, as after a failure.
-        below = [p for h in self._by_slot.values() if h.pid and not h.gone
-                 for p in lifeline.descendants(h.pid)]
+        trees = lifeline.descendants_of(
+            h.pid for h in self._by_slot.values() if h.pid and not h.gone)
+        below = [p for procs in trees.values() for p in procs]
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
@@ -526,7 +527,10 @@ class ProcessBackend(Backend):
         self._closed = True
         self.wakeup()
         with self._poll_lock:  # a concurrent poll returns first (woken above)
-            handles = [h for h in self._handles if h.started() and not h.gone]
+            # Workers that already exited (after a graceful stop: all of them)
+            # need no signals, nor a scan of /proc for what they started.
+            handles = [h for h in self._handles
+                       if h.started() and not h.gone and h.process.exitcode is None]
             for h in handles:
                 h.expected_exit = True
             try:
@@ -579,7 +583,8 @@ class ProcessBackend(Backend):
         for the workers and every process below them."""
         if not handles:
             return
-        below = {h.slot: lifeline.descendants(h.pid) for h in handles if h.pid}
+        trees = lifeline.descendants_of(h.pid for h in handles if h.pid)
+        below = {h.slot: trees[h.pid] for h in handles if h.pid}
         if graceful and hasattr(signal, "SIGTERM"):
             for h in handles:
                 try:
