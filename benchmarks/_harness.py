@@ -188,7 +188,7 @@ def print_rows(title: str, results: Dict[str, Result], peer: str, count: float, 
 
 def goal(label: str, ratio: float, target: float) -> str:
     verdict = "met" if ratio >= target else "NOT met"
-    line = f"  goal: {label}: {ratio:.2f}x (target {target:g}x) {verdict}"
+    line = f"  goal: {label}: {ratio:.3f}x (target {target:g}x) {verdict}"
     print(line)
     return line
 
