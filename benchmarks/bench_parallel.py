@@ -1,85 +1,135 @@
-"""easycore-parallel against its peers, measured in the same run.
+"""easycore-parallel's runners against ``multiprocessing.Pool``, measured in the same run.
 
-Two workloads on 2 workers:
+Sections (``--only NAME,...``), each contender taking turns with its peer,
+best of the rounds with the spread of the rounds, every result checked:
 
-* 200,000 tiny items (``x * x``, summed by the consumer): what per-item
-  overhead costs. Peers: ``multiprocessing.Pool.imap(chunksize=256)``, mpire,
-  joblib.
-* 100 NumPy arrays of 8 MB returned by the workers: what moving results
-  costs. The workers return an array they already hold, so the numbers are the
-  transport's (easycore: shared memory; the peers: pickles through pipes).
+* ``arrays``: fresh 8 MB NumPy arrays (a new array per item, never the same
+  object twice: ``np.empty`` and the item written on every 4 KiB page), as
+  **inputs** (made by a generator in the caller, checked by the worker) and
+  as **results** (made by the worker, checked by the consumer); the check
+  reads the number on every page. Peer: ``Pool.imap`` (pickles through a pipe).
+  Goals: inputs at least 5x ``Pool.imap``, and within 2x of the results.
+* ``cpu``: items of ~1 ms of pure Python each, at 1, 2, 4, 8 and
+  ``cpu_count`` workers. Peer: ``Pool.imap_unordered(chunksize=8)`` with the
+  caller summing; the runner sums in the tutorial's ``consumer_work``
+  (``cfg.sum += data``), and in a second row in ``consumer_work_batch``.
+  Goal: at least 1.0x at every count.
+* ``tiny``: ``x * x`` for 400,000 items, the same way; peer
+  ``Pool.imap_unordered(chunksize=256)``. Goal: at least 1.0x at every count.
+* ``latency``: a kept-alive runner called with 1 and with 10 items, against
+  ``Pool.apply`` and ``Pool.map`` on the same inputs. Goal: faster.
+* ``startup``: a runner's start until its first result, and its close,
+  against a ``Pool``'s.
+* ``ordered``: an ``OrderedRunner`` over fast items with one slow item among
+  them (sleeps: independent of cores): time against the ideal and against
+  ``Pool.imap``.
 
-Each contender runs a few times; the best time counts. Ratios compare
-throughput with Pool's in this same run (above 1.00x: faster than Pool).
-mpire and joblib are optional ("n/a" when not installed).
-
-Run: ``scripts/bench parallel`` or ``python benchmarks/bench_parallel.py``.
+``--quick`` fits in a few minutes on a 2-core machine; the default is sized
+for a 16-core GPU node. Run: ``scripts/bench parallel`` or
+``python benchmarks/bench_parallel.py [--quick] [--rounds N] [--only tiny,cpu]``.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import platform
+import os
 import sys
 import time
+from typing import Dict, List
 
 import numpy as np
+from _harness import (
+    Contender,
+    Result,
+    available_cpus,
+    expect,
+    flush,
+    goal,
+    machine_line,
+    parse_args,
+    print_rows,
+    take_turns,
+)
 
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
 
-WORKERS = 2
-N_TINY = 200_000
-N_ARRAYS = 100
-ARRAY_ELEMS = 1 << 20  # float64: 8 MB
-REPEAT_TINY = 3
-REPEAT_BIG = 2
+ARRAY_ELEMS = 1 << 20  # float64: 8 MiB
+PAGE_STRIDE = 512  # float64 elements per 4 KiB page: the checks read one per page
+#: pure-Python loop iterations that take ~1 ms here; set by ``calibrate`` and
+#: passed to workers through the environment (spawned workers re-import this file)
+SPIN_ITERS = int(os.environ.get("EASYCORE_BENCH_SPIN_ITERS", "0") or 0)
 
 
-# ----------------------------------------------------------- peer functions
+# ------------------------------------------------------------- the work
 def square(x):
     return x * x
 
 
-_ARRAY = None
+def spin(x):
+    """~1 ms of pure Python (no GIL release, no allocation worth a mention)."""
+    s = x
+    for i in range(SPIN_ITERS):
+        s = (s * 31 + i) % 1000003
+    return s
 
 
-def big_array(_):
-    global _ARRAY
-    if _ARRAY is None:
-        _ARRAY = np.ones(ARRAY_ELEMS)
-    return _ARRAY
+def calibrate(target=0.001):
+    global SPIN_ITERS
+    SPIN_ITERS = 20_000
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        spin(1)
+        best = min(best, time.perf_counter() - t0)
+    SPIN_ITERS = max(1, int(20_000 * target / best))
+    os.environ["EASYCORE_BENCH_SPIN_ITERS"] = str(SPIN_ITERS)
+    return SPIN_ITERS
 
 
-# ---------------------------------------------------------- easycore runners
-class SumSquares(UnorderedRunner):
+def page_sum(a):
+    """One number per 4 KiB page of ``a``: touches every page, costs little."""
+    return float(a[::PAGE_STRIDE].sum())
+
+
+def fresh_array(i):
+    """A new 8 MB array object with ``i`` on every page (in a worker: a result).
+
+    ``np.empty`` and a strided fill: a new object every time (a transport
+    cannot re-send one it already shared), every page written, and cheap, so
+    the numbers are the transport's rather than ``np.full``'s.
+    """
+    a = np.empty(ARRAY_ELEMS)
+    a[::PAGE_STRIDE] = i
+    return a
+
+
+def fresh_arrays(n):
+    """New 8 MB arrays, one per item (in the caller: the inputs)."""
+    for i in range(n):
+        yield fresh_array(i)
+
+
+def array_checksum(n):
+    return float(ARRAY_ELEMS // PAGE_STRIDE) * (n * (n - 1) / 2)
+
+
+def nap(x):
+    time.sleep(SLOW_SECONDS if x == SLOW_INDEX else FAST_SECONDS)
+    return x
+
+
+SLOW_INDEX = 3
+SLOW_SECONDS = 1.0
+FAST_SECONDS = 0.005
+
+
+# ------------------------------------------------------------- the runners
+class TutorialSum(UnorderedRunner):
+    """The tutorial's example 1, with the work as a parameter of the class."""
+
     @staticmethod
     def producer_work(device, cfg, data):
         return data * data
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.acc = [0]  # a list cell: CfgNode attribute assignment costs ~1.5 us
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.acc[0] += data
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.acc[0]
-
-
-class SumSquaresOrdered(OrderedRunner):
-    producer_work = SumSquares.producer_work
-    consumer_init = SumSquares.consumer_init
-    consumer_work = SumSquares.consumer_work
-    consumer_end = SumSquares.consumer_end
-
-
-class TutorialSum(UnorderedRunner):
-    """Tutorial example 1 exactly: ``cfg.sum += data`` per item."""
-
-    producer_work = SumSquares.producer_work
 
     @staticmethod
     def consumer_init(cfg):
@@ -94,164 +144,363 @@ class TutorialSum(UnorderedRunner):
         return cfg.sum
 
 
-class BigArrays(UnorderedRunner):
+class TutorialSumBatch(TutorialSum):
+    """The same, consuming with the batched hook."""
+
     @staticmethod
-    def producer_init(device, cfg):
-        cfg.array = np.ones(ARRAY_ELEMS)
+    def consumer_work_batch(cfg, batch):
+        cfg.sum += sum(batch)
+
+
+class SpinSum(TutorialSum):
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return spin(data)
+
+
+class SpinSumBatch(TutorialSumBatch):
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return spin(data)
+
+
+class ArraysIn(OrderedRunner):
+    """Inputs: 8 MB arrays made by the caller; the worker checks every page."""
 
     @staticmethod
     def producer_work(device, cfg, data):
-        return cfg.array
+        return page_sum(data)
+
+    consumer_init = TutorialSum.consumer_init
+    consumer_work = TutorialSum.consumer_work
+    consumer_end = TutorialSum.consumer_end
+
+
+class ArraysInUnordered(UnorderedRunner):
+    producer_work = ArraysIn.producer_work
+    consumer_init = TutorialSum.consumer_init
+    consumer_work = TutorialSum.consumer_work
+    consumer_end = TutorialSum.consumer_end
+
+
+class ArraysOut(OrderedRunner):
+    """Results: a fresh 8 MB array per item; the consumer checks every page."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return fresh_array(data)
 
     @staticmethod
     def consumer_init(cfg):
-        cfg.acc = [0.0]
+        cfg.sum = 0.0
 
     @staticmethod
     def consumer_work(cfg, data):
-        cfg.acc[0] += float(data[0])
+        cfg.sum += page_sum(data)
+
+    consumer_end = TutorialSum.consumer_end
+
+
+class ArraysOutUnordered(UnorderedRunner):
+    producer_work = ArraysOut.producer_work
+    consumer_init = ArraysOut.consumer_init
+    consumer_work = ArraysOut.consumer_work
+    consumer_end = ArraysOut.consumer_end
+
+
+class Square(TutorialSum):
+    """Latency: the result of a call is the sum of the squares."""
+
+
+class Naps(OrderedRunner):
+    """Ordered: checks that results come in input order."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return nap(data)
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.next = [0]
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        if data != cfg.next[0]:
+            raise AssertionError(f"out of order: {data} where {cfg.next[0]} was due")
+        cfg.next[0] += 1
 
     @staticmethod
     def consumer_end(cfg):
-        return cfg.acc[0]
+        return cfg.next[0]
 
 
-# -------------------------------------------------------------- measurement
-def best_of(repeat, run, expected):
-    """Best wall time of ``run()`` over ``repeat`` runs; checks the result."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = run()
-        elapsed = time.perf_counter() - start
-        if result != expected:
-            raise AssertionError(f"wrong result {result!r}, expected {expected!r}")
-        best = min(best, elapsed)
-    return best
+class NapsUnordered(UnorderedRunner):
+    producer_work = Naps.producer_work
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.n = [0]
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.n[0] += 1
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.n[0]
 
 
-def sum_first(arrays):
-    return sum(float(a[0]) for a in arrays)
+# ------------------------------------------------------------- the peer's side
+def pool_sum(pool, fn, items, chunksize):
+    """The caller's loop the docs show: sum what ``imap_unordered`` yields."""
+    total = 0
+    for r in pool.imap_unordered(fn, items, chunksize=chunksize):
+        total += r
+    return total
 
 
-def tiny_contenders():
-    expected = sum(x * x for x in range(N_TINY))
-    rows = []
+def pool_page_sums_in(pool, n):
+    total = 0
+    for r in pool.imap(page_sum, fresh_arrays(n)):
+        total += r
+    return total
 
-    with multiprocessing.Pool(WORKERS) as pool:
-        sum(pool.imap(square, range(1000), chunksize=256))  # warm up
-        rows.append((
-            "multiprocessing.Pool.imap(chunksize=256)",
-            best_of(REPEAT_TINY, lambda: sum(pool.imap(square, range(N_TINY), chunksize=256)),
-                    expected),
-        ))
 
-    for label, cls in [
-        ("easycore UnorderedRunner", SumSquares),
-        ("easycore OrderedRunner", SumSquaresOrdered),
-        ("easycore, tutorial consumer (cfg.sum += x)", TutorialSum),
-    ]:
-        with cls(WORKERS) as runner:
-            runner(range(1000))
-            rows.append((label, best_of(REPEAT_TINY, lambda: runner(range(N_TINY)), expected)))
+def pool_page_sums_out(pool, n):
+    total = 0.0
+    for a in pool.imap(fresh_array, range(n)):
+        total += page_sum(a)
+    return total
 
-    try:
-        from mpire import WorkerPool
-    except ImportError:
-        rows.append(("mpire WorkerPool.imap", None))
+
+# ------------------------------------------------------------- sections
+def section_arrays(cfg):
+    workers = min(4, cfg.cpus)
+    n = cfg.n_arrays
+    expected = expect(array_checksum(n))
+    print(f"\n[arrays] {n} fresh 8 MB float64 arrays per measurement, {workers} workers, "
+          f"best of {cfg.rounds} rounds")
+    flush()
+    with multiprocessing.Pool(workers) as pool, ArraysIn(workers) as r_in, \
+            ArraysInUnordered(workers) as r_in_u, ArraysOut(workers) as r_out, \
+            ArraysOutUnordered(workers) as r_out_u:
+        inputs = take_turns([
+            Contender("Pool.imap(chunksize=1), inputs pickled", lambda: pool_page_sums_in(pool, n),
+                      expected),
+            Contender("OrderedRunner, inputs", lambda: r_in(fresh_arrays(n)), expected),
+            Contender("UnorderedRunner, inputs", lambda: r_in_u(fresh_arrays(n)), expected),
+        ], cfg.rounds)
+        outputs = take_turns([
+            Contender("Pool.imap(chunksize=1), results pickled",
+                      lambda: pool_page_sums_out(pool, n), expected),
+            Contender("OrderedRunner, results", lambda: r_out(range(n)), expected),
+            Contender("UnorderedRunner, results", lambda: r_out_u(range(n)), expected),
+        ], cfg.rounds)
+    nbytes = ARRAY_ELEMS * 8
+    print_rows("  8 MB arrays as inputs (generator in the caller, page check in the worker)",
+               inputs, "Pool.imap(chunksize=1), inputs pickled", n, "arrays", nbytes)
+    print_rows("  8 MB arrays as results (made in the worker, page check in the consumer)",
+               outputs, "Pool.imap(chunksize=1), results pickled", n, "arrays", nbytes)
+    p_in = inputs["Pool.imap(chunksize=1), inputs pickled"].best
+    e_in = inputs["OrderedRunner, inputs"].best
+    e_out = outputs["OrderedRunner, results"].best
+    return [
+        goal("OrderedRunner inputs vs Pool.imap", p_in / e_in, 5.0),
+        goal("OrderedRunner inputs vs its results (throughput)", e_out / e_in, 0.5),
+    ]
+
+
+def worker_counts(cpus):
+    return sorted({1, 2, 4, 8, cpus})
+
+
+def items_at(w, items, fn, chunksize, runner_cls, batch_cls, peer, expected, rounds):
+    with multiprocessing.Pool(w) as pool, runner_cls(w) as runner, batch_cls(w) as batch:
+        return take_turns([
+            Contender(peer, lambda: pool_sum(pool, fn, items, chunksize), expected),
+            Contender("UnorderedRunner, consumer_work (cfg.sum += data)",
+                      lambda: runner(items), expected),
+            Contender("UnorderedRunner, consumer_work_batch", lambda: batch(items), expected),
+        ], rounds)
+
+
+def section_items(cfg, kind):
+    """``cpu`` (spin, ~1 ms) or ``tiny`` (x * x) at several worker counts."""
+    goals = []
+    if kind == "cpu":
+        fn, runner_cls, batch_cls, chunksize = spin, SpinSum, SpinSumBatch, 8
+        per_worker = cfg.cpu_items_per_worker
+        print(f"\n[cpu] items of ~1 ms of pure Python ({SPIN_ITERS} loop iterations), "
+              f"{per_worker} items per worker, best of {cfg.rounds} rounds")
+        counts = worker_counts(cfg.cpus)
+        results = [spin(x) for x in range(per_worker * max(counts))]
     else:
-        with WorkerPool(n_jobs=WORKERS) as pool:
-            rows.append((
-                "mpire WorkerPool.imap",
-                best_of(REPEAT_TINY, lambda: sum(pool.imap(square, range(N_TINY))), expected),
-            ))
-
-    try:
-        from joblib import Parallel, delayed
-    except ImportError:
-        rows.append(('joblib Parallel(batch_size="auto")', None))
-    else:
-        with Parallel(n_jobs=WORKERS, batch_size="auto") as parallel:
-            rows.append((
-                'joblib Parallel(batch_size="auto")',
-                best_of(1, lambda: sum(parallel(delayed(square)(x) for x in range(N_TINY))),
-                        expected),
-            ))
-    return rows
+        fn, runner_cls, batch_cls, chunksize = square, TutorialSum, TutorialSumBatch, 256
+        print(f"\n[tiny] {cfg.n_tiny:,} items of x * x, best of {cfg.rounds} rounds")
+        counts = worker_counts(cfg.cpus)
+    flush()
+    peer = f"Pool.imap_unordered(chunksize={chunksize}), caller sums"
+    for w in counts:
+        n = per_worker * w if kind == "cpu" else cfg.n_tiny
+        items = range(n)
+        expected = expect(sum(results[:n]) if kind == "cpu" else sum(x * x for x in items))
+        got = items_at(w, items, fn, chunksize, runner_cls, batch_cls, peer, expected, cfg.rounds)
+        print_rows(f"  {w} worker{'s' if w > 1 else ''}, {n:,} items", got, peer, n, "items")
+        goals.append(goal(f"{kind} items, {w} workers, consumer_work vs Pool",
+                          got[peer].best / got["UnorderedRunner, consumer_work "
+                                              "(cfg.sum += data)"].best, 1.0))
+        flush()
+    return goals
 
 
-def big_contenders():
-    expected = float(N_ARRAYS)
-    rows = []
+def section_latency(cfg):
+    workers = min(4, cfg.cpus)
+    calls = cfg.latency_calls
+    one, ten = [7], list(range(10))
+    e_one, e_ten = 49, sum(x * x for x in ten)
+    print(f"\n[latency] a kept-alive runner and a Pool, {workers} workers, {calls} calls per "
+          f"measurement, best of {cfg.rounds} rounds")
+    flush()
 
-    with multiprocessing.Pool(WORKERS) as pool:
-        sum_first(pool.imap(big_array, range(WORKERS * 2)))  # warm up: arrays made
-        rows.append((
-            "multiprocessing.Pool.imap (pickled through a pipe)",
-            best_of(REPEAT_BIG, lambda: sum_first(pool.imap(big_array, range(N_ARRAYS))),
-                    expected),
-        ))
+    def repeat(call, expected):
+        def run():
+            for _ in range(calls):
+                if call() != expected:
+                    raise AssertionError("wrong result")
+            return True
+        return run
 
-    with BigArrays(WORKERS) as runner:
-        runner(range(WORKERS * 4))
-        rows.append((
-            "easycore UnorderedRunner (shared memory)",
-            best_of(REPEAT_BIG, lambda: runner(range(N_ARRAYS)), expected),
-        ))
-
-    try:
-        from mpire import WorkerPool
-    except ImportError:
-        rows.append(("mpire WorkerPool.imap", None))
-    else:
-        with WorkerPool(n_jobs=WORKERS) as pool:
-            rows.append((
-                "mpire WorkerPool.imap",
-                best_of(REPEAT_BIG, lambda: sum_first(pool.imap(big_array, range(N_ARRAYS))),
-                        expected),
-            ))
-
-    try:
-        from joblib import Parallel, delayed
-    except ImportError:
-        rows.append(("joblib Parallel", None))
-    else:
-        with Parallel(n_jobs=WORKERS) as parallel:
-            rows.append((
-                "joblib Parallel",
-                best_of(REPEAT_BIG, lambda: sum_first(
-                    parallel(delayed(big_array)(i) for i in range(N_ARRAYS))), expected),
-            ))
-    return rows
+    ok = expect(True)
+    with multiprocessing.Pool(workers) as pool, Square(workers) as runner:
+        got1 = take_turns([
+            Contender("Pool.apply(square, (7,))", repeat(lambda: pool.apply(square, (7,)), e_one),
+                      ok),
+            Contender("runner([7])", repeat(lambda: runner(one), e_one), ok),
+        ], cfg.rounds)
+        got10 = take_turns([
+            Contender("sum(Pool.map(square, range(10)))",
+                      repeat(lambda: sum(pool.map(square, ten)), e_ten), ok),
+            Contender("runner(range(10))", repeat(lambda: runner(ten), e_ten), ok),
+        ], cfg.rounds)
+    print_rows("  1 item per call", got1, "Pool.apply(square, (7,))", calls, "call",
+               per_call=True)
+    print_rows("  10 items per call", got10, "sum(Pool.map(square, range(10)))", calls, "call",
+               per_call=True)
+    return [
+        goal("runner([x]) vs Pool.apply (speed)",
+             got1["Pool.apply(square, (7,))"].best / got1["runner([7])"].best, 1.0),
+        goal("runner(10 items) vs Pool.map (speed)",
+             got10["sum(Pool.map(square, range(10)))"].best / got10["runner(range(10))"].best,
+             1.0),
+    ]
 
 
-def print_table(title, unit, count, rows, nbytes=None):
-    pool_time = rows[0][1]
-    print(f"\n{title}")
-    gb_head = f" {'GB/s':>9}" if nbytes else ""
-    print(f"  {'contender':<52} {unit + '/s':>12}{gb_head} {'time':>9} {'vs Pool':>8}")
-    for label, seconds in rows:
-        if seconds is None:
-            gb = f" {'n/a':>9}" if nbytes else ""
-            print(f"  {label:<52} {'n/a':>12}{gb} {'n/a':>9} {'n/a':>8}")
-            continue
-        rate = count / seconds
-        gb = f" {count * nbytes / seconds / 1e9:>9.2f}" if nbytes else ""
-        print(f"  {label:<52} {rate:>12,.0f}{gb} {seconds:>8.3f}s {pool_time / seconds:>7.2f}x")
+def section_startup(cfg):
+    counts = sorted({2, min(8, cfg.cpus), cfg.cpus})
+    print(f"\n[startup] start until the first result, then close; best of {cfg.rounds} rounds "
+          f"(start method {multiprocessing.get_start_method()})")
+    print(f"  {'contender':<44} {'workers':>7} {'first result':>13} {'close':>9} "
+          f"{'spread':>7} {'vs peer':>8}")
+    flush()
+    for w in counts:
+        times: Dict[str, List[tuple]] = {"Pool": [], "runner": []}
+        for r in range(cfg.rounds):
+            for name in (("Pool", "runner") if r % 2 == 0 else ("runner", "Pool")):
+                t0 = time.perf_counter()
+                if name == "Pool":
+                    pool = multiprocessing.Pool(w)
+                    assert pool.apply(square, (3,)) == 9
+                    t1 = time.perf_counter()
+                    pool.close()
+                    pool.join()
+                else:
+                    runner = Square(w)
+                    assert runner([3]) == 9
+                    t1 = time.perf_counter()
+                    runner.close()
+                t2 = time.perf_counter()
+                times[name].append((t1 - t0, t2 - t1))
+        pool_first = Result("Pool", [t[0] for t in times["Pool"]])
+        runner_first = Result("runner", [t[0] for t in times["runner"]])
+        for label, key, res in (("Pool(n) + apply, close + join", "Pool", pool_first),
+                                ("Runner(n) + runner([3]), close", "runner", runner_first)):
+            close = min(t[1] for t in times[key])
+            ratio = "(peer)" if key == "Pool" else f"{pool_first.best / res.best:.2f}x"
+            print(f"  {label:<44} {w:>7} {res.best * 1e3:>10.1f} ms {close * 1e3:>6.1f} ms "
+                  f"{res.spread * 100:>6.0f}% {ratio:>8}")
+        flush()
+    return []
+
+
+def section_ordered(cfg):
+    workers = max(2, min(8, cfg.cpus))
+    n = cfg.naps_per_worker * workers
+    work = SLOW_SECONDS + (n - 1) * FAST_SECONDS
+    ideal = max(SLOW_SECONDS, work / workers)
+    print(f"\n[ordered] {n} items sleeping {FAST_SECONDS * 1e3:.0f} ms, item {SLOW_INDEX} "
+          f"sleeping {SLOW_SECONDS:.1f} s, {workers} workers; ideal {ideal:.2f} s "
+          f"(max(slow item, all work / workers)); best of {cfg.rounds} rounds")
+    flush()
+    items = list(range(n))
+    with multiprocessing.Pool(workers) as pool, Naps(workers) as ordered, \
+            NapsUnordered(workers) as unordered:
+        got = take_turns([
+            Contender("Pool.imap(chunksize=1)", lambda: len(list(pool.imap(nap, items))),
+                      expect(n)),
+            Contender("OrderedRunner", lambda: ordered(items), expect(n)),
+            Contender("UnorderedRunner (no order to keep)", lambda: unordered(items), expect(n)),
+        ], cfg.rounds, warmup=False)
+    print_rows("  one slow item among fast ones", got, "Pool.imap(chunksize=1)", n, "items")
+    for name, res in got.items():
+        print(f"    {name:<40} {res.best:.3f} s = {res.best / ideal:.2f}x the ideal")
+    return [goal("OrderedRunner vs Pool.imap", got["Pool.imap(chunksize=1)"].best
+                 / got["OrderedRunner"].best, 1.0)]
+
+
+class Config:
+    def __init__(self, args):
+        self.cpus = available_cpus()
+        quick = args.quick
+        self.rounds = args.rounds or (3 if quick else 5)
+        self.n_arrays = 40 if quick else 200
+        self.cpu_items_per_worker = 250 if quick else 500
+        self.n_tiny = 200_000 if quick else 400_000
+        self.latency_calls = 200 if quick else 1000
+        self.naps_per_worker = 200
+
+
+SECTIONS = {
+    "arrays": section_arrays,
+    "cpu": lambda cfg: section_items(cfg, "cpu"),
+    "tiny": lambda cfg: section_items(cfg, "tiny"),
+    "latency": section_latency,
+    "startup": section_startup,
+    "ordered": section_ordered,
+}
 
 
 def main():
-    print("easycore-parallel benchmark")
-    print(f"  Python {platform.python_version()} on {platform.system()}, "
-          f"{multiprocessing.cpu_count()} CPUs, {WORKERS} workers, "
-          f"start method {multiprocessing.get_start_method()}; best of "
-          f"{REPEAT_TINY} (tiny) / {REPEAT_BIG} (arrays) runs")
+    args = parse_args(__doc__)
+    cfg = Config(args)
+    wanted = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = set(wanted) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; known: {sorted(SECTIONS)}")
+    calibrate()
+    print("easycore-parallel runners vs multiprocessing.Pool"
+          f"{' (--quick)' if args.quick else ''}")
+    print(f"  {machine_line()}")
+    print("  ratios: the peer's best time over the contender's (above 1.00x: faster than the "
+          "peer); 'per round': the range of the same ratio round by round; 'spread': worst "
+          "round over best")
     start = time.perf_counter()
-    print_table(f"{N_TINY:,} tiny items (x*x, summed)", "items", N_TINY, tiny_contenders())
-    print_table(f"{N_ARRAYS} NumPy arrays of {ARRAY_ELEMS * 8 >> 20} MB returned by workers",
-                "arrays", N_ARRAYS, big_contenders(), nbytes=ARRAY_ELEMS * 8)
-    print(f"\n(vs Pool: throughput relative to Pool.imap in this run; "
-          f"total {time.perf_counter() - start:.0f} s)")
+    goals = []
+    for name in wanted:
+        goals += SECTIONS[name](cfg)
+    print("\nGoals (this run):")
+    for line in goals:
+        print(line)
+    print(f"\n(total {time.perf_counter() - start:.0f} s)")
     return 0
 
 

@@ -28,7 +28,7 @@ class AdaptiveChunker:
 
     def __init__(
         self,
-        target_seconds: float = 0.004,
+        target_seconds: float = 0.008,
         target_bytes: int = 4 << 20,
         max_items: int = 8192,
         growth: float = 8.0,
@@ -46,6 +46,7 @@ class AdaptiveChunker:
         self.target_bytes = target_bytes
         self.max_items = max_items
         self.growth = growth
+        self.outlier = 3.0  # one chunk moves the average by at most (1 + 3) / 2 = 2x
         self._size = 1  # start small: the first items also probe how costly an item is
         self._secs_per_item: Optional[float] = None
         self._bytes_per_item: Optional[float] = None
@@ -72,6 +73,11 @@ class AdaptiveChunker:
             return
         secs = max(seconds / n_items, 1e-9)
         nb = max(nbytes / n_items, 1.0)
+        if self._secs_per_item is not None:
+            # A worker that was descheduled (more workers than cores, a noisy
+            # neighbour) reports a chunk many times too slow; alone it must not
+            # shrink chunks to one item, which makes everything slower still.
+            secs = min(secs, self.outlier * self._secs_per_item)
         # An exponential average: single chunks are noisy (GIL switches, page
         # faults on the first big array), the trend is what matters.
         if self._secs_per_item is None or self._bytes_per_item is None:

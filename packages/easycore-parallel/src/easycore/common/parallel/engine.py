@@ -87,7 +87,8 @@ class JobSink:
 class _Chunk:
     """A chunk in flight (caller side)."""
 
-    __slots__ = ("job", "seq", "first", "items", "n", "payload", "worker", "sent_at", "cost")
+    __slots__ = ("job", "seq", "first", "items", "n", "payload", "worker", "sent_at", "cost",
+                 "in_bytes")
 
     def __init__(self, job: Job, seq: int, first: int, items: Optional[List[Any]], n: int) -> None:
         self.job = job
@@ -99,6 +100,7 @@ class _Chunk:
         self.worker = -1
         self.sent_at = 0.0
         self.cost = 0  # bytes counted against the job's reorder buffer
+        self.in_bytes = 0  # bytes the items moved (a worker sees only the pipe's share)
 
 
 class Job:
@@ -545,7 +547,7 @@ class Engine:
         forget, w.forget = tuple(w.forget), []
         transport = self.transport
         try:
-            payload, _ = transport.encode_items(slot, items)
+            payload, chunk.in_bytes = transport.encode_items(slot, items)
         except Exception as exc:
             self._unreserve(slot, job)
             job.seq -= 1
@@ -622,7 +624,9 @@ class Engine:
                 return
             job.outstanding -= 1
             self.transport.item_payload_done(slot, chunk.payload)
-            job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes)
+            # Items that travelled in shared memory count too, or chunks of big
+            # inputs grow unbounded (every size a new segment size).
+            job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
             try:
                 results = self.transport.decode_results(slot, msg.results)
             except Exception as exc:
@@ -686,10 +690,14 @@ class Engine:
             except ChannelBroken:
                 pass
         if not any(x.fifo for x in self._workers):
-            try:
-                self.transport.idle()
-            except Exception:
-                pass
+            # Between jobs only: a job whose input is slower than its workers
+            # empties the queues after every chunk, and giving its segments
+            # back each time made every chunk create a new one.
+            if not self._jobs:
+                try:
+                    self.transport.idle()
+                except Exception:
+                    pass
             if self._on_idle is not None:
                 self._on_idle()
 

@@ -224,6 +224,7 @@ class SharedMemoryTransport(Transport):
         self._returned: deque = deque()  # weakrefs of result views that died
         self._watch: Dict[int, Tuple[Any, str]] = {}  # id(weakref) -> (weakref, name)
         self._cfg_segment: Optional[str] = None
+        self._big_results: set = set()  # workers whose results came in a segment
         # worker side
         self._index = -1
         self._maps: Dict[str, Any] = {}  # name -> mapping
@@ -402,6 +403,7 @@ class SharedMemoryTransport(Transport):
         if not isinstance(payload, _Packed):
             return pickle.loads(payload)
         name, size = payload[1], payload[2]
+        self._big_results.add(worker)
         seg = self._segs.get(name)
         if seg is None:  # made by the worker: now the caller's
             seg = self._segs[name] = _Segment(name, size, None, worker, "results")
@@ -471,7 +473,9 @@ class SharedMemoryTransport(Transport):
         unmap = self._unmap.pop(worker, None)
         grants = None
         granted = self._granted.setdefault(worker, [])
-        free = self._free.get(worker)
+        # Only to a worker whose results use segments: grants given to one
+        # that returns small results sit unused while its inputs need segments.
+        free = self._free.get(worker) if worker in self._big_results else None
         while free and len(granted) < self.grants_per_worker:
             seg = max(free, key=lambda s: s.size)
             free.remove(seg)
@@ -535,6 +539,7 @@ class SharedMemoryTransport(Transport):
         self._unmap.pop(worker, None)
         self._granted.pop(worker, None)
         self._revoke.discard(worker)
+        self._big_results.discard(worker)
 
     def cleanup(self) -> None:
         if not self.available:
