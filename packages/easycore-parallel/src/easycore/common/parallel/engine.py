@@ -274,6 +274,12 @@ class Engine:
         self.backend = backend
         self.transport = backend.transport
         self.credits = max(1, int(credits))
+        grants = getattr(self.transport, "grants_per_worker", None)
+        if isinstance(grants, int) and grants <= self.credits:
+            # A worker runs up to ``credits`` chunks ahead of the grants it was
+            # sent: with fewer free segments granted, every other result made
+            # a new segment (page faults and all) instead of reusing one.
+            self.transport.grants_per_worker = self.credits + 1
         self.fail_fast = fail_fast
         self.max_deaths = max_deaths
         self.maxtasksperchild = maxtasksperchild
