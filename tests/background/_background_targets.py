@@ -70,7 +70,10 @@ def wait_for(go: str, started: str = "", value=None, limit: float = 60.0):
     """Say we started (``started`` file), wait until ``go`` exists; return ``value``
     (or the pid). Never forever: a test that failed must not hold its workers."""
     if started:
-        Path(started).write_text(str(os.getpid()))
+        # Atomically: the test reads the pid as soon as the file exists.
+        tmp = f"{started}.{os.getpid()}.tmp"
+        Path(tmp).write_text(str(os.getpid()))
+        os.replace(tmp, started)
     deadline = time.monotonic() + limit
     while not os.path.exists(go) and time.monotonic() < deadline:
         time.sleep(0.01)
