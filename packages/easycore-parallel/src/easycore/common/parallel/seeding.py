@@ -4,7 +4,7 @@ Augmentation code run by N workers must not produce N identical batches, yet
 that is what forked workers do by default: each child inherits its parent's
 NumPy and torch generator states (CPython reseeds only ``random`` after a
 fork), so N workers draw N copies of one stream.
-[`RandomStreams`][easycore.common.parallel.seeding.RandomStreams] fixes that
+`RandomStreams` fixes that
 for the generators code uses without asking: Python's ``random``, NumPy's
 legacy global ``np.random`` (if NumPy is importable) and, in easycore-torch's
 subclass, torch's default generators.

@@ -1,6 +1,6 @@
 """A back-end whose workers form one ``torch.distributed`` process group.
 
-[`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend]
+`GroupBackend`
 wraps one of easycore-parallel's back-ends (local processes, or Ray actors)
 whose workers run a `RankProgram` (`rank_worker`); rank ``r`` is worker
 ``r``, on ``devices[r]``. Only ``start`` differs from the inner back-end's:

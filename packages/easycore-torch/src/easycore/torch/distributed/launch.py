@@ -4,7 +4,7 @@ The ranks are easycore's own workers: local processes (``launcher="process"``)
 or Ray actors (``launcher="ray"``), built from a
 [`BackendSpec`][easycore.common.parallel.BackendSpec] with torch's device
 policy, formed into one process group by a
-[`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend], and
+`GroupBackend`, and
 driven by a fail-fast [`Engine`][easycore.common.parallel.engine.Engine]:
 one job whose item k (a `Call`) runs on rank k. Everything is started and
 stopped within the call: nothing outlives it, and a failing rank ends it at

@@ -159,7 +159,7 @@ class DistributedRunner(OrderedRunner):
         """The runner's back-end (local processes or Ray actors), its workers a group.
 
         Returns:
-            Backend: a [`GroupBackend`][easycore.torch.distributed.group_backend.GroupBackend].
+            Backend: a `GroupBackend`.
         """
         inner = super().make_backend()
         return GroupBackend(

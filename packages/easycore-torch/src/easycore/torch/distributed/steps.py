@@ -1,6 +1,6 @@
 """The caller's side of the steps: run one on each of some ranks, wait, report failures.
 
-[`run_steps`][easycore.torch.distributed.steps.run_steps] submits one job to
+`run_steps` submits one job to
 an [`Engine`][easycore.common.parallel.engine.Engine] whose item k runs on
 rank ``ranks[k]`` (the engine's ``targets``), pumps the engine until every
 rank answered, and fails fast:

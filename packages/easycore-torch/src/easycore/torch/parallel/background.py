@@ -44,7 +44,7 @@ __all__ = ["BackgroundTask", "JobQueue", "TorchRandomStreams", "pin_memory"]
 
 
 class TorchRandomStreams(RandomStreams):
-    """[`RandomStreams`][easycore.common.parallel.seeding.RandomStreams] plus torch's generators."""
+    """`RandomStreams` plus torch's generators."""
 
     def seed_all(self, key: bytes, first: bool) -> None:
         super().seed_all(key, first)
