@@ -590,8 +590,8 @@ class Engine:
             self._check_timeouts()
             with self._lock:
                 self._dispatch()
-                if events and not any(w.fifo for w in self._workers):
-                    # The last results were delivered while the delivering frames
+                if events and not self._jobs and not any(w.fifo for w in self._workers):
+                    # (Not while a job runs: see _after_chunk.) The last results were delivered while the delivering frames
                     # still held them: only now can segments their consumer dropped
                     # count as free, and an idle runner give them back.
                     try:
