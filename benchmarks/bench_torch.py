@@ -537,7 +537,7 @@ class Config:
         quick = args.quick
         self.rounds = args.rounds or (3 if quick else 5)
         self.gpu_on_cpu = args.gpu_on_cpu
-        self.n_tensors = 60 if quick else 150
+        self.n_tensors = 100 if quick else 200
         self.n_tutorial = 100_000 if quick else 400_000
         if args.gpu_on_cpu:
             self.side, self.raw = 64, (3, 96, 128)

@@ -590,8 +590,8 @@ class Engine:
             self._check_timeouts()
             with self._lock:
                 self._dispatch()
-                if events and not any(w.fifo for w in self._workers):
-                    # The last results were delivered while the delivering frames
+                if events and not self._jobs and not any(w.fifo for w in self._workers):
+                    # (Not while a job runs: see _after_chunk.) The last results were delivered while the delivering frames
                     # still held them: only now can segments their consumer dropped
                     # count as free, and an idle runner give them back.
                     try:
@@ -600,6 +600,12 @@ class Engine:
                         pass
 
     def _handle(self, slot: int, message: Any) -> None:
+        feedback = getattr(message, "feedback", None)
+        if feedback is not None:
+            # Under the lock: another thread may be encoding items (a pool's
+            # lazy input is fed by its reader), and both change segment lists.
+            with self._lock:
+                self.transport.on_worker_feedback(slot, feedback)
         kind = type(message)
         if kind is ChunkDone:
             self._on_chunk(slot, message)
@@ -621,15 +627,16 @@ class Engine:
             w.items_done += msg.n_items
             self._busy[slot] += msg.seconds
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
+            # No item_payload_done here: the worker releases an input segment
+            # when its last view dies (in this message's feedback, or later if
+            # the function kept an input), and only then may it be reused.
             if job is None or job.done or chunk is None:
                 if chunk is not None:
                     chunk.job.outstanding -= 1
-                    self.transport.item_payload_done(slot, chunk.payload)
                 self.transport.discard(slot, msg.results)
                 self._after_chunk(w)
                 return
             job.outstanding -= 1
-            self.transport.item_payload_done(slot, chunk.payload)
             # Items that travelled in shared memory count too, or chunks of big
             # inputs grow unbounded (every size a new segment size).
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
@@ -720,8 +727,7 @@ class Engine:
             chunk = _pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
             if chunk is not None:
-                chunk.job.outstanding -= 1
-                self.transport.item_payload_done(slot, chunk.payload)
+                chunk.job.outstanding -= 1  # its inputs: released by the worker, as above
             self._after_chunk(w)
             if job is not None and not job.done:
                 self._fail(job, err)

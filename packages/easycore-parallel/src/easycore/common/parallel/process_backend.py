@@ -426,9 +426,8 @@ class ProcessBackend(Backend):
                 h.ended = True
             elif isinstance(message, WorkerFailed) and message.job is None:
                 h.failed = True
-            feedback = getattr(message, "feedback", None)
-            if feedback is not None:
-                self.transport.on_worker_feedback(h.slot, feedback)
+            # The feedback inside (segments released) is the engine's to apply,
+            # under its lock; after stop() the transport is cleaned up anyway.
             out.append((h.slot, message))
 
     def _reap(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
