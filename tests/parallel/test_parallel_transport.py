@@ -305,3 +305,39 @@ def test_an_idle_runner_keeps_little_shared_memory(method, direction, no_leaks):
             # idle now: at most what the transport keeps for speed, per worker
             held = _held_bytes(ours)
             assert held <= SharedMemoryTransport.idle_keep_bytes * workers, (held, ours)
+
+
+class KeepsInputs(UnorderedRunner):
+    """A producer that keeps every input it got (a cache, a batch being built)."""
+
+    @staticmethod
+    def producer_init(device, cfg):
+        cfg.kept = []
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        cfg.kept.append(data)
+        # how many of the inputs kept so far no longer hold what they held
+        return sum(int(a[0]) != k or int(a[-1]) != k for k, a in cfg.kept)
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.bad = 0
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.bad = max(cfg.bad, data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.bad
+
+
+@pytest.mark.parametrize("source", ["list", "generator"])
+def test_an_input_a_worker_keeps_is_never_reused_under_it(no_leaks, source):
+    # A segment may be written again only after the worker let go of every
+    # array viewing it, not when its chunk came back.
+    items = [(k, np.full(1 << 17, float(k))) for k in range(30)]  # 1 MiB each
+    with KeepsInputs(1) as runner:
+        data = items if source == "list" else (item for item in items)
+        assert runner(data) == 0

@@ -591,9 +591,10 @@ class Engine:
             with self._lock:
                 self._dispatch()
                 if events and not self._jobs and not any(w.fifo for w in self._workers):
-                    # (Not while a job runs: see _after_chunk.) The last results were delivered while the delivering frames
-                    # still held them: only now can segments their consumer dropped
-                    # count as free, and an idle runner give them back.
+                    # (Not while a job runs: see _after_chunk.) The last results
+                    # were delivered while the delivering frames still held them:
+                    # only now can segments their consumer dropped count as free,
+                    # and an idle runner give them back.
                     try:
                         self.transport.idle()
                     except Exception:
