@@ -73,7 +73,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="50 MB, 3 repeats")
     args = parser.parse_args()
+    if args.quick:
+        args.size_mb, args.repeat = min(args.size_mb, 50), min(args.repeat, 3)
 
     scratch = tempfile.mkdtemp(prefix="bench_path_")
     os.environ["EASYCORE_CACHE"] = os.path.join(scratch, "cache")
