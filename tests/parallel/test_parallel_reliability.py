@@ -212,6 +212,61 @@ def test_close_timeout_bounds_the_whole_close(how, no_leaks):
     runner.close()  # idempotent once closed
 
 
+
+# --- 11 (sibling): SIGTERM ends a worker whatever it is receiving or sending ------
+def _slowly_made(folder):
+    """Unpickled in the worker (an item): marks that it started, then takes long."""
+    open(os.path.join(folder, "started"), "w").close()
+    time.sleep(60)
+    return 0
+
+
+class _SlowToReceive:
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __reduce__(self):
+        return _slowly_made, (self.folder,)
+
+
+class _SlowToSend:
+    """Pickled in the worker (a result): marks that it started, then takes long."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __reduce__(self):
+        _slowly_made(self.folder)
+        return int, ()
+
+
+def _identity(x):
+    return x
+
+
+def _slow_result(folder):
+    return _SlowToSend(folder)
+
+
+@pytest.mark.parametrize("when", ["receiving an item", "sending a result"])
+def test_sigterm_ends_a_worker_busy_in_the_transport(when, tmp_path, no_leaks):
+    # The worker's SIGTERM handler raises; an error handler around unpickling
+    # items or pickling results once swallowed it as an item's error, so the
+    # worker went on waiting for work until the SIGKILL after the grace period.
+    from easycore.common.parallel import Pool
+
+    pool = Pool(1)
+    folder = str(tmp_path)
+    if when == "receiving an item":
+        pool.apply_async(_identity, (_SlowToReceive(folder),))
+    else:
+        pool.apply_async(_slow_result, (folder,))
+    assert _wait_for(lambda: os.path.exists(os.path.join(folder, "started")), 60)
+    handles = list(pool._backend._handles)
+    pool.terminate()
+    assert [h.process.exitcode for h in handles] == [0], "killed, not ended by SIGTERM"
+
+
 # --- 13: close() from another thread ends a running call ------------------------
 class Marks(UnorderedRunner):
     """Each item (folder, seconds) leaves a file in ``folder`` and sleeps."""

@@ -116,6 +116,21 @@ def test_exiting_without_close_does_not_hang_or_leak():
     assert "leaked" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+
+@pytest.mark.parametrize("how", ["end", "raise"])
+@pytest.mark.parametrize("kind", ["pool", "background", "jobqueue"])
+def test_exiting_with_a_stream_left_open_does_not_hang_or_leak(kind, how):
+    # Their coordinator threads are daemons: frozen at interpreter shutdown,
+    # perhaps holding the engine's locks, which a close from __del__ then needs.
+    proc = run_script("forgotten_streams.py", kind, how, timeout=30)
+    assert proc.returncode == (0 if how == "end" else 1), proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert wait_gone(info["pids"], 10) == []
+    assert shm_named(info["prefix"]) == []
+    assert "leaked" not in proc.stderr
+    if how == "raise":
+        assert "RuntimeError: the script failed" in proc.stderr
+
 # --- the parent dies -------------------------------------------------------------
 @pytest.mark.parametrize(
     "method, mode",

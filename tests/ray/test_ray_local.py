@@ -6,6 +6,8 @@ The Ray instance is shared by the whole module; runners never shut it down.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 import types
@@ -134,6 +136,44 @@ def test_more_devices_than_the_cluster_holds_is_an_error_not_a_wait():
         Runner(devices=["cuda:0", "cuda:1"], backend="ray")
     assert time.monotonic() - start < 30
 
+
+
+def _children_named(name: str) -> list:
+    """Pids of this process's children whose command name starts with ``name``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == os.getpid() and comm.startswith(name):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the GCS through /proc")
+def test_a_gcs_that_does_not_answer_is_an_error_not_a_hang(monkeypatch):
+    # Ray's state queries wait in C++ without a deadline, where no signal (not
+    # even pytest's timeout) reaches them: a stopped GCS once hung the caller.
+    from easycore.common.parallel.ray_backend import RayBackend
+
+    gcs = _children_named("gcs_server")
+    assert len(gcs) == 1, "the test's Ray should have one GCS, started by this process"
+    monkeypatch.setattr(RayBackend, "resources_timeout", 1.0)
+    os.kill(gcs[0], signal.SIGSTOP)
+    try:
+        with pytest.raises(ParallelError, match=r"did not answer ray.cluster_resources\(\)"):
+            Runner(devices=1, backend="ray")
+    finally:
+        os.kill(gcs[0], signal.SIGCONT)
+    monkeypatch.undo()
+    with Runner(devices=1, backend="ray") as runner:  # the session is fine again
+        assert runner(range(3)) == 5
 
 def test_options_are_checked():
     with pytest.raises(TypeError):

@@ -129,7 +129,8 @@ class Stager:
             except queue.Empty:
                 break
         self._queue.put(None)
-        if self._thread is not threading.current_thread():
+        # At interpreter shutdown a daemon thread is frozen, never to end.
+        if self._thread is not threading.current_thread() and not sys.is_finalizing():
             self._thread.join(timeout)
 
 
@@ -475,6 +476,12 @@ class BackgroundTask:
         # Not in a forked child that inherited this object as garbage: closing
         # there would kill the parent's workers and unlink its shared memory.
         if getattr(self, "_owner_pid", None) != os.getpid():
+            return
+        # At interpreter shutdown the daemon threads (the pool's coordinator,
+        # a pinning thread) may have been frozen holding locks that closing
+        # takes, or be joined forever: the back-end's exit handler has already
+        # stopped the workers and removed their shared memory.
+        if sys.is_finalizing():
             return
         try:
             self.close()

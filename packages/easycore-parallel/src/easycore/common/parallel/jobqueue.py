@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -314,6 +315,12 @@ class JobQueue:
         # Not in a forked child that inherited this object as garbage: closing
         # there would kill the parent's workers and unlink its shared memory.
         if getattr(self, "_owner_pid", None) != os.getpid():
+            return
+        # At interpreter shutdown the daemon threads (the pool's coordinator,
+        # a pinning thread) may have been frozen holding locks that closing
+        # takes, or be joined forever: the back-end's exit handler has already
+        # stopped the workers and removed their shared memory.
+        if sys.is_finalizing():
             return
         try:
             self.close()

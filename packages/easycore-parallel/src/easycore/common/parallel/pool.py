@@ -801,6 +801,11 @@ class Pool:
             return
         self._state = "TERMINATED"
         self._stop.set()
+        if sys.is_finalizing():
+            # The coordinator (a daemon thread) may have been frozen holding the
+            # engine's locks: aborting, or joining it, would hang the exit. The
+            # back-end's exit handler has already stopped the workers.
+            return
         self._engine.abort()
         if threading.current_thread() is not self._coordinator:
             self._coordinator.join(5.0)
@@ -830,10 +835,8 @@ class Pool:
         # worker of another pool) may collect its copy: its workers are not ours.
         if getattr(self, "_owner", None) != os.getpid():
             return
-        # At interpreter shutdown the coordinator (a daemon thread) may have
-        # been frozen holding the engine's locks: terminating would hang. The
-        # back-end's exit handler has already stopped the workers then.
-        if getattr(self, "_state", "TERMINATED") != "TERMINATED" and not sys.is_finalizing():
+        # (At interpreter shutdown terminate() only marks the pool: see there.)
+        if getattr(self, "_state", "TERMINATED") != "TERMINATED":
             try:
                 self.terminate()
             except Exception:

@@ -264,6 +264,36 @@ def _release_ray(ray: Any) -> None:
             _session.update(job=None, users=0)
 
 
+def _bounded(ask: Any, timeout: float, what: str) -> Any:
+    """``ask()``, or a ``ParallelError`` when it has not answered in ``timeout`` s.
+
+    Ray's state queries wait without a deadline in C++ (where no signal
+    reaches them) for a GCS that may never answer; the waiting thread is a
+    daemon left behind.
+    """
+    box: Dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = ask()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="easycore-ray-query", daemon=True).start()
+    if not done.wait(timeout):
+        raise ParallelError(
+            f"Ray's GCS did not answer {what} within {timeout:g} s: the Ray session is not "
+            f"healthy (see its logs, under the session folder, by default "
+            f"/tmp/ray/session_latest/logs); no actor was started"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class RayBackend(Backend):
     """Runs each device's worker in a Ray actor."""
 
@@ -271,6 +301,8 @@ class RayBackend(Backend):
     wakeup_interval = 0.05
     #: seconds to wait for killed actors to be gone
     kill_timeout = 5.0
+    #: seconds to wait for Ray's GCS to say what the cluster has
+    resources_timeout = 30.0
 
     def __init__(
         self, spec: BackendSpec, address: Optional[str] = None,
@@ -359,7 +391,8 @@ class RayBackend(Backend):
         self._changed.set()
 
     def _check_resources(self) -> None:
-        have = self._ray.cluster_resources()
+        have = _bounded(self._ray.cluster_resources, self.resources_timeout,
+                        "ray.cluster_resources()")
         cpus = gpus = 0.0
         for device in self.devices:
             c, g, _ = self._spec.policy.ray_resources(device)

@@ -415,6 +415,8 @@ def _start_watchdog(expected_ppid: int) -> None:
 def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callable) -> None:
     try:
         spec: WorkerSpec = pickle.loads(spec_bytes)
+    except Terminated:
+        raise  # SIGTERM: go now, whatever was being received or sent
     except BaseException as exc:
         post(WorkerFailed(None, None, _unpickling_report(exc)))
         return
@@ -430,6 +432,8 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
 
             progress = ProgressSlots(shm.open_existing(spec.progress, ProgressSlots.nbytes(
                 spec.slot + 1)))
+    except Terminated:
+        raise  # SIGTERM: go now, whatever was being received or sent
     except BaseException as exc:
         post(WorkerFailed(None, None, ErrorReport.capture("receiving cfg", exc)))
         return
@@ -453,6 +457,8 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             message = pickle.loads(data)
             if message.feedback is not None:
                 transport.on_feedback(message.feedback)
+        except Terminated:
+            raise  # SIGTERM: go now, whatever was being received or sent
         except BaseException as exc:
             post(WorkerFailed(None, None, ErrorReport.capture("receiving a message", exc)))
             continue
@@ -471,6 +477,8 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
                 continue
         try:
             items = transport.decode_items(message.items)
+        except Terminated:
+            raise  # SIGTERM: go now, whatever was being received or sent
         except BaseException as exc:
             report = ErrorReport.capture("receiving items", exc)
             post(WorkerFailed(message.job, message.seq, report))
@@ -487,6 +495,8 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
         del items  # input arrays free their segments now
         try:
             payload, nbytes = transport.encode_results(out)
+        except Terminated:
+            raise  # SIGTERM: go now, whatever was being received or sent
         except BaseException as exc:
             del out
             report = ErrorReport.capture("sending results", exc)
