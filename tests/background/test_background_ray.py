@@ -57,3 +57,16 @@ def test_job_queue_on_ray_is_fifo():
         assert q.get(timeout=WAIT) == "slow"
         assert q.get(timeout=WAIT) == "fast"
         assert q.get(timeout=WAIT).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_workers_are_not_forked_from_a_ray_driver():
+    # Ray's gRPC client does not survive a fork of the driver: after process
+    # workers were forked here, ray.cluster_resources() once waited forever.
+    from easycore.common.parallel import Pool
+
+    with Pool(1) as pool:
+        assert pool._backend._method != "fork"
+        assert pool.apply(abs, (-3,)) == 3
+    with BackgroundTask(identity, (4,), workers=1) as bg:  # the process back-end
+        assert bg.get(timeout=WAIT) == 4
+    assert ray.cluster_resources()["CPU"] == 2  # the driver still talks to its GCS

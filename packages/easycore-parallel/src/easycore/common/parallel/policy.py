@@ -22,6 +22,7 @@ is only a label: ``"cpu"``, ``"cpu:1"``) and each worker is one process.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from multiprocessing.context import BaseContext
 from typing import Any, Optional, Sequence, Tuple
 
@@ -97,9 +98,7 @@ class DevicePolicy:
             raise ValueError(f"unknown start_method {requested!r}; expected one of {_METHODS}")
         if requested is not None:
             return requested
-        return multiprocessing.get_start_method(allow_none=True) or (
-            multiprocessing.get_all_start_methods()[0]
-        )
+        return default_start_method()
 
     def mp_context(self, method: str) -> BaseContext:
         """The multiprocessing context for a start method.
@@ -133,3 +132,31 @@ class DevicePolicy:
             # Ray picks the GPU and makes it the only one the actor sees.
             return 1.0, 1.0, "cuda:0"
         return 1.0, 0.0, device
+
+
+def default_start_method() -> str:
+    """The start method when none is asked for: what ``set_start_method`` chose,
+    else the platform's default, but never ``fork`` while a Ray driver is up.
+
+    Ray's gRPC client does not survive a fork of its process: workers forked
+    from a Ray driver left its later calls to the GCS waiting forever. Then
+    ``forkserver`` (the default from Python 3.14) starts them instead; only an
+    explicit ``start_method="fork"`` on the runner or pool forks.
+
+    Returns:
+        str: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    # Not a sign the user chose: many libraries fix the default by asking for it.
+    method = multiprocessing.get_start_method(allow_none=True) or methods[0]
+    if method == "fork" and "forkserver" in methods and _ray_driver_is_up():
+        return "forkserver"
+    return method
+
+
+def _ray_driver_is_up() -> bool:
+    ray = sys.modules.get("ray")  # never imported here: only a caller's Ray counts
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return False

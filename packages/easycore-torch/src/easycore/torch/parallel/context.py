@@ -23,7 +23,7 @@ Two things in the caller's process do not survive ``fork``:
 
 Otherwise (CPU devices, one thread each) the start method is whatever the
 runner was given, else the platform's default, exactly as in
-``easycore.common.parallel``.
+``easycore.common.parallel`` (which avoids ``fork`` while a Ray driver is up).
 
 The context comes from ``torch.multiprocessing``, whose reducers are what
 pickles tensors in the arguments of a spawned worker (the runner's ``cfg``):
@@ -36,6 +36,8 @@ from multiprocessing.context import BaseContext
 from typing import Optional, Sequence
 
 import torch.multiprocessing as torch_mp
+
+from easycore.common.parallel.policy import default_start_method
 
 from .devices import is_cuda
 
@@ -83,8 +85,9 @@ def select_start_method(
         return requested
     if gpus or threaded:
         return "spawn"
-    # The platform's default (or what set_start_method chose), without fixing it.
-    return torch_mp.get_start_method(allow_none=True) or torch_mp.get_all_start_methods()[0]
+    # The platform's default (or what set_start_method chose), without fixing
+    # it; not fork while a Ray driver is up.
+    return default_start_method()
 
 
 def get_context(method: str) -> BaseContext:
