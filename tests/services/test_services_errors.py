@@ -213,6 +213,21 @@ def test_a_killed_owner_takes_its_service_along(no_leaks, services_dir):
         lookup("orphan", timeout=0)
 
 
+def _refuses_new_clients(handle) -> bool:
+    """Whether a new client of ``handle``'s service is turned away (it is closing).
+
+    A client let in waits behind the call in progress: its call times out.
+    """
+    probe = pickle.loads(pickle.dumps(handle))
+    try:
+        error = probe.call_async("echo", 0, timeout=0.05).exception(timeout=30)
+    except ServiceClosedError:  # turned away while connecting
+        return True
+    finally:
+        probe.close()
+    return isinstance(error, ServiceClosedError)
+
+
 def test_closing_while_another_client_calls(no_leaks, tmp_path):
     gate = tmp_path / "gate"
     owner = Service.start(Tool)
@@ -224,6 +239,10 @@ def test_closing_while_another_client_calls(no_leaks, tmp_path):
             pass  # until wait_for runs (the owner's echo then times out)
         closer = threading.Thread(target=owner.close)
         closer.start()
+        # Open the gate only once the service is closing (it then refuses new
+        # clients); opened earlier, the queued call may rightly run first.
+        while not _refuses_new_clients(owner):
+            pass
         gate.touch()
         assert running.result(timeout=30) == "opened"  # the call in progress finishes
         with pytest.raises(ServiceClosedError, match="closed by its owner"):

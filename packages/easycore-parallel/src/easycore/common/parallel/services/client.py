@@ -99,7 +99,10 @@ class ProcessChannel:
             reply = transport_class()
             reply.prepare()
             hello = (wire.HELLO, reply, wire.tracker_identity(), os.getpid())
-            self._conn.send_bytes(wire.dumps(hello))
+            try:
+                self._conn.send_bytes(wire.dumps(hello))
+            except OSError as exc:  # a closing service turns new clients away
+                raise self._gone(f"the connection closed ({type(exc).__name__})") from None
             _, request, _info = self._welcome()
         except BaseException:
             self._conn.close()
