@@ -28,6 +28,7 @@ import queue
 import signal
 import sys
 import threading
+from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = [
@@ -103,14 +104,22 @@ _launcher_queue: Optional[queue.SimpleQueue] = None
 
 def _launcher_main(requests: queue.SimpleQueue) -> None:
     while True:
-        fn, box, done = requests.get()
-        try:
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            done.set()
-        del fn, box, done
+        fn, future = requests.get()
+        run_into(future, fn)
+        del fn, future
+
+
+def run_into(future: Future, fn: Callable[[], Any]) -> None:
+    """Settle ``future`` with what ``fn()`` returns or raises (on the calling thread).
+
+    Args:
+        future (concurrent.futures.Future):
+        fn (callable):
+    """
+    try:
+        future.set_result(fn())
+    except BaseException as exc:
+        future.set_exception(exc)
 
 
 def _start_hiding_phantom_main(start: Callable[[], Any]) -> Any:
@@ -161,13 +170,9 @@ def start_process(start: Callable[[], Any]) -> Any:
                 name="easycore-launcher",
                 daemon=True,
             ).start()
-    box: Dict[str, Any] = {}
-    done = threading.Event()
-    _launcher_queue.put((lambda: _start_hiding_phantom_main(start), box, done))
-    done.wait()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    future: Future = Future()
+    _launcher_queue.put((lambda: _start_hiding_phantom_main(start), future))
+    return future.result()
 
 
 # ------------------------------------------------------------- descendants

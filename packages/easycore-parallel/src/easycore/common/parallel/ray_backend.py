@@ -52,6 +52,8 @@ import os
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import threads as _threads
@@ -64,6 +66,7 @@ from .backend import (
     check_options,
 )
 from .errors import ParallelError, WorkerDiedError, WorkerError
+from .lifeline import run_into
 from .protocol import ChunkDone, RunChunk, WorkerEnded, WorkerFailed, WorkerReady
 from .worker import Executor, HookFailed, WorkerContext
 
@@ -271,27 +274,16 @@ def _bounded(ask: Any, timeout: float, what: str) -> Any:
     reaches them) for a GCS that may never answer; the waiting thread is a
     daemon left behind.
     """
-    box: Dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = ask()
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="easycore-ray-query", daemon=True).start()
-    if not done.wait(timeout):
+    future: Future = Future()
+    threading.Thread(target=run_into, args=(future, ask), name="easycore-ray-query",
+                     daemon=True).start()
+    if not wait_futures([future], timeout).done:
         raise ParallelError(
             f"Ray's GCS did not answer {what} within {timeout:g} s: the Ray session is not "
             f"healthy (see its logs, under the session folder, by default "
             f"/tmp/ray/session_latest/logs); no actor was started"
         )
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return future.result()
 
 
 class RayBackend(Backend):
