@@ -172,6 +172,29 @@ def pool_factory(owner: Any, workers: Optional[int],
 
 
 # ------------------------------------------------------------------ streams
+def close_when_collected(owner: Any) -> None:
+    """What ``__del__`` of a ``BackgroundTask`` or ``JobQueue`` does: ``owner.close()``,
+    except where closing would do harm or hang.
+
+    Args:
+        owner: has ``close()`` and ``_owner_pid`` (the process that made it).
+    """
+    # Not in a forked child that inherited the object as garbage: closing
+    # there would kill the parent's workers and unlink its shared memory.
+    if getattr(owner, "_owner_pid", None) != os.getpid():
+        return
+    # At interpreter shutdown the daemon threads (the pool's coordinator, a
+    # pinning thread) may have been frozen holding locks that closing takes,
+    # or be joined forever: the back-end's exit handler has already stopped
+    # the workers and removed their shared memory.
+    if sys.is_finalizing():
+        return
+    try:
+        owner.close()
+    except Exception:
+        pass
+
+
 class _Replaced(Exception):
     """The stream a ``get`` waited on was replaced by ``reset``: wait on the new one."""
 
@@ -473,20 +496,7 @@ class BackgroundTask:
         self.close()
 
     def __del__(self) -> None:
-        # Not in a forked child that inherited this object as garbage: closing
-        # there would kill the parent's workers and unlink its shared memory.
-        if getattr(self, "_owner_pid", None) != os.getpid():
-            return
-        # At interpreter shutdown the daemon threads (the pool's coordinator,
-        # a pinning thread) may have been frozen holding locks that closing
-        # takes, or be joined forever: the back-end's exit handler has already
-        # stopped the workers and removed their shared memory.
-        if sys.is_finalizing():
-            return
-        try:
-            self.close()
-        except Exception:
-            pass
+        close_when_collected(self)
 
     # ---------------------------------------------------------- information
     @property

@@ -19,13 +19,12 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import queue
-import sys
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
-from .background import Stager, pool_factory
+from .background import Stager, close_when_collected, pool_factory
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
 from .pool import _MAP, Pool
@@ -312,20 +311,7 @@ class JobQueue:
         self.close()
 
     def __del__(self) -> None:
-        # Not in a forked child that inherited this object as garbage: closing
-        # there would kill the parent's workers and unlink its shared memory.
-        if getattr(self, "_owner_pid", None) != os.getpid():
-            return
-        # At interpreter shutdown the daemon threads (the pool's coordinator,
-        # a pinning thread) may have been frozen holding locks that closing
-        # takes, or be joined forever: the back-end's exit handler has already
-        # stopped the workers and removed their shared memory.
-        if sys.is_finalizing():
-            return
-        try:
-            self.close()
-        except Exception:
-            pass
+        close_when_collected(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"jobs={len(self)}"
