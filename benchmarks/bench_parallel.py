@@ -390,11 +390,16 @@ def section_latency(cfg):
         return run
 
     ok = expect(True)
-    with multiprocessing.Pool(workers) as pool, Square(workers) as runner:
+    # The consumer's cfg is a fresh copy per call: a large one must not cost per call.
+    table = {"table": {f"key{i}": i for i in range(10_000)}}
+    with multiprocessing.Pool(workers) as pool, Square(workers) as runner, \
+            Square(workers, cfg=table) as runner_big_cfg:
         got1 = take_turns([
             Contender("Pool.apply(square, (7,))", repeat(lambda: pool.apply(square, (7,)), e_one),
                       ok),
             Contender("runner([7])", repeat(lambda: runner(one), e_one), ok),
+            Contender("runner([7]), 10k-key dict in cfg",
+                      repeat(lambda: runner_big_cfg(one), e_one), ok),
         ], cfg.rounds)
         got10 = take_turns([
             Contender("sum(Pool.map(square, range(10)))",
@@ -403,11 +408,16 @@ def section_latency(cfg):
         ], cfg.rounds)
     print_rows("  1 item per call", got1, "Pool.apply(square, (7,))", calls, "call",
                per_call=True)
+    print_rows("  1 item per call: 10k-key dict in cfg vs an empty cfg",
+               {k: got1[k] for k in ("runner([7])", "runner([7]), 10k-key dict in cfg")},
+               "runner([7])", calls, "call", per_call=True)
     print_rows("  10 items per call", got10, "sum(Pool.map(square, range(10)))", calls, "call",
                per_call=True)
     return [
         goal("runner([x]) vs Pool.apply (speed)",
              got1["Pool.apply(square, (7,))"].best / got1["runner([7])"].best, 1.0),
+        goal("runner([x]) with a 10k-key cfg vs an empty cfg (time, at most 2x)",
+             got1["runner([7])"].best / got1["runner([7]), 10k-key dict in cfg"].best, 0.5),
         goal("runner(10 items) vs Pool.map (speed)",
              got10["sum(Pool.map(square, range(10)))"].best / got10["runner(range(10))"].best,
              1.0),

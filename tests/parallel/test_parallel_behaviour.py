@@ -83,6 +83,29 @@ def test_consumer_cfg_is_fresh_per_call_even_when_the_consumer_mutates_it(no_lea
         assert runner(range(4)) == 4  # not 7: last call's appends are gone
 
 
+class NestedCounting(UnorderedRunner):
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.deep.log.append(data)
+        cfg.deep.table[f"k{data}"] = -1
+        cfg["seen"] += 1
+
+    @staticmethod
+    def consumer_end(cfg):
+        return len(cfg.deep.log), cfg.seen, sum(cfg.deep.table.values())
+
+
+def test_nested_changes_of_a_large_cfg_never_reach_the_next_call(no_leaks):
+    # The per-call cfg is copied lazily (only what a call touches): changes
+    # deep inside it must still stay in that call.
+    table = {f"k{i}": 1 for i in range(10_000)}
+    cfg = CfgNode({"deep": {"log": [], "table": table}, "seen": 0})
+    with NestedCounting(2, cfg=cfg) as runner:
+        assert runner(range(3)) == (3, 3, 10_000 - 2 * 3)
+        assert runner(range(4)) == (4, 4, 10_000 - 2 * 4)
+    assert cfg.deep.log == [] and cfg.seen == 0 and sum(cfg.deep.table.values()) == 10_000
+
+
 class Counting(UnorderedRunner):
     @staticmethod
     def consumer_work(cfg, data):

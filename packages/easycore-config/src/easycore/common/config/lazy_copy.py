@@ -1,0 +1,263 @@
+"""`lazy_copy`: a copy of a config tree that costs nothing until it is used.
+
+A runner hands each call a fresh copy of its `cfg`, so that what one call's
+consumer changes never reaches the next call or the caller's tree. A deep copy
+of a large tree (a 10,000-key lookup table) costs tens of milliseconds per
+call; most calls read a few keys and write a counter. `lazy_copy` gives the
+same isolation at the cost of what a call touches:
+
+* the copy's own dict holds the source's keys, sharing their values;
+* values that cannot change (numbers, strings, tuples of them ...) stay shared;
+* any other value — a nested node, a list, an object — is copied the first
+  time the copy hands it out (attribute or item access, `get`, `items`,
+  `values`, `pop` ...); a nested node is itself copied lazily, so reading one
+  key of a 10,000-key sub-tree copies one dict level, in C.
+
+Operations that walk the whole tree (`freeze`, `merge`, `merge_from_list`,
+`dict()`, `str()`) first copy the parts they walk. The source is never changed
+through a lazy copy. The one rule for the caller: the *source* must not change
+while a lazy copy of it is in use (an untouched part would show the change),
+which holds for a runner's private snapshot of its cfg.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Optional, Tuple, Type
+
+from .node import CfgNode, _deepcopy, _rebuild
+
+__all__ = ["lazy_copy"]
+
+# Values of these types never change, so a copy may share them.
+_IMMUTABLE = frozenset({int, float, str, bool, type(None), bytes, complex, range})
+
+#: Per source node (by id, holding the node so the id stays its own): the keys
+#: whose values must be copied before they are handed out.
+TemplateCache = Dict[int, Tuple[CfgNode, FrozenSet[str]]]
+
+
+def _shareable(value: Any) -> bool:
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return True
+    if kind is tuple or kind is frozenset:
+        return all(_shareable(item) for item in value)
+    return False
+
+
+def _unshared_keys(source: CfgNode, cache: TemplateCache) -> FrozenSet[str]:
+    hit = cache.get(id(source))
+    if hit is not None and hit[0] is source:
+        return hit[1]
+    keys = frozenset(k for k, v in dict.items(source) if not _shareable(v))
+    cache[id(source)] = (source, keys)
+    return keys
+
+
+if TYPE_CHECKING:  # the mixin is only ever used in front of a CfgNode class
+    _MixinBase = CfgNode
+else:
+    _MixinBase = object
+
+
+class _LazyCopyMixin(_MixinBase):
+    """Methods of a lazy copy; mixed in front of the source's own class."""
+
+    __slots__ = ()
+    _lazy_unshared: set[str]
+    _lazy_cache: TemplateCache
+    _lazy_base: Type[CfgNode]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # An empty copy made by a CfgNode method (`type(self)()`) shares nothing.
+        object.__setattr__(self, "_lazy_unshared", set())
+        object.__setattr__(self, "_lazy_cache", {})
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------ copying on first use
+    def _lazy_take(self, key: str) -> Any:
+        """Replace the shared value of `key` by this copy's own, and return it."""
+        value = dict.__getitem__(self, key)
+        if isinstance(value, CfgNode):
+            own: Any = _make(value, self._lazy_cache)
+        else:
+            own = _deepcopy(value)
+        self._store(key, own)  # also forgets `key` as unshared
+        return own
+
+    def _lazy_take_all(self, deep: bool = False) -> None:
+        for key in list(self._lazy_unshared):
+            self._lazy_take(key)
+        if deep:
+            for value in dict.values(self):
+                if isinstance(value, _LazyCopyMixin):
+                    value._lazy_take_all(deep=True)
+
+    def _lazy_take_nodes(self) -> None:
+        """Own every nested node of this level (what tree walks descend into)."""
+        for key in list(self._lazy_unshared):
+            if isinstance(dict.__getitem__(self, key), CfgNode):
+                self._lazy_take(key)
+
+    # --------------------------------------------------- reads hand out own
+    def __getattr__(self, name: str) -> Any:
+        # Reached for keys left out of the attribute mirror until first use
+        # (dunder keys are items only, as in every CfgNode).
+        if name in self._lazy_unshared and name[:2] != "__":
+            return self._lazy_take(name)
+        return super().__getattr__(name)
+
+    def __getitem__(self, key: Any) -> Any:
+        if key in self._lazy_unshared:
+            return self._lazy_take(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key in self._lazy_unshared:
+            return self._lazy_take(key)
+        return dict.get(self, key, default)
+
+    def __iter__(self) -> Any:
+        # Defined so that dict(copy), {**copy} and dict.update(copy) go through
+        # keys() and __getitem__ (CPython's fast path reads the storage directly).
+        return dict.__iter__(self)
+
+    def items(self) -> Any:
+        self._lazy_take_all()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._lazy_take_all()
+        return dict.values(self)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self._lazy_unshared:
+            self._lazy_take(key)
+        return super().pop(key, *default)
+
+    def popitem(self) -> Any:
+        self._lazy_take_all()
+        return super().popitem()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self._lazy_unshared:
+            return self._lazy_take(key)
+        return super().setdefault(key, default)
+
+    # ------------------------------------------- writes forget the sharing
+    def _store(self, key: str, value: Any) -> None:
+        self._lazy_unshared.discard(key)
+        super()._store(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._lazy_unshared.discard(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self._lazy_unshared.clear()
+
+    # ------------------------------------- tree walks own what they walk
+    def freeze(self, frozen: bool = True) -> None:
+        self._lazy_take_nodes()
+        super().freeze(frozen)
+
+    def _plan_merge(self, cfg: Any, plan: Any) -> None:
+        self._lazy_take_nodes()
+        super()._plan_merge(cfg, plan)
+
+    def _walk_to_parent(self, dotted: str, allow_new: bool) -> Any:
+        node: Any = self
+        for part in dotted.split(".")[:-1]:
+            if isinstance(node, _LazyCopyMixin) and part in node._lazy_unshared:
+                node._lazy_take(part)
+            node = dict.get(node, part)
+            if not isinstance(node, CfgNode):
+                break
+        return super()._walk_to_parent(dotted, allow_new)
+
+    def dict(self) -> Dict[str, Any]:
+        self._lazy_take_all(deep=True)
+        return super().dict()
+
+    # ------------------------------------ copies and pickles are plain nodes
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (self._lazy_base, dict(self), self._frozen, self._key_path))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> CfgNode:  # type: ignore[override]
+        new = self._lazy_base()
+        memo[id(self)] = new
+        object.__setattr__(new, "_key_path", self._key_path)
+        for key, value in dict.items(self):
+            new._set(key, _deepcopy(value, memo))
+        object.__setattr__(new, "_frozen", self._frozen)
+        return new
+
+
+_CLASSES: Dict[Type[CfgNode], Type[CfgNode]] = {}
+
+
+def _lazy_class(base: Type[CfgNode]) -> Type[CfgNode]:
+    """The lazy-copy class for `base` (same name, so reprs and errors read the same)."""
+    cls = _CLASSES.get(base)
+    if cls is None:
+        namespace = {
+            "__slots__": ("_lazy_unshared", "_lazy_cache"),
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "_lazy_base": base,
+        }
+        cls = type(base.__name__, (_LazyCopyMixin, base), namespace)
+        _CLASSES[base] = cls
+    return cls
+
+
+def _make(source: CfgNode, cache: TemplateCache) -> CfgNode:
+    base = source._lazy_base if isinstance(source, _LazyCopyMixin) else type(source)
+    if isinstance(source, _LazyCopyMixin):
+        source = _deepcopy(source)  # a copy of a copy: copy for real (rare)
+    unshared = _unshared_keys(source, cache)
+    copy = _lazy_class(base)()
+    object.__setattr__(copy, "_lazy_unshared", set(unshared))
+    object.__setattr__(copy, "_lazy_cache", cache)
+    object.__setattr__(copy, "_key_path", source._key_path)
+    dict.update(copy, source)  # C: the source is a plain node
+    mirror = copy.__dict__
+    mirror.update(source.__dict__)
+    for key in unshared:
+        mirror.pop(key, None)  # first attribute access goes through __getattr__
+    object.__setattr__(copy, "_frozen", source._frozen)
+    return copy
+
+
+def lazy_copy(cfg: CfgNode, cache: Optional[TemplateCache] = None) -> CfgNode:
+    """A copy of `cfg` that copies a part only when it is first used.
+
+    The copy behaves as `cfg.copy()` would: the same keys, values, class and
+    frozen state, and no change to it ever reaches `cfg`. It costs one dict
+    copy of the top level; nested nodes, lists and other changeable values are
+    copied when the copy first hands them out.
+
+    Args:
+        cfg (CfgNode): the source. It must not change while the copy is in use.
+        cache (dict or None): reuse one dict across many copies of the same
+            unchanging source (what a runner does per call), so each node's
+            scan for changeable values is done once.
+
+    Returns:
+        CfgNode: the copy, an instance of `type(cfg)` (pickled or deep-copied,
+            it becomes a plain `type(cfg)`).
+
+    Examples:
+        ```python
+        from easycore.common.config import CfgNode
+        from easycore.common.config.lazy_copy import lazy_copy
+
+        base = CfgNode({"TABLE": {"a": [1]}, "N": 0})
+        view = lazy_copy(base)
+        view.TABLE.a.append(2)
+        view.N += 1
+        assert base.TABLE.a == [1] and base.N == 0
+        ```
+    """
+    return _make(cfg, {} if cache is None else cache)
