@@ -176,75 +176,66 @@ def start_process(start: Callable[[], Any]) -> Any:
 
 
 # ------------------------------------------------------------- descendants
-def _stat(pid: int) -> Optional[tuple]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces or parentheses.
-    fields = data[data.rfind(b")") + 2 :].split()
-    return int(fields[1]), int(fields[19])  # ppid, start time
-
-
-def descendants(pid: int) -> List[tuple]:
-    """The processes below ``pid`` (children, grandchildren ...), on Linux.
+# psutil, not a /proc scan of our own: portable (macOS, BSD), and its Process
+# objects remember their creation time, so a kill never reaches a process
+# that took a dead one's pid.
+def descendants(pid: int) -> List[Any]:
+    """The processes below ``pid`` (children, grandchildren ...).
 
     Args:
-        pid (int):
+        pid (int): the root process.
 
     Returns:
-        list: ``(pid, start_time)`` pairs, so that a later kill can check the
-        pid was not reused meanwhile. Empty where ``/proc`` is missing.
+        list[psutil.Process]: empty when ``pid`` is gone; each remembers its
+        creation time, so a later kill can tell a reused pid.
     """
     return descendants_of([pid])[pid]
 
 
-def descendants_of(roots: Iterable[int]) -> Dict[int, List[tuple]]:
+def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
     """[`descendants`][easycore.common.parallel.lifeline.descendants] of several
-    processes from one reading of ``/proc`` (each reading opens every process's
-    ``stat``: milliseconds on a busy machine).
+    processes from one reading of the process table (each reading visits every
+    process: milliseconds on a busy machine).
 
     Args:
         roots (Iterable[int]): process ids.
 
     Returns:
-        dict: each root -> its ``(pid, start_time)`` pairs.
+        dict: each root -> its descendants as ``psutil.Process`` objects.
     """
+    import psutil
+
     roots = list(roots)
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return {root: [] for root in roots}
-    children: Dict[int, List[tuple]] = {}
-    for p in pids:
-        st = _stat(p)
-        if st is not None:
-            children.setdefault(st[0], []).append((p, st[1]))
-    found: Dict[int, List[tuple]] = {}
+    children: Dict[int, List[Any]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info.get("ppid")
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc)
+    found: Dict[int, List[Any]] = {}
     for root in roots:
-        out: List[tuple] = []
+        out: List[Any] = []
         todo = [root]
         while todo:
             for child in children.get(todo.pop(), ()):
                 out.append(child)
-                todo.append(child[0])
+                todo.append(child.pid)
         found[root] = out
     return found
 
 
-def kill_pids(procs: List[tuple], sig: int = 9) -> None:
-    """Send ``sig`` to each ``(pid, start_time)`` still the same process.
+def kill_pids(procs: List[Any], sig: int = 9) -> None:
+    """Send ``sig`` to each process that is still the one that was found.
 
     Args:
         procs (list): from [`descendants`][easycore.common.parallel.lifeline.descendants].
         sig (int): the signal (SIGKILL by default).
     """
-    for pid, started in procs:
-        st = _stat(pid)
-        if st is None or st[1] != started:
-            continue  # gone, or the pid now names another process
+    import psutil
+
+    for proc in procs:
         try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
+            # send_signal checks the pid still names the process found (by
+            # its creation time) and raises NoSuchProcess otherwise.
+            proc.send_signal(sig)
+        except (psutil.Error, OSError):
+            continue  # gone, reused, or not ours to signal

@@ -181,44 +181,36 @@ def _acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any
 
 
 def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
-    """TCP ports that processes below ``root_pid`` listen on on every interface (Linux).
+    """TCP ports that processes below ``root_pid`` listen on on every interface.
 
     Args:
         root_pid (int or None): default this process.
 
     Returns:
         list[int]: ports bound to 0.0.0.0 or ``::`` by the process or its
-        descendants; empty where ``/proc`` cannot tell.
+        descendants; empty where the platform does not tell.
     """
+    import psutil
+
     from .lifeline import descendants
 
-    pids = [root_pid or os.getpid()] + [p for p, _ in descendants(root_pid or os.getpid())]
-    inodes = set()
-    for pid in pids:
+    root = root_pid or os.getpid()
+    try:
+        procs = [psutil.Process(root)] + descendants(root)
+    except psutil.Error:
+        return []
+    ports = set()
+    for proc in procs:
+        # psutil 6 renamed connections() to net_connections()
+        listing = getattr(proc, "net_connections", None) or proc.connections
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
+            conns = listing(kind="tcp")
+        except (psutil.Error, OSError):
             continue
-    ports = []
-    for table, wildcard in (("/proc/net/tcp", "00000000"), ("/proc/net/tcp6", "0" * 32)):
-        try:
-            with open(table, encoding="ascii") as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    local, state, inode = fields[1], fields[3], fields[9]
-                    addr, port = local.split(":")
-                    if state == "0A" and addr == wildcard and inode in inodes:
-                        ports.append(int(port, 16))
-        except (OSError, StopIteration, IndexError, ValueError):
-            continue
-    return sorted(set(ports))
+        for conn in conns:
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.ip in ("0.0.0.0", "::"):
+                ports.add(conn.laddr.port)
+    return sorted(ports)
 
 
 def _warn_if_exposed() -> None:

@@ -14,8 +14,7 @@ How, without importing anything heavy:
   ``MKL_NUM_THREADS`` ...) set in the worker before anything else is
   unpickled or imported there: libraries loaded afterwards read them;
 * libraries already loaded (a forked worker inherits NumPy's): through
-  ``threadpoolctl`` when it is installed, else the setters of OpenBLAS and
-  OpenMP found among the loaded libraries (Linux);
+  ``threadpoolctl``;
 * torch's intra-op pool: ``torch.set_num_threads`` when torch is already
   imported, else ``OMP_NUM_THREADS`` covers it.
 """
@@ -107,50 +106,12 @@ def limit_threads(n: int) -> None:
 
 
 def _limit_loaded(n: int) -> None:
-    try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-not-found]
-    except ImportError:
-        _limit_by_symbols(n)
-        return
+    # threadpoolctl finds every BLAS and OpenMP runtime a process has loaded
+    # (OpenBLAS, MKL, BLIS, libgomp, libiomp, Apple's Accelerate ...) on every
+    # platform, which a list of setter symbols of our own could not.
+    from threadpoolctl import threadpool_limits
+
     try:
         threadpool_limits(n)
-    except Exception:
-        _limit_by_symbols(n)
-
-
-# Setters of the BLAS and OpenMP runtimes that NumPy and torch ship with.
-_SETTERS = (
-    "openblas_set_num_threads",
-    "openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "scipy_openblas_set_num_threads64_",
-    "omp_set_num_threads",
-    "MKL_Set_Num_Threads",
-)
-_LIBS = ("openblas", "libgomp", "libiomp", "libomp", "libmkl_rt")
-
-
-def _loaded_libraries() -> List[str]:
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            paths = {line.split()[-1] for line in f if "/" in line}
-    except OSError:
-        return []
-    return sorted(p for p in paths if any(tag in os.path.basename(p) for tag in _LIBS))
-
-
-def _limit_by_symbols(n: int) -> None:
-    import ctypes
-
-    for path in _loaded_libraries():
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                try:
-                    setter(ctypes.c_int(n))
-                except Exception:
-                    pass
+    except Exception:  # a runtime that refuses: its threads stay as they are
+        pass

@@ -1,0 +1,287 @@
+"""Insights: where a run's time went, and which stage bounds its throughput.
+
+With ``insights=True`` a runner, `Pool`, `BackgroundTask` or `JobQueue`
+counts, per worker, the seconds spent in user code, moving data (unpickling
+inputs, pickling and copying results) and waiting for work, and on the
+caller's side the seconds spent reading the input, in the consumer's hooks and
+waiting for results. `insights()` returns them as an
+[`Insights`][easycore.common.parallel.Insights]; `print(insights)` shows a
+short table that ends with a verdict: the stage that bounds the run, and what
+to change.
+
+The verdict follows the pipeline's shape. A producer/consumer run is as fast
+as its slowest stage, and a stage that is busy nearly all of the wall time is
+that stage: the consumer (one thread of the caller), the input (read by the
+caller), the workers' own work, or moving data between them. Workers that wait
+most of the time are the symptom of a slow consumer or a slow input, not a
+cause, so the caller's stages are judged first.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+__all__ = ["Insights", "WorkerInsights", "Verdict"]
+
+# A stage busy this share of the wall time (or more) bounds the run.
+_BOUND = 0.7
+# Workers waiting this share of their time (or more) are starved.
+_STARVED = 0.5
+# A worker whose busy time is this many times the median is a straggler.
+_STRAGGLER = 2.0
+
+
+@dataclass
+class WorkerInsights:
+    """One worker slot's seconds and counts (replacement workers included).
+
+    Attributes:
+        worker (int): the worker's index.
+        device (str): its device.
+        startup (float): seconds from its start until it was ready for work.
+        working (float): seconds in user code (``producer_work``, the task).
+        moving (float): seconds moving data: unpickling inputs, pickling and
+            copying results into shared memory, sending them.
+        waiting (float): seconds with no work in hand (``wall - startup -
+            working - moving``).
+        items (int): items it ran.
+        chunks (int): chunks it ran.
+        bytes (int): bytes it received and sent.
+        deaths (int): times its process died (or was killed) and was replaced.
+        timeouts (int): items it ran past the task timeout.
+    """
+
+    worker: int
+    device: str
+    startup: float = 0.0
+    working: float = 0.0
+    moving: float = 0.0
+    waiting: float = 0.0
+    items: int = 0
+    chunks: int = 0
+    bytes: int = 0
+    deaths: int = 0
+    timeouts: int = 0
+
+    @property
+    def busy(self) -> float:
+        """float: ``working + moving``."""
+        return self.working + self.moving
+
+
+@dataclass
+class Verdict:
+    """The stage that bounds a run, how much, and what to change.
+
+    Attributes:
+        stage (str): ``"consumer"``, ``"input"``, ``"moving data"``,
+            ``"straggler"``, ``"workers"`` or ``"none"`` (nothing ran).
+        share (float): the share of the wall time (or, for a straggler, the
+            ratio to the median worker) that names the stage.
+        advice (str): one sentence a person can act on.
+    """
+
+    stage: str
+    share: float
+    advice: str
+
+    def __str__(self) -> str:
+        return self.advice
+
+
+@dataclass
+class Insights:
+    """Where the time of a run (a call, a job, or a task's life so far) went.
+
+    Attributes:
+        wall (float): wall seconds of the run.
+        workers (list[WorkerInsights]): per worker slot.
+        reading_input (float): caller seconds reading the input iterable.
+        consuming (float): caller seconds in the consumer hooks (runners),
+            callbacks (`Pool`) or the code between ``get`` calls
+            (`BackgroundTask`, `JobQueue`).
+        waiting_for_results (float): caller seconds blocked waiting for a result.
+        items (int): items (or calls) run.
+        chunk_sizes (list[int]): the sizes of the chunks sent, in order.
+        deaths (int): worker deaths during the run.
+        timeouts (int): items that ran past the task timeout.
+        retries (int): items run again after a death or timeout.
+    """
+
+    wall: float
+    workers: List[WorkerInsights] = field(default_factory=list)
+    reading_input: float = 0.0
+    consuming: float = 0.0
+    waiting_for_results: float = 0.0
+    items: int = 0
+    chunk_sizes: List[int] = field(default_factory=list)
+    deaths: int = 0
+    timeouts: int = 0
+    retries: int = 0
+
+    # ----------------------------------------------------------- the verdict
+    def verdict(self) -> Verdict:
+        """Name the stage that bounds this run's throughput.
+
+        Returns:
+            Verdict: the stage, its share and advice.
+        """
+        wall = self.wall
+        if wall <= 0 or not self.workers or self.items == 0:
+            return Verdict("none", 0.0, "nothing ran: no verdict")
+        consumer = self.consuming / wall
+        if consumer >= _BOUND:
+            return Verdict(
+                "consumer", consumer,
+                f"the consumer is busy {consumer:.0%} of the time: consume in batches "
+                "(`consumer_work_batch`) or move work into `producer_work`",
+            )
+        reading = self.reading_input / wall
+        waiting = self._share("waiting")
+        if reading >= _BOUND or (waiting >= _STARVED and reading >= _STARVED / 2):
+            return Verdict(
+                "input", reading,
+                f"workers wait for input {waiting:.0%} of the time while reading the input "
+                f"takes {reading:.0%} of it: your input generator is the bottleneck (make "
+                "items cheaper to produce, or produce them in `producer_work`)",
+            )
+        moving = self._share("moving")
+        busy = self._share("working") + moving
+        if busy > 0 and moving / busy >= 0.5:
+            mb = sum(w.bytes for w in self.workers) / max(1, self.items) / 2**20
+            return Verdict(
+                "moving data", moving / busy,
+                f"{moving / busy:.0%} of worker time moves data ({mb:.2f} MB an item): return "
+                "smaller results, send arrays instead of Python objects, or keep data on the GPU",
+            )
+        busy_times = [w.busy for w in self.workers]
+        median = statistics.median(busy_times)
+        slowest = max(range(len(busy_times)), key=busy_times.__getitem__)
+        if len(busy_times) > 1 and median > 0 and busy_times[slowest] >= _STRAGGLER * median:
+            ratio = busy_times[slowest] / median
+            return Verdict(
+                "straggler", ratio,
+                f"worker {self.workers[slowest].worker} ({self.workers[slowest].device}) ran "
+                f"{ratio:.1f}x longer than the median: one slow item or a slow device",
+            )
+        return Verdict(
+            "workers", busy,
+            f"workers are busy {busy:.0%} of the time: the work itself bounds the run; "
+            "more workers (or devices) would help",
+        )
+
+    def _share(self, what: str) -> float:
+        """Mean over workers of ``what`` seconds as a share of the wall time."""
+        if not self.workers or self.wall <= 0:
+            return 0.0
+        return sum(getattr(w, what) for w in self.workers) / (len(self.workers) * self.wall)
+
+    # ---------------------------------------------------------- presentation
+    def to_dict(self) -> Dict[str, Any]:
+        """Returns:
+        dict: the insights as plain values (JSON-serialisable), verdict included.
+        """
+        data = asdict(self)
+        data["verdict"] = asdict(self.verdict())
+        return data
+
+    def to_json(self, **kwargs: Any) -> str:
+        """Returns:
+        str: `to_dict` as JSON; `kwargs` go to `json.dumps`.
+        """
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        wall = self.wall or 1.0
+        lines = [
+            f"{self.items} items in {self.wall:.3f} s, {len(self.workers)} workers"
+            + (f", {self.deaths} deaths" if self.deaths else "")
+            + (f", {self.timeouts} timeouts" if self.timeouts else "")
+            + (f", {self.retries} retries" if self.retries else ""),
+            f"  {'worker':<12} {'start-up':>9} {'working':>9} {'moving':>9} {'waiting':>9}"
+            f" {'items':>8} {'MB':>8}",
+        ]
+        for w in self.workers:
+            label = f"{w.worker} {w.device}"[:12]
+            lines.append(
+                f"  {label:<12} {w.startup / wall:>9.0%} {w.working / wall:>9.0%}"
+                f" {w.moving / wall:>9.0%} {w.waiting / wall:>9.0%} {w.items:>8}"
+                f" {w.bytes / 2**20:>8.1f}"
+            )
+        lines.append(
+            f"  caller: reading input {self.reading_input / wall:.0%}, consuming "
+            f"{self.consuming / wall:.0%}, waiting for results "
+            f"{self.waiting_for_results / wall:.0%}"
+        )
+        if self.chunk_sizes:
+            sizes = sorted(self.chunk_sizes)
+            lines.append(
+                f"  chunks: {len(sizes)}, items per chunk {sizes[0]}..{sizes[-1]} "
+                f"(median {statistics.median(sizes):g})"
+            )
+        lines.append(f"verdict: {self.verdict()}")
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> str:
+        """Draw the per-worker breakdown (and the caller's) into a picture.
+
+        With matplotlib (``pip install "easycore-parallel[plot]"``) the picture
+        is a PNG (or whatever `path`'s suffix names); without it, `path` gets
+        the text table instead, and a `.txt` suffix is added when `path` has
+        another one.
+
+        Args:
+            path (str): where to write.
+
+        Returns:
+            str: the path written.
+        """
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            if not path.endswith(".txt"):
+                path += ".txt"
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(str(self) + "\n")
+            return path
+        labels = [f"worker {w.worker}\n{w.device}" for w in self.workers] + ["caller"]
+        parts = {
+            "start-up": [w.startup for w in self.workers] + [0.0],
+            "working / consuming": [w.working for w in self.workers] + [self.consuming],
+            "moving data / reading input": [w.moving for w in self.workers]
+            + [self.reading_input],
+            "waiting": [w.waiting for w in self.workers] + [self.waiting_for_results],
+        }
+        colours = ["#9e9e9e", "#3f51b5", "#ff9800", "#e0e0e0"]
+        fig, ax = plt.subplots(figsize=(8, 0.6 * len(labels) + 1.6))
+        left = [0.0] * len(labels)
+        for (name, values), colour in zip(parts.items(), colours):
+            ax.barh(labels, values, left=left, color=colour, label=name)
+            left = [a + b for a, b in zip(left, values)]
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        ax.set_title(str(self.verdict()), fontsize=9, wrap=True)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8,
+                  frameon=False)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def merge_workers(rows: List[WorkerInsights]) -> Optional[WorkerInsights]:
+    """Sum rows of the same slot (a replaced worker and its replacement)."""
+    if not rows:
+        return None
+    total = WorkerInsights(rows[0].worker, rows[0].device)
+    for row in rows:
+        for name in ("startup", "working", "moving", "waiting", "items", "chunks", "bytes",
+                     "deaths", "timeouts"):
+            setattr(total, name, getattr(total, name) + getattr(row, name))
+    return total
