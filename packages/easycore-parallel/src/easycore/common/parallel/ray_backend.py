@@ -208,8 +208,9 @@ def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
         except (psutil.Error, OSError):
             continue
         for conn in conns:
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.ip in ("0.0.0.0", "::"):
-                ports.add(conn.laddr.port)
+            local = conn.laddr
+            if conn.status == psutil.CONN_LISTEN and local and local.ip in ("0.0.0.0", "::"):
+                ports.add(local.port)
     return sorted(ports)
 
 

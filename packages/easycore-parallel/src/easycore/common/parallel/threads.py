@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional, Union
+from typing import Optional, Union
 
 __all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads"]
 
