@@ -8,9 +8,9 @@ What the dialect guarantees: PyYAML's *safe* loader (libyaml's C parser when
 present), so tags such as `!!python/object/apply` are refused instead of running
 code; aliases checked before construction (a few lines of nested aliases can
 otherwise expand into billions of nodes, or a few aliases of a long string into
-gigabytes); nesting deeper than `MAX_DEPTH`
-refused with easycore's own message whatever libyaml's version; duplicate keys refused; unquoted Python literals decoded,
-quoted strings kept as strings.
+gigabytes); nesting deeper than `MAX_DEPTH` refused with easycore's own message,
+whatever libyaml's version; duplicate keys refused; unquoted Python literals
+decoded, quoted strings (and `!!str` ones) kept as strings.
 """
 
 from __future__ import annotations
