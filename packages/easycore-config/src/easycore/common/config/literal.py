@@ -105,10 +105,10 @@ def _eval_with_non_finite(text: str) -> Any:
                 target = item.operand if isinstance(item, ast.UnaryOp) else item
                 if isinstance(target, ast.Name) and target.id in names:
                     constant = ast.copy_location(ast.Constant(names[target.id]), target)
-                    if target is item:
-                        items[i] = constant
+                    if isinstance(item, ast.UnaryOp):
+                        item.operand = constant
                     else:
-                        item.operand = constant  # type: ignore[union-attr]
+                        items[i] = constant
     return _literal_eval(tree)  # type: ignore[arg-type]
 
 

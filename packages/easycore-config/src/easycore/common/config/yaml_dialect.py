@@ -140,7 +140,8 @@ def _check_config_key(key_node: Node, path: str) -> None:
             kind = key_node.tag.rsplit(":", 1)[-1]
             what += f" (YAML reads it as a {kind}; quote it to use it as a name)"
     else:
-        what = f"invalid config key under {path or 'the top level'!r}: a {key_node.id}"
+        kind = getattr(key_node, "id", "node")  # "mapping" or "sequence"
+        what = f"invalid config key under {path or 'the top level'!r}: a {kind}"
     raise ConstructorError(
         None, None, f"{what}: keys must be valid Python identifiers", key_node.start_mark
     )
@@ -151,7 +152,7 @@ def _construct_str(loader: ConfigLoader, node: Node) -> Any:
     # An unquoted scalar may spell a literal; a quoted one is the string the
     # author wrote (CParser marks plain scalars with "", PyYAML's with None),
     # and so is one with an explicit `!!str` tag.
-    if node.style or _has_explicit_tag(loader, node):
+    if getattr(node, "style", None) or _has_explicit_tag(loader, node):
         return value
     return decode_literal(value)
 
