@@ -30,7 +30,7 @@ from .yaml_io import MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 try:  # libyaml makes parsing several times faster; fall back cleanly without it.
     from yaml import CSafeDumper as _SafeDumper
@@ -104,26 +104,6 @@ class ConfigLoader(_SafeLoader):
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
 
-    def construct_object(self, node: Node, deep: bool = False) -> Any:
-        # PyYAML's constructors let a bad value escape as a raw KeyError
-        # (`!!bool zz`), AttributeError (`!!timestamp zzz`), IndexError
-        # (`!!float ''`) or ValueError: every one becomes an error with the line.
-        try:
-            return super().construct_object(node, deep=deep)
-        except _NOT_ERRORS:
-            raise
-        except Exception as exc:
-            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-            shown = f" {node.value!r:.40}" if isinstance(node, ScalarNode) else ""
-            reason = str(exc) or type(exc).__name__
-            if isinstance(exc, KeyError) and tag == "!!bool":
-                reason = "not a YAML boolean (true/false, yes/no, on/off)"
-            elif isinstance(exc, AttributeError) and tag == "!!timestamp":
-                reason = "not a YAML timestamp (such as 2001-12-14 or 2001-12-14t21:59:43.10-05:00)"
-            raise ConstructorError(
-                None, None, f"cannot read the value{shown} as {tag}: {reason}", node.start_mark
-            ) from None
-
 
 def _check_config_key(key_node: Node, path: str) -> None:
     """Refuse a key of a CfgNode mapping that is not a name, as the file spells it."""
@@ -175,10 +155,44 @@ def _has_explicit_tag(loader: ConfigLoader, node: Node) -> bool:
     return match is not None and text[match.end() : match.end() + 1] == "!"
 
 
-_NOT_ERRORS = (yaml.YAMLError, MemoryError, RecursionError)
+def _reporting(tag: str, construct: Callable[[Any, Node], Any]) -> Callable[[Any, Node], Any]:
+    """Wrap a scalar constructor so that a value it cannot build is an error with its line.
+
+    PyYAML's constructors let a bad value escape as a raw KeyError (`!!bool zz`),
+    AttributeError (`!!timestamp zzz`), IndexError (`!!float ''`), ValueError
+    or OverflowError.
+    """
+    short = tag.replace("tag:yaml.org,2002:", "!!")
+
+    def construct_or_report(loader: Any, node: Node) -> Any:
+        try:
+            return construct(loader, node)
+        except (yaml.YAMLError, MemoryError, RecursionError):
+            raise
+        except Exception as exc:
+            reason = str(exc) or type(exc).__name__
+            if isinstance(exc, KeyError) and short == "!!bool":
+                reason = "not a YAML boolean (true/false, yes/no, on/off)"
+            elif isinstance(exc, AttributeError) and short == "!!timestamp":
+                reason = "not a YAML timestamp (such as 2001-12-14 or 2001-12-14t21:59:43.10-05:00)"
+            raise ConstructorError(
+                None,
+                None,
+                f"cannot read the value {node.value!r:.40} as {short}: {reason}",
+                node.start_mark,
+            ) from None
+
+    return construct_or_report
 
 
 ConfigLoader.add_constructor(_STR, _construct_str)
+# Every standard scalar tag; the collection constructors are generators, whose
+# errors are already ConstructorErrors (and their items' errors are wrapped).
+_GENERATOR = 0x20  # inspect.CO_GENERATOR, without importing inspect
+for _tag, _construct in list(ConfigLoader.yaml_constructors.items()):
+    if _tag is None or _tag == _STR or _construct.__code__.co_flags & _GENERATOR:
+        continue
+    ConfigLoader.add_constructor(_tag, _reporting(_tag, _construct))
 
 
 def load(text: str, source: str) -> Any:
