@@ -288,14 +288,14 @@ class CfgNode(dict):
         seen: set[int] = set()
         while stack:
             value = stack.pop()
-            if id(value) in seen:
+            if id(value) in seen:  # a list that holds itself, or one node twice
                 continue
             seen.add(id(value))
+            items = dict.values(value) if isinstance(value, CfgNode) else value
             if isinstance(value, CfgNode):
                 object.__setattr__(value, "_frozen", frozen)
-                stack.extend(dict.values(value))
-            elif isinstance(value, (list, tuple)):
-                stack.extend(value)
+            # only what may hold a node: a list of a million numbers stays cheap
+            stack.extend(v for v in items if isinstance(v, (CfgNode, list, tuple)))
 
     def is_frozen(self) -> bool:
         """get the state of the config.
