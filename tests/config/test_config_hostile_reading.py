@@ -261,3 +261,8 @@ def test_a_file_object_over_the_cap_is_refused(tmp_path):
         f.truncate(MAX_STREAM_BYTES + 1)
     with open(path, "rb") as f, pytest.raises(ConfigError, match="more than 64 MiB"):
         CfgNode.open(f)
+
+
+def test_sets_of_numbers_are_not_taken_for_config_keys():
+    cfg = CfgNode.load("S: !!set {1, 2}\nM:\n  T: !!set\n    ? 3\n")
+    assert cfg.S == {1, 2} and cfg.M.T == {3}

@@ -43,6 +43,7 @@ __all__ = ["ConfigLoader", "ConfigDumper", "load", "dump"]
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
+_MAP = "tag:yaml.org,2002:map"  # a mapping that becomes a CfgNode (not a !!set)
 
 
 # ---------------------------------------------------------------- loading
@@ -75,7 +76,7 @@ class ConfigLoader(_SafeLoader):
         for index, (key_node, value_node) in enumerate(node.value):
             if path is not None:
                 _check_config_key(key_node, path)
-                if isinstance(value_node, MappingNode):
+                if isinstance(value_node, MappingNode) and value_node.tag == _MAP:
                     name = key_node.value
                     value_node.config_path = f"{path}.{name}" if path else name  # type: ignore[attr-defined]
             if type(key_node) is ScalarNode and key_node.tag == _STR:
@@ -211,7 +212,7 @@ def load(text: str, source: str) -> Any:
             if node is None:
                 return None
             aliased = "*" in text and _check_aliases(node, source)
-            if isinstance(node, MappingNode):
+            if isinstance(node, MappingNode) and node.tag == _MAP:
                 node.config_path = ""  # type: ignore[attr-defined]
             data = loader.construct_document(node)
         finally:
