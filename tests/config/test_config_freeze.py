@@ -185,3 +185,56 @@ def test_freeze_frozen_argument_is_truthiness():
     assert cfg.is_frozen() is True
     cfg.freeze(0)
     assert cfg.is_frozen() is False
+
+
+# ------------------------------------------------------------ issue 22, item 16
+def make_cfg_with_nodes_in_sequences() -> CfgNode:
+    cfg = CfgNode({"L": [CfgNode({"x": 1}), [CfgNode({"y": 2})]], "T": (CfgNode({"z": 3}),)})
+    cfg.L.append({"plain": "dict"})  # a plain dict in a list is data, not a sub-config
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "get",
+    [lambda c: c.L[0], lambda c: c.L[1][0], lambda c: c.T[0]],
+    ids=["list", "nested", "tuple"],
+)
+@pytest.mark.parametrize("name", ["setattr existing", "setitem new", "update", "clear", "merge"])
+def test_a_cfgnode_inside_a_list_or_tuple_of_a_frozen_config_is_frozen(get, name):
+    cfg = make_cfg_with_nodes_in_sequences()
+    cfg.freeze()
+    node = get(cfg)
+    before = dict(node)
+    assert node.is_frozen()
+    with pytest.raises(FrozenError):
+        MUTATIONS[name](node)
+    assert dict(node) == before
+    cfg.freeze(False)
+    assert not node.is_frozen()
+    node.NAME = "changed"  # unfrozen with its config
+
+
+def test_a_frozen_config_with_nodes_in_lists_copies_and_pickles_frozen():
+    cfg = make_cfg_with_nodes_in_sequences()
+    cfg.freeze()
+    for other in (copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg))):
+        with pytest.raises(FrozenError):
+            other.L[0].x = 2
+    assert not CfgNode(cfg).L[0].is_frozen()  # CfgNode(...) is a new, unfrozen tree
+
+
+def test_calling_init_again_on_a_frozen_node_raises_and_changes_nothing():
+    cfg = make_cfg()
+    cfg.freeze()
+    with pytest.raises(FrozenError):
+        cfg.__init__({"NAME": "x"})
+    with pytest.raises(FrozenError):
+        cfg.MODEL.__init__()
+    assert cfg == make_cfg() and cfg.is_frozen() and cfg.MODEL.is_frozen()
+
+
+def test_freezing_a_list_that_holds_itself_terminates():
+    cfg = CfgNode({"L": []})
+    cfg.L.append(cfg.L)
+    cfg.freeze()
+    assert cfg.is_frozen()

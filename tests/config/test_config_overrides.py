@@ -213,3 +213,67 @@ def test_override_on_a_child_node_names_the_full_path():
         cfg.MODEL.merge_from_list(["NUM_CLASES=1"])
     cfg.MODEL.merge_from_list(["NUM_CLASSES=1"])
     assert cfg.MODEL.NUM_CLASSES == 1
+
+
+# ------------------------------------------------------------ issue 22, item 8
+def make_cfg_holding_live_objects(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    lock = threading.Lock()
+    sock = socket.socket()
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=60)
+    cfg = CfgNode(
+        {"RUNTIME": {"LOCK": lock, "SOCKET": sock, "PROC": process}, "SOLVER": {"LR": 0.1}},
+        copy=False,
+    )
+    return cfg, (lock, sock, process)
+
+
+def test_merge_from_list_works_on_a_config_holding_a_lock_a_process_and_a_socket(tmp_path):
+    cfg, (lock, sock, process) = make_cfg_holding_live_objects(tmp_path)
+    try:
+        cfg.merge_from_list(["SOLVER.LR=0.5", "RUNTIME.NAME=x"], allow_new=True)
+        assert cfg.SOLVER.LR == 0.5 and cfg.RUNTIME.NAME == "x"
+        assert cfg.RUNTIME.LOCK is lock and cfg.RUNTIME.SOCKET is sock
+        assert cfg.RUNTIME.PROC is process
+    finally:
+        sock.close()
+
+
+def test_a_failing_override_beside_live_objects_changes_nothing(tmp_path):
+    cfg, (lock, sock, _) = make_cfg_holding_live_objects(tmp_path)
+    try:
+        with pytest.raises(ConfigError):
+            cfg.merge_from_list(
+                ["SOLVER.LR=0.5", "RUNTIME.NAME=x", "SOLVER.LR=word"], allow_new=True
+            )
+        assert cfg.SOLVER == {"LR": 0.1} and "NAME" not in cfg.RUNTIME
+        assert cfg.RUNTIME.LOCK is lock
+    finally:
+        sock.close()
+
+
+def test_the_rehearsal_leaves_nodes_lists_and_key_paths_untouched():
+    cfg = make_cfg()
+    model, steps = cfg.MODEL, cfg.SOLVER.STEPS
+    with pytest.raises(ConfigKeyError):
+        cfg.merge_from_list(["MODEL.NUM_CLASSES=5", "NEW.A.B=1", "SOLVER.NOPE=1"])
+    assert cfg == make_cfg() and cfg.MODEL is model and cfg.SOLVER.STEPS is steps
+    cfg.merge_from_list(["NEW.A.B=1", "NEW.A.C=2", "MODEL.NUM_CLASSES=5"], allow_new=True)
+    assert cfg.MODEL is model and cfg.NEW.A == {"B": 1, "C": 2}
+    with pytest.raises(ConfigKeyError, match="'NEW.A.Z'"):
+        cfg.NEW.A["Z"]  # the key path of a node made by an override
+
+
+def test_the_rehearsal_respects_a_frozen_sub_config():
+    from easycore.common.config import FrozenError
+
+    cfg = make_cfg()
+    cfg.SOLVER.freeze()
+    with pytest.raises(FrozenError):
+        cfg.merge_from_list(["MODEL.NUM_CLASSES=5", "SOLVER.LR=1.0"])
+    assert cfg == make_cfg()

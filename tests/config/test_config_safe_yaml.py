@@ -161,8 +161,8 @@ def test_unknown_local_tag_is_refused():
 
 def test_standard_yaml_tags_still_work():
     cfg = CfgNode.load("A: !!str 123\nB: !!float 1\nC: !!int '7'\n")
-    # an explicit !!str still goes through the literal rule, as every string does
-    assert cfg.A == 123
+    # an explicit !!str is the string written, as a quoted scalar is (issue 22, item 18)
+    assert cfg.A == "123"
     assert cfg.B == 1.0 and type(cfg.B) is float
     assert cfg.C == 7
 

@@ -200,3 +200,51 @@ def test_the_installation_guide_shows_the_message_and_has_the_linked_section():
     docs = re.search(r'^Documentation = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
     assert check.GUIDE == f"{docs}installation/#upgrading-from-easycore-042"
     assert "\n## Upgrading from easycore 0.4.2\n" in guide
+
+
+def uninstall_after_python_dash_o(site: Path, name: str) -> None:
+    """`python -O` compiled the package, then `pip uninstall` removed what its RECORD lists.
+
+    pip also removes each source's default `.pyc`, but not the `.opt-1.pyc` and
+    `.opt-2.pyc` files, so the folder stays (issue 22, item 32).
+    """
+    tag = sys.implementation.cache_tag
+    for file in FILES[name]:
+        source = site / file
+        cache = source.parent / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / f"{source.stem}.{tag}.opt-1.pyc").write_bytes(b"compiled")
+        source.unlink()
+    info = next(site.glob(f"{name.replace('-', '_')}-*.dist-info"))
+    for file in info.iterdir():
+        file.unlink()
+    info.rmdir()
+
+
+def test_only_compiled_files_left_by_an_uninstall_are_found(site):
+    uninstall_after_python_dash_o(site, "easycore-config")
+    assert check.looks_damaged(site)
+    assert check.damaged_distributions(site) == {}
+    assert check.leftover_folders(site) == ["easycore.common.config"]
+
+
+def test_leftover_compiled_files_are_reported_on_stderr_and_on_import(site):
+    uninstall_after_python_dash_o(site, "easycore-config")
+    done = run_check(site, "easycore.common.config")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["damaged", "again: False"]
+    assert done.stderr.count("is damaged") == 1
+    folder = site / "easycore" / "common" / "config"
+    assert f"rm -r {folder}" in done.stderr and "pip install --force-reinstall" in done.stderr
+    assert "ImportError: easycore: the installation" in done.stdout
+
+
+def test_a_sound_install_with_compiled_files_has_no_leftovers(site):
+    tag = sys.implementation.cache_tag
+    for name in FILES:
+        for file in FILES[name]:
+            cache = (site / file).parent / "__pycache__"
+            cache.mkdir(exist_ok=True)
+            (cache / f"{Path(file).stem}.{tag}.opt-1.pyc").write_bytes(b"compiled")
+    assert not check.looks_damaged(site)
+    assert check.leftover_folders(site) == []

@@ -65,6 +65,57 @@ def damaged_distributions(site: str) -> Damage:
     return dict(sorted(damaged.items()))
 
 
+def leftover_folders(site: str) -> "list[str]":
+    """Import packages of easycore that only compiled files keep alive in `site`.
+
+    `pip uninstall easycore-config` removes the files its RECORD lists, and the
+    `.pyc` files of the default optimisation level next to them; the `.opt-1.pyc`
+    and `.opt-2.pyc` files that `python -O` wrote stay, and so does their folder.
+    Python then imports the folder as an empty namespace package ("cannot import
+    name 'CfgNode' (unknown location)").
+
+    Returns:
+        The dotted names of the outermost such packages: folders under `easycore/`
+        with no `__init__.py` and their own `__pycache__`, that hold no file but
+        compiled ones.
+    """
+    root = os.path.join(site, "easycore")
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        if os.path.basename(folder) == "__pycache__":
+            subfolders[:] = []
+            continue
+        # A package's own folder has its own __pycache__; namespace folders
+        # (easycore/, easycore/common/) have none, and are never reported.
+        if "__init__.py" in names or "__pycache__" not in subfolders:
+            continue
+        has_source = False
+        has_compiled = False
+        for inner, _, inner_names in os.walk(folder):
+            if os.path.basename(inner) == "__pycache__":
+                has_compiled = has_compiled or any(n.endswith(".pyc") for n in inner_names)
+            elif any(not n.endswith(".pyc") for n in inner_names):
+                has_source = True
+                break
+        if has_compiled and not has_source:
+            found.append(".".join(os.path.relpath(folder, site).split(os.sep)))
+            subfolders[:] = []  # its subfolders are part of the same leftover
+    return found
+
+
+def leftover_message(packages: "list[str]", site: str, python: str) -> str:
+    """What the user reads when only compiled files of uninstalled packages are left."""
+    folders = " ".join(os.path.join(site, *p.split(".")) for p in packages)
+    names = ", ".join(packages)
+    return (
+        f"easycore: the installation in {site} is damaged: {names} hold only compiled\n"
+        "files (.opt-1.pyc, .opt-2.pyc written by `python -O`) that pip left behind when it\n"
+        "uninstalled the package; Python imports such a folder as an empty package.\n"
+        f"Reinstall it (easycore needs it):\n\n    {python} -m pip install --force-reinstall"
+        f" easycore\n\nor remove the leftovers:\n\n    rm -r {folders}\n\n(see {GUIDE})"
+    )
+
+
 def repair_command(damaged: Damage, python: str) -> str:
     """The pip command that puts the files back, pinned to the installed versions."""
     pins = " ".join(f"{name}=={version}" for name, (version, _) in damaged.items())
@@ -125,10 +176,14 @@ def _check(site: str) -> bool:
         if not looks_damaged(site):
             return True
         damaged = damaged_distributions(site)
-        if not damaged:
-            return True
-        text = message(damaged, site, sys.executable or "python")
-        packages = [p for _, hit in damaged.values() for p in hit]
+        if damaged:
+            text = message(damaged, site, sys.executable or "python")
+            packages = [p for _, hit in damaged.values() for p in hit]
+        else:
+            packages = leftover_folders(site)
+            if not packages:
+                return True
+            text = leftover_message(packages, site, sys.executable or "python")
         sys.meta_path.insert(0, DamagedImportBlocker(packages, text))
         print(text, file=sys.stderr)
         return False

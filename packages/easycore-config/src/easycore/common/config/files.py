@@ -2,11 +2,15 @@
 
 Reading names the file in every error: a missing file is a
 `ConfigFileNotFoundError`, text that is not in the encoding a
-`ConfigDecodeError`, and a FIFO or device is read up to `MAX_STREAM_BYTES`.
+`ConfigDecodeError`, a regular file larger than `MAX_STREAM_BYTES` is refused
+before it is read, and a FIFO or device is read up to that many bytes.
 Writing replaces a regular file atomically (a temporary file in the same
 directory, renamed into place), follows symlinks to their target, refuses
 anything that is not a regular file, and creates files with the mode `open()`
-would give without touching the process umask.
+would give without touching the process umask. Where the directory refuses a
+new file but the file itself may be written (another user's folder), the file
+is rewritten in place, as `open(path, "w")` would. Errors name the target,
+never the temporary file.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
 
 __all__ = ["MAX_STREAM_BYTES", "atomic_write", "describe_mode", "is_binary", "read_text"]
 
-#: Most bytes read from a stream that is not a regular file (a FIFO, a device).
+#: Most bytes a config may have: a larger regular file is refused before it is
+#: read, a stream (a FIFO, a device) once it has given that much.
 MAX_STREAM_BYTES = 64 * 2**20
 
 
@@ -68,10 +73,16 @@ def _read_bytes(path: str) -> bytes:
             errno.ENOENT, f"config file {path!r} not found", path
         ) from None
     with f:
-        mode = os.fstat(f.fileno()).st_mode
-        if stat.S_ISREG(mode):
-            return f.read()
-        # A FIFO or a device may never end (/dev/zero): read a bounded amount.
+        st = os.fstat(f.fileno())
+        mode = st.st_mode
+        if stat.S_ISREG(mode) and st.st_size > MAX_STREAM_BYTES:
+            # Refused before reading: a 1 GB file would cost 2 GB of memory first.
+            raise ConfigError(
+                f"{path}: a file of {st.st_size:,} bytes, more than "
+                f"{MAX_STREAM_BYTES // 2**20} MiB; refusing to read a config that large"
+            )
+        # A FIFO or a device may never end (/dev/zero), and a regular file may
+        # grow while it is read: read a bounded amount.
         data = f.read(MAX_STREAM_BYTES + 1)
     if len(data) > MAX_STREAM_BYTES:
         raise ConfigError(
@@ -110,7 +121,13 @@ def atomic_write(path: str, data: bytes) -> None:
     # Renaming onto a symlink would replace the link; write its target instead.
     target = _link_target(path)
     directory, name = os.path.split(target)
-    fd, tmp = _create_temp(directory, name)
+    try:
+        fd, tmp = _create_temp(directory, name)
+    except OSError as exc:
+        if st is not None and exc.errno in (errno.EACCES, errno.EPERM) and _writable(target):
+            _write_in_place(target, data, path)
+            return
+        raise _naming(exc, path) from None
     try:
         try:
             if st is not None and hasattr(os, "fchmod"):
@@ -121,12 +138,49 @@ def atomic_write(path: str, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
+
+
+def _naming(exc: OSError, path: str) -> OSError:
+    """The same error, naming the file the caller asked for instead of the temporary one."""
+    if exc.errno is None:
+        return exc
+    try:
+        return type(exc)(exc.errno, f"cannot save {path!r}: {exc.strerror}", path)
+    except TypeError:  # pragma: no cover - an OSError subclass with another signature
+        return exc
+
+
+def _writable(path: str) -> bool:
+    return os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _write_in_place(target: str, data: bytes, path: str) -> None:
+    """Rewrite an existing file through its own inode (not atomic: the folder allows no other way).
+
+    The new bytes are written over the old ones before the file is cut to
+    their length, so a failure part-way leaves the new text's start over the old
+    text's end, never an empty file.
+    """
+    flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _naming(exc, path) from None
 
 
 def _link_target(path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from _collections_abc import Mapping  # collections.abc without importing `collections`
@@ -74,7 +75,7 @@ class HierarchicalCfgNode:
             ConfigError: a base that is not a regular file, a cycle of bases, or
                 any error of [`CfgNode.open`][easycore.common.config.CfgNode.open].
         """
-        return _open_chain(os.path.abspath(os.fspath(file)), encoding)
+        return _open_chain(os.path.abspath(os.fspath(file)), encoding)[0]
 
     @classmethod
     def save(
@@ -104,12 +105,23 @@ class HierarchicalCfgNode:
 
         Raises:
             ConfigFileNotFoundError: the base file does not exist.
+            ConfigError: `save_path` is the base or a file of its `__BASE__`
+                chain, or any error of [`CfgNode.save`][easycore.common.config.CfgNode.save].
         """
         if base_cfg_path is None:
             cfg.save(save_path, encoding)
             return
         base_abs = os.path.abspath(os.fspath(base_cfg_path))
-        base = cls.open(base_abs, encoding)
+        base, chain = _open_chain(base_abs, encoding)
+        target = os.path.realpath(os.fspath(save_path))
+        if target in chain:
+            # Writing the base (or a base of it) would make it name itself, or
+            # a file that names it, as its base: the next open finds a cycle.
+            what = "the base" if chain[0] == target else f"in the {BASE_KEY} chain of {base_abs!r}"
+            raise ConfigError(
+                f"cannot save to {os.fspath(save_path)!r}: it is {what}; saving there would "
+                f"make a circular {BASE_KEY} chain; save to another file"
+            )
         out = CfgNode()
         if base_path_relative:
             out[BASE_KEY] = os.path.relpath(base_abs, os.path.dirname(os.path.abspath(save_path)))
@@ -128,37 +140,64 @@ class HierarchicalCfgNode:
         out.save(save_path, encoding)
 
 
-def _open_chain(path: str, encoding: str) -> CfgNode:
+def _open_chain(path: str, encoding: str) -> tuple[CfgNode, list[str]]:
+    """The merged config of the file at `path`, and the real paths of its chain."""
     # A loop, not recursion: a chain of thousands of files is as fine as two.
     configs: list[CfgNode] = []
-    seen: dict[str, int] = {}
+    # Keyed by real path: `__BASE__: d/x.yaml` with `d -> .` is x.yaml again.
+    seen: dict[str, str] = {}
+    referrer: str | None = None
     while True:
-        if path in seen:
-            cycle = " -> ".join([*list(seen)[seen[path] :], path])
+        real = os.path.realpath(path)
+        if real in seen:
+            shown = list(seen.values())
+            cycle = " -> ".join([*shown[list(seen).index(real) :], path])
             raise ConfigError(f"circular {BASE_KEY} chain: {cycle}")
-        seen[path] = len(configs)
-        cfg = CfgNode.open(path, encoding)
+        seen[real] = path
+        if referrer is None:
+            cfg = CfgNode.open(path, encoding)
+        else:
+            cfg = _open_base(referrer, path, encoding)
         base = cfg.pop(BASE_KEY, None)
         configs.append(cfg)
         if base is None:
             break
-        path = _find_base(path, base)
+        referrer, path = path, _find_base(path, base)
     merged = configs.pop()
     while configs:
         merged.merge(configs.pop())
-    return merged
+    return merged, list(seen)
+
+
+def _open_base(referrer: str, path: str, encoding: str) -> CfgNode:
+    try:
+        return CfgNode.open(path, encoding)
+    except ConfigError:
+        raise
+    except OSError as exc:  # unreadable (permissions), a loop of links, ...
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"{referrer}: cannot read its {BASE_KEY} file {path!r}: {reason}"
+        ) from None
 
 
 def _find_base(path: str, base: Any) -> str:
     """The absolute path of the base that the file at `path` names."""
     if not isinstance(base, str):
         raise ConfigError(f"{path}: {BASE_KEY} must be a path string, not {type(base).__name__}")
+    if "\0" in base:
+        raise ConfigError(f"{path}: {BASE_KEY} {base!r} holds a null character; not a path")
     relative = os.path.join(os.path.dirname(path), base)
     for candidate in dict.fromkeys((relative, base)):
         try:
             mode = os.stat(candidate).st_mode
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except (OSError, ValueError) as exc:  # too long, a loop of links, not permitted
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ConfigError(
+                f"{path}: cannot use {BASE_KEY} {_short(base)}: {reason} ({_short(candidate)})"
+            ) from None
         if not stat.S_ISREG(mode):
             kind = describe_mode(mode)
             where = f"{BASE_KEY} {base!r} is a {kind} ({candidate})"
@@ -168,6 +207,14 @@ def _find_base(path: str, base: Any) -> str:
     raise ConfigFileNotFoundError(
         errno.ENOENT, f"{path}: {BASE_KEY} file {base!r} not found ({looked})", base
     )
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """`repr(text)`, cut in the middle when long (a 5,000-character path is unreadable)."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[: limit // 2]}...{shown[-limit // 2 :]} ({len(text):,} characters)"
 
 
 def _difference(
@@ -180,10 +227,32 @@ def _difference(
             # Kept even when empty, as easycore 0.4.2 did: the saved file then
             # shows every sub-config, and opening it alone still has `cfg.B`.
             diff[key] = _difference(value, old, f"{path}{key}.", lost)
-        elif old is _ABSENT or old != value or type(old) is not type(value):
+        elif old is _ABSENT or not _same_value(old, value):
             diff[key] = value
     lost.extend(f"{path}{key}" for key in base if key not in cfg)
     return diff
 
 
 _ABSENT = object()
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, of the same types all the way down, and of the same sign.
+
+    `[1]` equals `[1.0]` and `-0.0` equals `0.0` in Python, but a file that
+    dropped one for the other would reopen with the base's value.
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if isinstance(a, complex):
+        return _same_value(a.real, b.real) and _same_value(a.imag, b.imag)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (set, frozenset)):
+        # {1} == {1.0}: compare the items with their types
+        return {(type(x), repr(x)) for x in a} == {(type(x), repr(x)) for x in b}
+    return bool(a == b)

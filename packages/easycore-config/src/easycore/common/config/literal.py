@@ -62,9 +62,54 @@ def decode_literal(value: str) -> Any:
     ):
         return value
     try:
-        return _literal_eval(value)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        result = _literal_eval(value)
+    except ValueError:
+        # `(1.0, inf, nan)`: the repr of a tuple or set holding non-finite floats.
+        if "inf" not in value and "nan" not in value:
+            return value
+        try:
+            result = _eval_with_non_finite(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return value
+    except (SyntaxError, TypeError, MemoryError, RecursionError):
         return value
+    if "..." in value and _holds_ellipsis(result):
+        # `...` would load as Ellipsis, which no config can save: it stays text.
+        return value
+    return result
+
+
+def _holds_ellipsis(value: Any) -> bool:
+    if value is Ellipsis:
+        return True
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return any(_holds_ellipsis(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_ellipsis(item) for pair in value.items() for item in pair)
+    return False
+
+
+def _eval_with_non_finite(text: str) -> Any:
+    """`ast.literal_eval`, where items of a tuple, list, set or dict may be `inf` or `nan`.
+
+    Only items: a bare `inf` or `(nan)` stays the word, as before.
+    """
+    import ast
+
+    tree = ast.parse(text.strip(" \t"), mode="eval")
+    names = {"inf": float("inf"), "nan": float("nan")}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            items = node.values if isinstance(node, ast.Dict) else node.elts
+            for i, item in enumerate(items):
+                target = item.operand if isinstance(item, ast.UnaryOp) else item
+                if isinstance(target, ast.Name) and target.id in names:
+                    constant = ast.copy_location(ast.Constant(names[target.id]), target)
+                    if isinstance(item, ast.UnaryOp):
+                        item.operand = constant
+                    else:
+                        items[i] = constant
+    return _literal_eval(tree)  # type: ignore[arg-type]
 
 
 def encode_literal(value: Any, ascii_only: bool = False) -> Any:
@@ -85,9 +130,11 @@ def encode_literal(value: Any, ascii_only: bool = False) -> Any:
     """
     import datetime  # here, not at the top: saving is rarer than importing
 
-    if value is None or isinstance(value, (str, bool, int, float, datetime.date)):
+    value = _plain_python(value)
+    kind = type(value)
+    if value is None or kind in (str, bool, int, float, datetime.date, datetime.datetime):
         return value  # YAML scalars (a date or datetime is a YAML timestamp)
-    if isinstance(value, _REPR_TYPES):
+    if kind in _REPR_TYPES:
         try:
             text = _literal_text(value, ascii_only)
         except (TypeError, RecursionError):
@@ -96,13 +143,38 @@ def encode_literal(value: Any, ascii_only: bool = False) -> Any:
             text = f"({text})"  # a plain scalar cannot start with "{"; "({1, 2})" is the set
         if _plain_ok(text, ascii_only) and _same(decode_literal(text), value):
             return PlainScalar(text)
-    raise TypeError(f"value of type {type(value).__name__} has no YAML or Python-literal form")
+    base = next((b for b in (bool, int, float, str, bytes) if isinstance(value, b)), None)
+    if base is not None:
+        # An IntEnum, a str subclass: the safe dumper has no form for them, and
+        # saving the base value would reopen as something else silently.
+        raise TypeError(
+            f"value of type {kind.__name__} (a subclass of {base.__name__}) has no YAML form; "
+            f"store {base.__name__}(value) instead"
+        )
+    raise TypeError(f"value of type {kind.__name__} has no YAML or Python-literal form")
+
+
+def _plain_python(value: Any) -> Any:
+    """A NumPy scalar as the Python number (or str, bytes, bool) it holds; tuples and sets too."""
+    kind = type(value)
+    if kind.__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        item = value.item()
+        return item if type(item).__module__ != "numpy" else value
+    if kind is tuple:
+        return tuple(_plain_python(item) for item in value)
+    if kind is set:
+        return {_plain_python(item) for item in value}
+    return value
 
 
 def _literal_text(value: Any, ascii_only: bool) -> str:
     """`repr`, except that strings never hold ':' or '#', which end a plain scalar."""
     if isinstance(value, (str, bytes)):
         text = ascii(value) if ascii_only else repr(value)
+        if not text.isascii() and max(text) > "\uffff":
+            # libyaml writes no character beyond the BMP in a plain scalar (it
+            # would quote the literal, which then reopens as a string): escape.
+            text = "".join(c if c <= "\uffff" else f"\\U{ord(c):08x}" for c in text)
         # ':' and '#' are never part of an escape sequence in a repr, so these
         # replacements keep the literal equal to the value.
         return text.replace(":", "\\x3a").replace("#", "\\x23")
@@ -121,6 +193,8 @@ def _literal_text(value: Any, ascii_only: bool) -> str:
             for k, v in value.items()
         )
         return "{" + ", ".join(pairs) + "}"
+    if isinstance(value, float) and value != value:
+        return "nan"  # read back by decode_literal, inside a tuple, list or set
     if value is None or isinstance(value, (bool, int, float, complex)):
         return repr(value)
     raise TypeError(type(value).__name__)
@@ -143,6 +217,9 @@ def _same(a: Any, b: Any) -> bool:
     """Equal and of the same types all the way down (1 == 1.0 == True is not enough)."""
     if type(a) is not type(b):
         return False
+    if type(a) is float:
+        # nan equals nan here, and -0.0 is not 0.0.
+        return (a == b and str(a) == str(b)) or (a != a and b != b)
     if isinstance(a, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):

@@ -91,6 +91,13 @@ class CfgNode(dict):
             copy (bool): if False, the CfgNode shares the leaf values with
                 `init_dict`; otherwise the contents of `init_dict` are deep-copied.
         """
+        try:
+            frozen = _FROZEN_SLOT.__get__(self, CfgNode)
+        except AttributeError:  # a new node: its slots are not set yet
+            frozen = False
+        if frozen:
+            # Calling __init__ again would clear the freeze and change the node.
+            self._check_mutable()
         object.__setattr__(self, "_frozen", False)
         object.__setattr__(self, "_key_path", "")
         super().__init__()
@@ -268,15 +275,27 @@ class CfgNode(dict):
 
         A frozen node refuses every change: `cfg.X = ...`, `cfg["X"] = ...`,
         `del`, `update`, `pop`, `popitem`, `setdefault`, `clear`, `|=`,
-        `merge` and `merge_from_list`. Lists inside the tree stay ordinary lists.
+        `merge`, `merge_from_list` and calling `__init__` again. Sub-configs
+        are frozen with it, those inside lists and tuples too; the lists
+        themselves stay ordinary lists.
 
         Args:
             frozen (bool): freeze or unfreeze the config
         """
-        object.__setattr__(self, "_frozen", bool(frozen))
-        for value in dict.values(self):
+        frozen = bool(frozen)
+        # A loop over a stack, not recursion: lists built in Python may nest deep.
+        stack: list[Any] = [self]
+        seen: set[int] = set()
+        while stack:
+            value = stack.pop()
+            if id(value) in seen:  # a list that holds itself, or one node twice
+                continue
+            seen.add(id(value))
+            items = dict.values(value) if isinstance(value, CfgNode) else value
             if isinstance(value, CfgNode):
-                value.freeze(frozen)
+                object.__setattr__(value, "_frozen", frozen)
+            # only what may hold a node: a list of a million numbers stays cheap
+            stack.extend(v for v in items if isinstance(v, (CfgNode, list, tuple)))
 
     def is_frozen(self) -> bool:
         """get the state of the config.
@@ -361,13 +380,19 @@ class CfgNode(dict):
             FrozenError: the config is frozen.
         """
         pairs = _pairs(list(overrides))
-        # Rehearse on a copy first, so a bad override leaves this node untouched.
-        _deepcopy(self)._apply_overrides(pairs, allow_new)
+        # Rehearse first, so a bad override leaves this node untouched. The
+        # rehearsal copies only the nodes on the overrides' paths, and those
+        # shallowly: a config may hold values that cannot be copied at all (a
+        # lock, a process, a socket), and the rest of the tree is not touched.
+        rehearsal = _shallow_copy(self)
+        rehearsal._apply_overrides(pairs, allow_new, copies={id(rehearsal)})
         self._apply_overrides(pairs, allow_new)
 
-    def _apply_overrides(self, pairs: list[tuple[str, str]], allow_new: bool) -> None:
+    def _apply_overrides(
+        self, pairs: list[tuple[str, str]], allow_new: bool, copies: set[int] | None = None
+    ) -> None:
         for dotted, raw in pairs:
-            node, leaf = self._walk_to_parent(dotted, allow_new)
+            node, leaf = self._walk_to_parent(dotted, allow_new, copies)
             value = decode_literal(raw)
             if leaf in node:
                 value = _coerce(dict.__getitem__(node, leaf), value, raw, dotted)
@@ -375,7 +400,13 @@ class CfgNode(dict):
                 raise ConfigKeyError(node._missing_message(leaf))
             node[leaf] = value
 
-    def _walk_to_parent(self, dotted: str, allow_new: bool) -> tuple[CfgNode, str]:
+    def _walk_to_parent(
+        self, dotted: str, allow_new: bool, copies: set[int] | None = None
+    ) -> tuple[CfgNode, str]:
+        """The node that holds `dotted`'s last part, and that part.
+
+        In a rehearsal, `copies` holds the ids of the nodes already copied.
+        """
         *parents, leaf = dotted.split(".")
         node = self
         for part in parents:
@@ -388,6 +419,14 @@ class CfgNode(dict):
                 raise ConfigKeyError(
                     f"cannot set {dotted!r}: {node._path_of(part)!r} is a value, not a config node"
                 )
+            if copies is not None and id(child) not in copies:
+                # Copy-on-write: the rehearsal changes a copy of each node it
+                # passes through, put in place of the original in the copied parent.
+                child = _shallow_copy(child)
+                copies.add(id(child))
+                dict.__setitem__(node, part, child)
+                if part in node.__dict__:
+                    node.__dict__[part] = child
             node = child
         return node, leaf
 
@@ -436,7 +475,8 @@ class CfgNode(dict):
             else:
                 save_path.write(text)
             return
-        files.atomic_write(os.fspath(save_path), text.encode(encoding))
+        path = os.fspath(save_path)
+        files.atomic_write(path, text.encode(encoding))
 
     @classmethod
     def open(cls, file: Any, encoding: str = "utf-8") -> Self:
@@ -458,9 +498,14 @@ class CfgNode(dict):
         if hasattr(file, "read"):
             source = str(getattr(file, "name", "<stream>"))
             try:
-                text = file.read()
+                text = file.read(files.MAX_STREAM_BYTES + 1)
             except UnicodeDecodeError as exc:
                 raise files.decode_error(exc, source) from None
+            if len(text) > files.MAX_STREAM_BYTES:
+                raise ConfigError(
+                    f"{source}: more than {files.MAX_STREAM_BYTES // 2**20} MiB; "
+                    "refusing to read a config that large"
+                )
             if isinstance(text, bytes):
                 text = files.decode(text, encoding, source)
         else:
@@ -532,6 +577,24 @@ CfgNode._reserved = frozenset(dir(CfgNode))
 _SCALARS = frozenset({int, float, str, bool, type(None), bytes, complex})
 
 
+_FROZEN_SLOT = CfgNode.__dict__["_frozen"]
+
+
+def _shallow_copy(node: CfgNode) -> CfgNode:
+    """A node with the same keys, values, path and freeze as `node`, for a rehearsal.
+
+    Its values are those of `node`, not copies; the rehearsal replaces the
+    sub-configs it walks into by shallow copies in turn, so that nothing of
+    the original changes.
+    """
+    new = type(node).__new__(type(node))
+    object.__setattr__(new, "_frozen", node._frozen)
+    object.__setattr__(new, "_key_path", node._key_path)
+    dict.update(new, node)
+    new.__dict__.update(node.__dict__)
+    return new
+
+
 def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
     node = cls()
     object.__setattr__(node, "_key_path", key_path)
@@ -562,9 +625,14 @@ def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
                 _encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
             ]
         return {
-            k: _encode_tree(v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1)
+            # a str subclass as a key (a StrEnum) is written as the text it holds
+            (k if type(k) is str else str.__str__(k)): _encode_tree(
+                v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1
+            )
             for k, v in value.items()
         }
+    if type(value) is str and not value.isascii():
+        _check_encodable(value, path)
     if type(value) is int and value.bit_length() > 14_000:  # near the 4,300-digit str limit
         try:
             str(value)
@@ -574,6 +642,25 @@ def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
         return encode_literal(value, ascii_only)
     except TypeError as exc:
         raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
+
+
+def _check_encodable(value: str, path: str) -> None:
+    """Refuse a string no text file can hold: one with a lone surrogate.
+
+    `os.listdir` and `sys.argv` give such strings for names that are not
+    UTF-8 (`surrogateescape`); the YAML emitter would fail on them with a raw
+    `UnicodeEncodeError` naming no key.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = value[exc.start]
+        raise ConfigError(
+            f"cannot save {path or 'config'!r}: the string holds a lone surrogate "
+            f"({char!r} at index {exc.start}), which no text file can hold; it usually "
+            "comes from a file name that is not UTF-8 (decode it with os.fsencode(name)"
+            ".decode(..., 'replace'), or keep it as bytes)"
+        ) from None
 
 
 def _pairs(items: list[str]) -> list[tuple[str, str]]:

@@ -26,7 +26,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import ConfigError
 from .literal import PlainScalar, decode_literal
-from .yaml_io import MAX_DEPTH, MAX_EXPANDED_NODES
+from .yaml_io import MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = ["ConfigLoader", "ConfigDumper", "load", "dump"]
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
+_MAP = "tag:yaml.org,2002:map"  # a mapping that becomes a CfgNode (not a !!set)
 
 
 # ---------------------------------------------------------------- loading
@@ -68,7 +69,16 @@ class ConfigLoader(_SafeLoader):
         first_own = len(node.value) - node.own_pairs  # type: ignore[attr-defined]
         mapping: dict[Any, Any] = {}
         own: dict[Any, Node] = {}
+        # The path of a mapping that becomes a CfgNode (the top one and its
+        # mapping values): its keys must be names, checked here where the
+        # line and the key as written are still known.
+        path = getattr(node, "config_path", None)
         for index, (key_node, value_node) in enumerate(node.value):
+            if path is not None:
+                _check_config_key(key_node, path)
+                if isinstance(value_node, MappingNode) and value_node.tag == _MAP:
+                    name = key_node.value
+                    value_node.config_path = f"{path}.{name}" if path else name  # type: ignore[attr-defined]
             if type(key_node) is ScalarNode and key_node.tag == _STR:
                 key: Any = key_node.value  # keys are names, never literals
             else:
@@ -96,58 +106,149 @@ class ConfigLoader(_SafeLoader):
         return mapping
 
 
+def _check_config_key(key_node: Node, path: str) -> None:
+    """Refuse a key of a CfgNode mapping that is not a name, as the file spells it."""
+    if key_node.tag == _MERGE:
+        return
+    if isinstance(key_node, ScalarNode):
+        written = key_node.value
+        if key_node.tag == _STR and isinstance(written, str) and written.isidentifier():
+            return
+        dotted = f"{path}.{written}" if path else written
+        what = f"invalid config key {dotted!r}"
+        if key_node.tag != _STR and not key_node.style:
+            # `NO:`, `on:`, `1:` are YAML 1.1 booleans and numbers, not names.
+            kind = key_node.tag.rsplit(":", 1)[-1]
+            what += f" (YAML reads it as a {kind}; quote it to use it as a name)"
+    else:
+        kind = getattr(key_node, "id", "node")  # "mapping" or "sequence"
+        what = f"invalid config key under {path or 'the top level'!r}: a {kind}"
+    raise ConstructorError(
+        None, None, f"{what}: keys must be valid Python identifiers", key_node.start_mark
+    )
+
+
 def _construct_str(loader: ConfigLoader, node: Node) -> Any:
     value = loader.construct_scalar(node)  # type: ignore[arg-type]
     # An unquoted scalar may spell a literal; a quoted one is the string the
-    # author wrote (CParser marks plain scalars with "", PyYAML's with None).
-    return value if node.style else decode_literal(value)  # type: ignore[attr-defined]
+    # author wrote (CParser marks plain scalars with "", PyYAML's with None),
+    # and so is one with an explicit `!!str` tag.
+    if getattr(node, "style", None) or _has_explicit_tag(loader, node):
+        return value
+    return decode_literal(value)
 
 
-def _reporting(construct: Callable[[Any, Node], Any]) -> Callable[[Any, Node], Any]:
-    """Wrap a scalar constructor so a value Python refuses becomes an error with its line."""
+def _has_explicit_tag(loader: ConfigLoader, node: Node) -> bool:
+    """Whether a plain scalar carries a tag (`!!str 1`) in the text.
+
+    Neither parser records whether a tag was written or resolved, but a plain
+    scalar cannot start with `!` or `&`: text there before the value is the
+    node's properties (an anchor, a tag, or both).
+    """
+    text = getattr(loader, "config_text", "")
+    start = node.start_mark.index if node.start_mark is not None else -1
+    if not 0 <= start < len(text) or text[start] not in "!&":
+        return False
+    if text[start] == "!":
+        return True
+    # `&anchor !!str value` or `&anchor value`: look past the anchor.
+    match = re.compile(r"&\S+\s+").match(text, start)
+    return match is not None and text[match.end() : match.end() + 1] == "!"
+
+
+def _reporting(tag: str, construct: Callable[[Any, Node], Any]) -> Callable[[Any, Node], Any]:
+    """Wrap a scalar constructor so that a value it cannot build is an error with its line.
+
+    PyYAML's constructors let a bad value escape as a raw KeyError (`!!bool zz`),
+    AttributeError (`!!timestamp zzz`), IndexError (`!!float ''`), ValueError
+    or OverflowError.
+    """
+    short = tag.replace("tag:yaml.org,2002:", "!!")
 
     def construct_or_report(loader: Any, node: Node) -> Any:
         try:
             return construct(loader, node)
-        except (ValueError, OverflowError) as exc:
+        except (yaml.YAMLError, MemoryError, RecursionError):
+            raise
+        except Exception as exc:
+            reason = str(exc) or type(exc).__name__
+            if isinstance(exc, KeyError) and short == "!!bool":
+                reason = "not a YAML boolean (true/false, yes/no, on/off)"
+            elif isinstance(exc, AttributeError) and short == "!!timestamp":
+                reason = "not a YAML timestamp (such as 2001-12-14 or 2001-12-14t21:59:43.10-05:00)"
             raise ConstructorError(
-                None, None, f"cannot read the value {node.value!r:.40}: {exc}", node.start_mark
+                None,
+                None,
+                f"cannot read the value {node.value!r:.40} as {short}: {reason}",
+                node.start_mark,
             ) from None
 
     return construct_or_report
 
 
 ConfigLoader.add_constructor(_STR, _construct_str)
-for _tag in ("int", "float", "timestamp"):
-    _full_tag = f"tag:yaml.org,2002:{_tag}"
-    ConfigLoader.add_constructor(_full_tag, _reporting(ConfigLoader.yaml_constructors[_full_tag]))
+# Every standard scalar tag; the collection constructors are generators, whose
+# errors are already ConstructorErrors (and their items' errors are wrapped).
+_GENERATOR = 0x20  # inspect.CO_GENERATOR, without importing inspect
+for _tag, _construct in list(ConfigLoader.yaml_constructors.items()):
+    if _tag is None or _tag == _STR or _construct.__code__.co_flags & _GENERATOR:
+        continue
+    ConfigLoader.add_constructor(_tag, _reporting(_tag, _construct))
 
 
 def load(text: str, source: str) -> Any:
     """Parse one YAML document of a config (see `yaml_io.safe_load`)."""
+    if text[:1] == "\ufeff":
+        # The parsers disagree on whether a byte-order mark counts in a mark's
+        # index; without it, indexes are those of `text` for both.
+        text = text[1:]
     try:
         if _may_nest_deeper_than(text, MAX_DEPTH):
             _check_depth(text, source)
         loader = ConfigLoader(text)
+        loader.config_text = text  # type: ignore[attr-defined]
         try:
             node = loader.get_single_node()
             if node is None:
                 return None
-            if "*" in text:  # aliases need '*': skip the walk for the common case
-                _check_aliases(node, source)
-            return loader.construct_document(node)
+            aliased = "*" in text and _check_aliases(node, source)
+            if isinstance(node, MappingNode) and node.tag == _MAP:
+                node.config_path = ""  # type: ignore[attr-defined]
+            data = loader.construct_document(node)
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(_describe(exc, source)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    # PyYAML builds an anchored node once and hands the same object to every
+    # alias: two keys would share one list. Each place gets its own.
+    return _unshared(data) if aliased else data
+
+
+def _unshared(value: Any) -> Any:
+    """`value` with every list, dict and set rebuilt, so that no two places share one."""
+    kind = type(value)
+    if kind is list:
+        return [_unshared(item) for item in value]
+    if kind is dict:
+        return {key: _unshared(item) for key, item in value.items()}
+    if kind is set:
+        return set(value)
+    if kind is tuple:
+        return tuple(_unshared(item) for item in value)
+    return value
 
 
 def _describe(exc: yaml.MarkedYAMLError, source: str) -> str:
     mark = exc.problem_mark or exc.context_mark
-    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
     problem = exc.problem or exc.context or "invalid YAML"
+    if _LIBYAML_DEPTH in problem:
+        # libyaml >= 0.2.6 (in PyYAML's wheels since 6.0.3) refuses deep
+        # nesting itself, in its own words: give easycore's refusal instead.
+        line = mark.line + 1 if mark else "?"
+        return f"{source}, line {line}: {_nested_too_deep()}"
+    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
     if isinstance(exc, ConstructorError) and "python/" in problem:
         return (
             f"{where}: refused unsafe tag ({problem}); config files may not "
@@ -179,6 +280,13 @@ def _may_nest_deeper_than(text: str, limit: int) -> bool:
     )
 
 
+_LIBYAML_DEPTH = "maximum nesting depth"
+
+
+def _nested_too_deep() -> str:
+    return f"nested more than {MAX_DEPTH} levels deep; refusing to load"
+
+
 def _check_depth(text: str, source: str) -> None:
     parser = _SafeLoader(text)
     try:
@@ -191,10 +299,7 @@ def _check_depth(text: str, source: str) -> None:
                 depth += 1
                 if depth > MAX_DEPTH:
                     line = event.start_mark.line + 1 if event.start_mark else "?"
-                    raise ConfigError(
-                        f"{source}, line {line}: nested more than {MAX_DEPTH} levels deep; "
-                        "refusing to load"
-                    )
+                    raise ConfigError(f"{source}, line {line}: {_nested_too_deep()}")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     finally:
@@ -202,9 +307,19 @@ def _check_depth(text: str, source: str) -> None:
 
 
 # ---------------------------------------------------------------- aliases
-def _check_aliases(root: Node, source: str) -> None:
-    """Refuse documents whose aliases expand hugely, recursively or too deep."""
+def _check_aliases(root: Node, source: str) -> bool:
+    """Refuse documents whose aliases expand hugely, recursively or too deep.
+
+    Size is bounded twice: in nodes (a few lines of nested aliases can stand
+    for billions of them) and in bytes of text (2,000 aliases of one 1 MiB
+    string are 2,001 nodes but 2 GB once dumped or printed).
+
+    Returns:
+        bool: whether the document has an alias at all.
+    """
     sizes: dict[int, int] = {}  # id(node) -> expanded size, filled bottom-up
+    text_bytes: dict[int, int] = {}  # id(node) -> bytes of scalar text, expanded
+    seen_alias = False
     depths: dict[int, int] = {}  # id(node) -> nesting depth once expanded
     on_path: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
@@ -215,6 +330,10 @@ def _check_aliases(root: Node, source: str) -> None:
             on_path.discard(key)
             children = _children(node)
             size = 1 + sum(sizes[id(child)] for child in children)
+            if isinstance(node, ScalarNode):
+                nbytes = len(node.value.encode("utf-8", "surrogatepass"))
+            else:
+                nbytes = sum(text_bytes[id(child)] for child in children)
             depth = 0
             if isinstance(node, (MappingNode, SequenceNode)):
                 depth = 1 + max((depths[id(child)] for child in children), default=0)
@@ -224,22 +343,34 @@ def _check_aliases(root: Node, source: str) -> None:
                     f"{source}, line {line}: aliases expand to more than "
                     f"{MAX_EXPANDED_NODES:,} nodes; refusing to load (alias bomb?)"
                 )
+            if nbytes > MAX_EXPANDED_BYTES:
+                raise ConfigError(
+                    f"{source}, line {line}: aliases expand to more than "
+                    f"{MAX_EXPANDED_BYTES // 2**20} MiB of text; refusing to load (alias bomb?)"
+                )
             if depth > MAX_DEPTH:
                 raise ConfigError(
                     f"{source}, line {line}: aliases nest more than {MAX_DEPTH} levels "
                     "deep; refusing to load"
                 )
             sizes[key] = size
+            text_bytes[key] = nbytes
             depths[key] = depth
             continue
         if key in sizes:
+            seen_alias = True  # a node met twice: reached through an alias
             continue
         if key in on_path:
             line = node.start_mark.line + 1
             raise ConfigError(f"{source}, line {line}: recursive alias; refusing to load")
         on_path.add(key)
         stack.append((node, True))
-        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+        for child in _children(node):
+            if id(child) in sizes:
+                seen_alias = True
+            else:
+                stack.append((child, False))
+    return seen_alias
 
 
 def _children(node: Node) -> list[Node]:

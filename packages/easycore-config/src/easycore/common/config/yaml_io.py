@@ -7,9 +7,10 @@ type-check, never pays for PyYAML: this module is the light front, and
 What the dialect guarantees: PyYAML's *safe* loader (libyaml's C parser when
 present), so tags such as `!!python/object/apply` are refused instead of running
 code; aliases checked before construction (a few lines of nested aliases can
-otherwise expand into billions of nodes); nesting deeper than `MAX_DEPTH`
-refused before the C parser sees it; duplicate keys refused; unquoted Python literals decoded,
-quoted strings kept as strings.
+otherwise expand into billions of nodes, or a few aliases of a long string into
+gigabytes); nesting deeper than `MAX_DEPTH` refused with easycore's own message,
+whatever libyaml's version; duplicate keys refused; unquoted Python literals
+decoded, quoted strings (and `!!str` ones) kept as strings.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_EXPANDED_NODES", "safe_dump", "safe_load"]
+__all__ = ["MAX_DEPTH", "MAX_EXPANDED_BYTES", "MAX_EXPANDED_NODES", "safe_dump", "safe_load"]
 
 #: Largest number of nodes a document may expand to once aliases are followed.
 MAX_EXPANDED_NODES = 1_000_000
+
+#: Most bytes (UTF-8) of scalar text a document may expand to once aliases are
+#: followed: the cap on a config file's size, so that no alias makes a config
+#: larger than a file could be.
+MAX_EXPANDED_BYTES = 64 * 2**20
 
 #: Deepest nesting of mappings and lists a config may have. Real configs stay
 #: under ten; libyaml's composer recurses in C and crashes the interpreter at
