@@ -68,11 +68,13 @@ class _LazyCopyMixin(_MixinBase):
     _lazy_cache: TemplateCache
     _lazy_base: Type[CfgNode]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # An empty copy made by a CfgNode method (`type(self)()`) shares nothing.
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # A node made by a CfgNode method (`type(self)()`, `type(self).__new__`)
+        # owns what it holds: nothing marked shared.
+        self = super().__new__(cls, *args, **kwargs)
         object.__setattr__(self, "_lazy_unshared", set())
         object.__setattr__(self, "_lazy_cache", {})
-        super().__init__(*args, **kwargs)
+        return self
 
     # ------------------------------------------------ copying on first use
     def _lazy_take(self, key: str) -> Any:
@@ -166,7 +168,7 @@ class _LazyCopyMixin(_MixinBase):
         self._lazy_take_nodes()
         super()._plan_merge(cfg, plan)
 
-    def _walk_to_parent(self, dotted: str, allow_new: bool) -> Any:
+    def _walk_to_parent(self, dotted: str, allow_new: bool, copies: Any = None) -> Any:
         node: Any = self
         for part in dotted.split(".")[:-1]:
             if isinstance(node, _LazyCopyMixin) and part in node._lazy_unshared:
@@ -174,7 +176,7 @@ class _LazyCopyMixin(_MixinBase):
             node = dict.get(node, part)
             if not isinstance(node, CfgNode):
                 break
-        return super()._walk_to_parent(dotted, allow_new)
+        return super()._walk_to_parent(dotted, allow_new, copies)
 
     def dict(self) -> Dict[str, Any]:
         self._lazy_take_all(deep=True)
