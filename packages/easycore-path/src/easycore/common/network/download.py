@@ -8,6 +8,7 @@ from urllib.parse import unquote, urlsplit
 
 from .errors import DownloadError
 from .limits import resolve_deadline, resolve_lock_timeout
+from .names import is_own_file_name, lock_target
 from .transfer import (
     DEFAULT_TIMEOUT,
     Timeout,
@@ -36,9 +37,10 @@ def download_file(
     """Download a file from a given URL to a directory.
 
     If the file exists, will not overwrite the existing file. Processes downloading the
-    same file at once are serialised by a file lock (`<file>.lock`): one downloads, the
-    others wait and find the finished file. The file appears only once it is complete;
-    temporary files left by a download that was killed are removed by the next one.
+    same file at once are serialised by a file lock (`<file>@.lock`, a name no download
+    may have): one downloads, the others wait and find the finished file. The file
+    appears only once it is complete; temporary files left by a download that was killed
+    are removed by the next one.
 
     Examples:
         ```python
@@ -72,12 +74,21 @@ def download_file(
             is left at the returned path.
         IsADirectoryError: a directory has the file's name.
         FileExistsError: something other than a regular file has the file's name.
-        ValueError: no usable file name in `filename` or in the URL, or a bad setting.
+        ValueError: no usable file name in `filename` or in the URL (or one shaped like
+            our lock and temporary files, `...@.lock` and `...@<8 hex>.part`), or a bad
+            setting.
+        OSError: the file cannot be stored there (a parent is not a directory, the name
+            is too long, a symbolic link is planted at its lock file...), naming the URL.
     """
     if filename is None:
         filename = _filename_from_url(url)
     elif not _is_plain_name(filename):
         raise ValueError(f"filename must be a plain file name, got {filename!r}")
+    if is_own_file_name(filename):
+        raise ValueError(
+            f"cannot download {redact(url)!r} as {filename!r}: names ending in '@.lock' or "
+            "'@<8 hex>.part' are easycore's lock and temporary files; pass another filename="
+        )
     check_timeout(timeout)
     check_attempts(max_attempts)
     path = os.path.join(dir, filename)
@@ -86,7 +97,7 @@ def download_file(
     fetch_locked(
         url,
         path,
-        path,
+        lock_target(path),
         progress=progress,
         timeout=timeout,
         max_attempts=max_attempts,
@@ -139,6 +150,8 @@ def fetch_locked(
             "$EASYCORE_DOWNLOAD_LOCK_TIMEOUT)",
             transient=True,
         ) from exc
+    except OSError as exc:  # e.g. the lock file was swapped for a link since file_lock
+        raise _path_error(url, exc, lock.lock_file) from None
     try:
         if _is_downloaded(dst, url):
             return
@@ -181,6 +194,7 @@ def _path_error(url: str, exc: OSError, path: str) -> OSError:
         errno.ENOTDIR: "a parent of its path is not a directory",
         errno.EEXIST: "a parent of its path is not a directory",
         errno.ENAMETOOLONG: "its path is longer than the file system allows",
+        errno.ELOOP: "a symbolic link is planted at its lock file or in its path (remove it)",
     }
     why = reasons.get(exc.errno or 0, exc.strerror)
     # OSError(errno, ...) builds the matching subclass (NotADirectoryError for ENOTDIR).

@@ -10,13 +10,13 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 
 import errno
 import os
-import re
 import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
 
 from .errors import DownloadError
 from .limits import resolve_deadline
+from .names import PART_SUFFIX
 from .urls import credentials, redact
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ CHUNK_SIZE = 1 << 20
 
 # Ask for the bytes as stored: Content-Length then counts what we write to disk.
 _HEADERS = {"Accept-Encoding": "identity"}
-# Temporary files are "<dst>@<8 hex>.part" (see _create_temporary_file).
-_PART_SUFFIX = re.compile(r"@[0-9a-f]{8}\.part")
 
 #: Retries are logged (as warnings) here; the library configures no handler.
 LOGGER_NAME = "easycore.common.network"
@@ -195,7 +193,7 @@ def remove_stale_parts(dst: str) -> None:
     except OSError:
         return
     for entry in entries:
-        if entry.startswith(name) and _PART_SUFFIX.fullmatch(entry, len(name)):
+        if entry.startswith(name) and PART_SUFFIX.fullmatch(entry, len(name)):
             _unlink_quietly(os.path.join(directory, entry))
 
 

@@ -41,6 +41,7 @@ from functools import lru_cache
 from typing import List, Tuple
 from urllib.parse import urlsplit
 
+from easycore.common.network.names import lock_target
 from easycore.common.network.urls import credentials, redact
 
 from .cache_key import keyed_digest
@@ -130,12 +131,6 @@ def check_inside(cache_dir: str, path: str, url: str) -> None:
         raise ValueError(
             f"refusing to cache {redact(url)!r}: {path!r} resolves outside {cache_dir!r}"
         )
-
-
-def lock_target(path: str) -> str:
-    """Return what to pass to `file_lock` for a cache file: `<path>@` locks as
-    `<path>@.lock`, a name no URL maps to (`<path>.lock` could be another URL's)."""
-    return path + "@"
 
 
 def _normalise(segment: str) -> bytes:
