@@ -12,14 +12,13 @@ from .names import is_own_file_name, lock_target
 from .transfer import (
     DEFAULT_TIMEOUT,
     Timeout,
-    check_attempts,
-    check_timeout,
+    check_options,
     fetch,
     remove_stale_parts,
 )
 from .urls import redact
 
-__all__ = ["download_file", "fetch_locked"]
+__all__ = ["check_download_options", "download_file", "fetch_locked"]
 
 
 def download_file(
@@ -89,9 +88,16 @@ def download_file(
             f"cannot download {redact(url)!r} as {filename!r}: names ending in '@.lock' or "
             "'@<8 hex>.part' are easycore's lock and temporary files; pass another filename="
         )
-    check_timeout(timeout)
-    check_attempts(max_attempts)
+    check_download_options(
+        timeout=timeout,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        progress=progress,
+        deadline=deadline,
+        lock_timeout=lock_timeout,
+    )
     path = os.path.join(dir, filename)
+    _check_name_length(url, dir, path)
     if _is_downloaded(path, url):
         return path
     fetch_locked(
@@ -106,6 +112,28 @@ def download_file(
         lock_timeout=lock_timeout,
     )
     return path
+
+
+def check_download_options(
+    *,
+    timeout: Timeout,
+    max_attempts: int,
+    backoff: float,
+    progress: bool,
+    deadline: Optional[float],
+    lock_timeout: Optional[float],
+) -> None:
+    """Refuse a bad download option at once, naming it, rather than mid-download.
+
+    Raises:
+        ValueError: a timeout that is not positive and finite, `max_attempts` not an int of
+            at least 1, a negative or infinite `backoff`, a non-bool `progress`, or a
+            `deadline` / `lock_timeout` that is not positive seconds (`math.inf` allowed).
+    """
+    check_options(timeout, max_attempts, backoff)
+    _check_limits(deadline, lock_timeout)
+    if not isinstance(progress, bool):
+        raise ValueError(f"progress must be True or False, got {progress!r}")
 
 
 def fetch_locked(
@@ -167,6 +195,25 @@ def fetch_locked(
         )
     finally:
         lock.release()
+
+
+def _check_limits(deadline: Optional[float], lock_timeout: Optional[float]) -> None:
+    """Refuse a bad `deadline` or `lock_timeout` now, before anything is locked or sent."""
+    if deadline is not None:
+        resolve_deadline(deadline)
+    if lock_timeout is not None:
+        resolve_lock_timeout(lock_timeout, 0.0)
+
+
+def _check_name_length(url: str, dir: str, path: str) -> None:
+    """Refuse a name longer than the file system takes before anything is created."""
+    try:
+        limit = os.pathconf(dir, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no such folder yet, or not POSIX
+        limit = 255
+    if len(os.fsencode(os.path.basename(path))) > limit:
+        too_long = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
+        raise _path_error(url, too_long, path)
 
 
 def _is_downloaded(path: str, url: str) -> bool:

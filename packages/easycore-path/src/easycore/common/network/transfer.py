@@ -9,6 +9,7 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 """
 
 import errno
+import math
 import os
 import secrets
 import time
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
 
 from .errors import DownloadError
 from .limits import resolve_deadline
-from .names import PART_SUFFIX
+from .names import PART_SUFFIX, own_prefix
 from .urls import credentials, redact
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Timeout",
     "check_attempts",
+    "check_backoff",
+    "check_options",
     "check_timeout",
     "fetch",
     "probe",
@@ -86,8 +89,7 @@ def fetch(
     Raises:
         DownloadError: naming the URL (and the HTTP status, if any).
     """
-    check_timeout(timeout)
-    check_attempts(max_attempts)
+    check_options(timeout, max_attempts, backoff)
     clock_seconds = resolve_deadline(deadline)
     private = credentials(url) is not None
     from .deadline import Deadline
@@ -127,8 +129,7 @@ def probe(
     Raises:
         DownloadError: when no answer arrives or the server keeps failing (5xx).
     """
-    check_timeout(timeout)
-    check_attempts(max_attempts)
+    check_options(timeout, max_attempts, backoff)
     clock_seconds = resolve_deadline(deadline)
     import requests
 
@@ -153,29 +154,58 @@ def probe(
 
 
 def check_timeout(timeout: Timeout) -> None:
-    """Refuse a missing or non-positive timeout: a transfer must never wait forever.
+    """Refuse a missing, non-positive or infinite timeout: a transfer must never wait
+    forever (and a socket cannot take `math.inf`: use `deadline=` for the whole).
 
     Args:
         timeout (float or tuple): `(connect, read)` seconds, or one number for both.
 
     Raises:
-        ValueError: `timeout` is None, neither a number nor a pair, or not positive.
+        ValueError: `timeout` is None, neither a number nor a pair, or not positive and
+            finite.
     """
     values = timeout if isinstance(timeout, tuple) else (timeout,)
     if (isinstance(timeout, tuple) and len(timeout) != 2) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+        _is_number(v) and 0 < v < math.inf for v in values
     ):
-        raise ValueError(f"timeout must be positive seconds or (connect, read), got {timeout!r}")
+        raise ValueError(
+            f"timeout must be positive, finite seconds or (connect, read), got {timeout!r}"
+        )
 
 
 def check_attempts(max_attempts: int) -> None:
-    """Refuse fewer than one attempt.
+    """Refuse fewer than one attempt, or a count that is not an integer.
 
     Raises:
-        ValueError: `max_attempts` is below 1.
+        ValueError: `max_attempts` is not an int of at least 1.
     """
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
+
+
+def check_backoff(backoff: float) -> None:
+    """Refuse a negative, infinite or non-numeric backoff.
+
+    Raises:
+        ValueError: `backoff` is not a finite number of seconds, 0 or more.
+    """
+    if not (_is_number(backoff) and 0 <= backoff < math.inf):
+        raise ValueError(f"backoff must be finite seconds, 0 or more, got {backoff!r}")
+
+
+def check_options(timeout: Timeout, max_attempts: int, backoff: float) -> None:
+    """`check_timeout`, `check_attempts` and `check_backoff` at once.
+
+    Raises:
+        ValueError: naming the first bad option.
+    """
+    check_timeout(timeout)
+    check_attempts(max_attempts)
+    check_backoff(backoff)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def remove_stale_parts(dst: str) -> None:
@@ -187,7 +217,7 @@ def remove_stale_parts(dst: str) -> None:
     Args:
         dst (str): the file a download creates.
     """
-    directory, name = os.path.split(dst)
+    directory, name = os.path.split(own_prefix(dst))
     try:
         entries = os.listdir(directory or ".")
     except OSError:
@@ -253,23 +283,56 @@ def _fetch_once(
     except requests.RequestException as exc:
         raise _as_download_error(url, exc) from exc
     with response:
-        status = response.status_code
-        if status >= 400:
-            raise DownloadError(
-                url, response.reason or "error", status, _is_transient_status(status)
-            )
-        fd, tmp = _create_temporary_file(dst, 0o600 if private else 0o666)
+        _check_status(url, response)
         try:
-            _stream_into(response, fd, url, dst, progress, chunk_size)
-            if clock.expired:
-                # The deadline's shutdown can look like the end of a body that has no
-                # length: never rename such a body into place.
-                raise clock.error(url)
-            os.replace(tmp, dst)
+            fd, tmp = _create_temporary_file(dst, 0o600 if private else 0o666)
+        except OSError as exc:
+            raise _write_error(url, dst, exc) from exc
+        try:
+            try:
+                _stream_into(response, fd, url, dst, progress, chunk_size)
+                if clock.expired:
+                    # The deadline's shutdown can look like the end of a body that has no
+                    # length: never rename such a body into place.
+                    raise clock.error(url)
+                os.replace(tmp, dst)
+            except DownloadError:
+                raise
+            except OSError as exc:  # the disk is full, a quota, a read-only file system...
+                raise _write_error(url, dst, exc) from exc
         except BaseException:
             _unlink_quietly(tmp)
             raise
     return dst
+
+
+def _check_status(url: str, response: Any) -> None:
+    """Refuse any final answer but 200 and 203, the two that carry the resource itself.
+
+    Redirects were followed, so a 3xx here has no usable `Location` (or is a 304 or 300);
+    204/205 carry nothing, 206 only a part (and we never send `Range`); 201, 202 and the
+    rest describe something else than the resource. None of them is ever cached.
+    """
+    status = response.status_code
+    reason = response.reason or "error"
+    if status >= 400:
+        raise DownloadError(url, reason, status, _is_transient_status(status))
+    if status in (200, 203):
+        return
+    if 300 <= status < 400:
+        why = "a redirect without a usable Location" if status != 304 else "not a body"
+    elif status == 206:
+        why = "a partial body, to a request without Range"
+    else:
+        why = "no body of the resource"
+    raise DownloadError(url, f"{reason} ({why}: only 200 and 203 are stored)", status)
+
+
+def _write_error(url: str, dst: str, exc: OSError) -> DownloadError:
+    """`exc`, raised while storing `url` at `dst`, as a `DownloadError` naming both."""
+    error = DownloadError(url, f"cannot store it at {dst}: {exc.strerror or exc}")
+    error.errno = exc.errno  # ENOSPC, EDQUOT, EFBIG, EROFS, ENAMETOOLONG...
+    return error
 
 
 def _stream_into(
@@ -330,7 +393,7 @@ def _create_temporary_file(dst: str, mode: int) -> Tuple[int, str]:
     # The '@' keeps the name out of the cache's namespace (see easycore.common.path.cache).
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        tmp = f"{dst}@{secrets.token_hex(4)}.part"
+        tmp = f"{own_prefix(dst)}@{secrets.token_hex(4)}.part"
         try:
             return os.open(tmp, flags, mode), tmp
         except FileExistsError:

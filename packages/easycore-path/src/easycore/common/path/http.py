@@ -9,15 +9,8 @@ import errno
 import os
 from typing import IO, Any, List, Optional
 
-from easycore.common.network.download import fetch_locked
-from easycore.common.network.limits import resolve_deadline, resolve_lock_timeout
-from easycore.common.network.transfer import (
-    DEFAULT_TIMEOUT,
-    Timeout,
-    check_attempts,
-    check_timeout,
-    probe,
-)
+from easycore.common.network.download import check_download_options, fetch_locked
+from easycore.common.network.transfer import DEFAULT_TIMEOUT, Timeout, probe
 from easycore.common.network.urls import redact
 
 from .cache import check_inside, lock_target, url_to_cache_path
@@ -49,10 +42,11 @@ class HTTPURLHandler(PathHandler):
     `PermissionError`.
 
     Args:
-        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation;
+            positive and finite.
         max_attempts (int): tries in all for transient failures (connection errors,
             timeouts, truncated bodies, 5xx), with exponential backoff between them.
-        backoff (float): seconds before the first retry; doubles each time.
+        backoff (float): seconds before the first retry, 0 or more; doubles each time.
         progress (bool): draw a tqdm progress bar while downloading.
         deadline (float or None): seconds for a whole download, retries included, however
             slowly the server sends; None reads `$EASYCORE_DOWNLOAD_DEADLINE` at download
@@ -60,6 +54,9 @@ class HTTPURLHandler(PathHandler):
         lock_timeout (float or None): seconds to wait while another process downloads the
             same URL; None reads `$EASYCORE_DOWNLOAD_LOCK_TIMEOUT`, else the deadline plus
             one minute.
+
+    Raises:
+        ValueError: an option is out of its range (checked here, not mid-download).
     """
 
     def __init__(
@@ -72,12 +69,15 @@ class HTTPURLHandler(PathHandler):
         deadline: Optional[float] = None,
         lock_timeout: Optional[float] = None,
     ) -> None:
-        check_timeout(timeout)
-        check_attempts(max_attempts)
-        if deadline is not None:
-            resolve_deadline(deadline)  # refuse a bad value now, not at the first download
-        if lock_timeout is not None:
-            resolve_lock_timeout(lock_timeout, 0.0)
+        # Every option is checked now, not at the first download.
+        check_download_options(
+            timeout=timeout,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            progress=progress,
+            deadline=deadline,
+            lock_timeout=lock_timeout,
+        )
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = backoff
