@@ -3,7 +3,7 @@
 import errno
 import os
 import stat
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import unquote, urlsplit
 
 from .errors import DownloadError
@@ -147,11 +147,17 @@ def fetch_locked(
     backoff: float,
     deadline: Optional[float],
     lock_timeout: Optional[float],
+    accept: Optional[Callable[[str], bool]] = None,
 ) -> None:
     """Download `url` to `dst` unless it is there, holding the lock of `lock_path`.
 
     Under the lock: look again (another process may have finished meanwhile), remove
     the temporary files of killed downloads of `dst`, then fetch.
+
+    `accept`, if given, decides whether what is found at `dst` may be kept (the HTTP
+    cache keeps only its user's own regular files); a symbolic link or anything it
+    refuses is downloaded over (replaced, never written through). Without it, any
+    regular file at `dst` (a link to one included) counts as downloaded.
 
     Raises:
         DownloadError: as `fetch`, or the lock was not free within `lock_timeout`.
@@ -181,7 +187,10 @@ def fetch_locked(
     except OSError as exc:  # e.g. the lock file was swapped for a link since file_lock
         raise _path_error(url, exc, lock.lock_file) from None
     try:
-        if _is_downloaded(dst, url):
+        if accept is None:
+            if _is_downloaded(dst, url):
+                return
+        elif _is_downloaded(dst, url, follow=False) and accept(dst):
             return
         remove_stale_parts(dst)
         fetch(
@@ -216,16 +225,19 @@ def _check_name_length(url: str, dir: str, path: str) -> None:
         raise _path_error(url, too_long, path)
 
 
-def _is_downloaded(path: str, url: str) -> bool:
-    """True if a regular file is at `path`; an error if something else is."""
+def _is_downloaded(path: str, url: str, follow: bool = True) -> bool:
+    """True if a regular file is at `path`; an error if something else is. With
+    `follow=False` a symbolic link is not followed and counts as nothing (False)."""
     try:
-        mode = os.stat(path).st_mode
+        mode = (os.stat if follow else os.lstat)(path).st_mode
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise _path_error(url, exc, path) from None
     if stat.S_ISREG(mode):
         return True
+    if stat.S_ISLNK(mode):
+        return False
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(
             errno.EISDIR, f"cannot download {redact(url)}: a directory has its name", path

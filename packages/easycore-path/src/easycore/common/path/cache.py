@@ -37,6 +37,7 @@ decides whether what is found at an entry may be served (see its doc).
 
 import hashlib
 import os
+import stat
 from functools import lru_cache
 from typing import List, Tuple
 from urllib.parse import urlsplit
@@ -46,7 +47,7 @@ from easycore.common.network.urls import credentials, redact
 
 from .cache_key import keyed_digest
 
-__all__ = ["check_inside", "lock_target", "url_to_cache_path"]
+__all__ = ["check_inside", "lock_target", "trusted_entry", "url_to_cache_path"]
 
 _SAFE_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~+,=")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ftp": 21}
@@ -115,7 +116,11 @@ def url_to_cache_path(cache_dir: str, url: str) -> str:
 
 
 def check_inside(cache_dir: str, path: str, url: str) -> None:
-    """Refuse `path` unless it resolves (symbolic links followed) inside `cache_dir`.
+    """Refuse `path` unless its directory resolves (symbolic links followed) inside
+    `cache_dir`.
+
+    The entry itself is not followed: a download replaces whatever is at `path` (a link
+    included) by renaming a new file over it, never writing through it.
 
     Args:
         cache_dir (str): the cache directory.
@@ -126,11 +131,42 @@ def check_inside(cache_dir: str, path: str, url: str) -> None:
         ValueError: `path` would land outside `cache_dir`.
     """
     root = os.path.realpath(cache_dir)
-    target = os.path.realpath(path)
+    directory, name = os.path.split(path)
+    target = os.path.join(os.path.realpath(directory), name)
     if target == root or os.path.commonpath([root, target]) != root:
         raise ValueError(
             f"refusing to cache {redact(url)!r}: {path!r} resolves outside {cache_dir!r}"
         )
+
+
+def trusted_entry(cache_dir: str, path: str) -> bool:
+    """Whether the file at `path` may be served as a cache hit.
+
+    Only a regular file, not a symbolic link, owned by the user reading it (or by root),
+    whose real path (every link above it followed) stays inside `cache_dir`. In a shared
+    cache, anything another user planted (a link to `/victim/secret.txt`, a file of
+    theirs) is not served: the URL is downloaded again over it, or the download fails
+    clearly if it cannot be replaced.
+
+    Args:
+        cache_dir (str): the cache directory `path` belongs to.
+        path (str): a path from `url_to_cache_path`.
+
+    Returns:
+        bool: True if the entry may be served.
+    """
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and info.st_uid not in (getuid(), 0):
+        return False
+    root = os.path.realpath(cache_dir)
+    target = os.path.realpath(path)
+    return target != root and os.path.commonpath([root, target]) == root
 
 
 def _normalise(segment: str) -> bytes:
