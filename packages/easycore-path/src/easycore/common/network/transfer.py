@@ -11,6 +11,7 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 import errno
 import math
 import os
+import random
 import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
@@ -77,7 +78,10 @@ def fetch(
         progress (bool): draw a tqdm progress bar on stderr.
         timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
         max_attempts (int): tries in all; connection errors, timeouts, cut bodies and
-            5xx/408/429 answers are tried again after `backoff * 2**k` seconds.
+            5xx/408/429 answers are tried again after `backoff * 2**k` seconds (plus up
+            to half as much at random), or after what a 429/503's `Retry-After` asks,
+            never past the deadline. urllib3's `Retry` on the session's adapter retries
+            what fails before the body; a body cut mid-stream is retried here.
         backoff (float): seconds to wait before the first retry; doubles each time.
         chunk_size (int): bytes read from the socket at a time.
         deadline (float or None): seconds for the whole download, every attempt and pause
@@ -96,11 +100,14 @@ def fetch(
     from .session import new_session
 
     with Deadline(clock_seconds) as clock, new_session() as session:
+        attempts = _Attempts(session, url, max_attempts, backoff)
 
         def once() -> str:
-            return _fetch_once(session, url, dst, progress, clock, timeout, chunk_size, private)
+            return _fetch_once(
+                session, url, dst, progress, clock, timeout, chunk_size, private, attempts
+            )
 
-        return _with_retries(once, url, max_attempts, backoff, clock)
+        return _with_retries(once, url, attempts, clock)
 
 
 def probe(
@@ -140,17 +147,22 @@ def probe(
         try:
             limits = clock.cap(timeout)
             response = session.head(url, allow_redirects=True, timeout=limits, headers=_HEADERS)
+            attempts.count(response)
             if response.status_code in (405, 501):
+                attempts.arm()
                 response = session.get(url, stream=True, timeout=limits, headers=_HEADERS)
+                attempts.count(response)
                 response.close()
         except requests.RequestException as exc:
+            attempts.exhaust()  # the adapter retried what it could
             raise _as_download_error(url, exc) from exc
         if _is_transient_status(response.status_code):
             raise DownloadError(url, response.reason or "error", response.status_code, True)
         return response.status_code
 
     with Deadline(clock_seconds) as clock, new_session() as session:
-        return _with_retries(once, url, max_attempts, backoff, clock)
+        attempts = _Attempts(session, url, max_attempts, backoff)
+        return _with_retries(once, url, attempts, clock)
 
 
 def check_timeout(timeout: Timeout) -> None:
@@ -234,12 +246,45 @@ def logger() -> "logging.Logger":
     return logging.getLogger(LOGGER_NAME)
 
 
-def _with_retries(
-    attempt: Callable[[], T], url: str, max_attempts: int, backoff: float, clock: "Deadline"
-) -> T:
-    for k in range(max_attempts):
+class _Attempts:
+    """The attempts one download has spent, urllib3's retries and ours together."""
+
+    def __init__(self, session: Any, url: str, max_attempts: int, backoff: float) -> None:
+        self.session = session
+        self.url = url
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.spent = 0
+
+    @property
+    def left(self) -> bool:
+        return self.spent < self.max_attempts
+
+    def arm(self) -> None:
+        """Give the session's adapters the retries this download has left."""
+        from .retry import download_retry
+
+        retry = download_retry(self.url, self.backoff, self.spent, self.max_attempts)
+        for adapter in self.session.adapters.values():
+            adapter.max_retries = retry
+
+    def count(self, response: Any) -> None:
+        """Count a request that got `response`, and the retries urllib3 made for it."""
+        retries = getattr(response.raw, "retries", None)
+        self.spent += 1 + (len(retries.history) if retries is not None else 0)
+
+    def exhaust(self) -> None:
+        """urllib3 gave up (or the error is not one to retry): no attempt is left."""
+        self.spent = self.max_attempts
+
+
+def _with_retries(attempt: Callable[[], T], url: str, attempts: _Attempts, clock: "Deadline") -> T:
+    """Run `attempt`; try again only after a body cut mid-stream (urllib3 retries the
+    rest), within the attempts left and the deadline."""
+    while True:
         if clock.expired:
             raise clock.error(url)
+        attempts.arm()
         try:
             return attempt()
         except DownloadError as err:
@@ -247,23 +292,23 @@ def _with_retries(
                 raise clock.error(url) from err
             if not err.transient:
                 raise
-            if k == max_attempts - 1:
-                if max_attempts > 1:
-                    reason = f"{err.reason} (gave up after {max_attempts} attempts)"
+            if not attempts.left or not getattr(err, "mid_body", False):
+                if attempts.max_attempts > 1 and not attempts.left:
+                    reason = f"{err.reason} (gave up after {attempts.max_attempts} attempts)"
                     raise DownloadError(url, reason, err.status, True) from err
                 raise
-            delay = backoff * 2**k
+            pause = attempts.backoff * 2 ** (attempts.spent - 1)
+            pause += random.uniform(0.0, pause / 2)
             logger().warning(
                 "download of %s failed (%s%s); attempt %d of %d, retrying in %.3g s",
                 redact(url),
                 f"HTTP {err.status} " if err.status is not None else "",
                 err.reason,
-                k + 1,
-                max_attempts,
-                delay,
+                attempts.spent,
+                attempts.max_attempts,
+                pause,
             )
-        time.sleep(min(delay, clock.remaining()))
-    raise AssertionError("unreachable")
+        time.sleep(min(pause, clock.remaining()))
 
 
 def _fetch_once(
@@ -275,13 +320,16 @@ def _fetch_once(
     timeout: Timeout,
     chunk_size: int,
     private: bool,
+    attempts: _Attempts,
 ) -> str:
     import requests
 
     try:
         response = session.get(url, stream=True, timeout=clock.cap(timeout), headers=_HEADERS)
     except requests.RequestException as exc:
+        attempts.exhaust()  # urllib3 retried what it could before raising
         raise _as_download_error(url, exc) from exc
+    attempts.count(response)
     with response:
         _check_status(url, response)
         try:
@@ -290,7 +338,11 @@ def _fetch_once(
             raise _write_error(url, dst, exc) from exc
         try:
             try:
-                _stream_into(response, fd, url, dst, progress, chunk_size)
+                try:
+                    _stream_into(response, fd, url, dst, progress, chunk_size)
+                except DownloadError as err:
+                    err.mid_body = err.transient  # type: ignore[attr-defined]  # ours to retry
+                    raise
                 if clock.expired:
                     # The deadline's shutdown can look like the end of a body that has no
                     # length: never rename such a body into place.
@@ -417,7 +469,13 @@ def _is_transient_status(status: int) -> bool:
 
 def _as_download_error(url: str, exc: Exception) -> DownloadError:
     import requests
+    from urllib3.exceptions import MaxRetryError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+    # After urllib3's retries, requests wraps the last error in MaxRetryError: name it.
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, MaxRetryError) and isinstance(cause.reason, Urllib3Timeout):
+        return DownloadError(url, f"timed out ({cause.reason})", transient=True)
     # SSLError is a ConnectionError: test it first, a bad certificate is not transient.
     if isinstance(exc, requests.exceptions.SSLError):
         return DownloadError(url, f"TLS error ({exc})")
