@@ -100,7 +100,7 @@ def download_retry(url: str, backoff: float, attempts_before: int, max_attempts:
     Returns:
         Retry: for `HTTPAdapter.max_retries`.
     """
-    left = max(0, max_attempts - attempts_before - 1)
+    left = int(max(0, max_attempts - attempts_before - 1))
     retry = DownloadRetry(
         total=left,
         connect=left,

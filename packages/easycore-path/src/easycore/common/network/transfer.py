@@ -191,7 +191,9 @@ def check_attempts(max_attempts: int) -> None:
     Raises:
         ValueError: `max_attempts` is not an int of at least 1.
     """
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+    from numbers import Integral  # NumPy integers too (a count read from an array)
+
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, Integral) or max_attempts < 1:
         raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
 
 
