@@ -42,7 +42,7 @@ TOP_LEVEL = {"easycore": {"_easycore_install_check.py", "easycore-install-check.
 REQUIRES = {
     "easycore-config": {"": {"pyyaml"}},
     "easycore-registry": {},
-    "easycore-path": {"": {"requests", "tqdm", "filelock"}},
+    "easycore-path": {"": {"requests", "tqdm", "filelock", "platformdirs"}},
     "easycore-parallel": {"": {"easycore-config", "tqdm", "cloudpickle"}, "ray": {"ray"}},
     "easycore-torch": {"": {"easycore-parallel", "torch"}},
     "easycore": {

@@ -28,6 +28,9 @@ class LoopbackServer:
 
     - ``/status/<code>/...``   answers ``<code>``.
     - ``/flaky/<n>/...``       answers 500 the first ``n`` times, then 200.
+    - ``/retryafter/<code>/<value>/<n>/...`` answers ``<code>`` with ``Retry-After:
+      <value>`` (``-`` for none) the first ``n`` times, then as the route named by the
+      next segment (``/retryafter/503/-/1/truncated/x``), else 200.
     - ``/truncated/...``       promises 1000 bytes, sends 100, closes the connection.
     - ``/slow/...``            says nothing until the test ends (read timeout).
     - ``/stall/...``           sends headers and 100 of 1000 bytes, then nothing.
@@ -129,10 +132,18 @@ class LoopbackServer:
                 n = server._hit(method, self.path, self.headers.get("Authorization"))
                 parts = self.path.split("?", 1)[0].split("/")
                 kind = parts[1] if len(parts) > 1 else ""
+                if kind == "retryafter" and n > int(parts[4]) and len(parts) > 6:
+                    kind = parts[5]  # done answering Retry-After: behave as that route
                 if kind == "status":
                     self._send(int(parts[2]), b"status body\n")
                 elif kind == "flaky":
                     self._send(500 if n <= int(parts[2]) else 200, payload(self.path))
+                elif kind == "retryafter" and n <= int(parts[4]):
+                    self.send_response(int(parts[2]))
+                    if parts[3] != "-":
+                        self.send_header("Retry-After", parts[3])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                 elif kind == "truncated":
                     self._send(200, b"x" * 100, length=1000)
                     self.close_connection = True

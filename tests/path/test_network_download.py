@@ -45,13 +45,13 @@ def test_failures_leave_nothing_but_the_lock(server, uid, tmp_path):
     with pytest.raises(DownloadError) as info:
         download_file(url, str(tmp_path), progress=False, max_attempts=2, backoff=0.01)
     assert info.value.url == url and url in str(info.value)
-    assert os.listdir(tmp_path) == [f"{uid}.bin.lock"]
+    assert os.listdir(tmp_path) == [f"{uid}.bin@.lock"]
 
     url = server.url(f"/status/404/{uid}.bin")
     with pytest.raises(DownloadError) as info:
         download_file(url, str(tmp_path), progress=False)
     assert info.value.status == 404
-    assert sorted(os.listdir(tmp_path)) == [f"{uid}.bin.lock"]
+    assert sorted(os.listdir(tmp_path)) == [f"{uid}.bin@.lock"]
 
 
 def test_download_error_survives_pickling():

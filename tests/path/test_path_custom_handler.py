@@ -109,5 +109,13 @@ def test_get_cache_dir(monkeypatch, tmp_path):
     assert handler.get_cache_dir("https") == str(tmp_path / "c" / "https")
     monkeypatch.delenv("EASYCORE_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    # the platform's cache directory (issue 22), unless ~/.easycore/cache exists
+    import platformdirs
+
+    platform_dir = platformdirs.user_cache_dir("easycore", appauthor=False)
+    assert platform_dir.startswith(str(tmp_path / "home"))
+    assert handler.get_cache_dir() == platform_dir
+    (tmp_path / "home" / ".easycore" / "cache").mkdir(parents=True)
     assert handler.get_cache_dir() == str(tmp_path / "home" / ".easycore" / "cache")
     assert handler.get_cache_dir("http") == str(tmp_path / "home" / ".easycore" / "cache" / "http")

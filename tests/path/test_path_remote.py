@@ -20,7 +20,8 @@ def test_tutorial_remote_url(server, http_handler, uid, tmp_path, cache_dir, exp
     local_path = PathManager.get_local_path(url)
     assert os.path.isfile(local_path)
     assert local_path.startswith(os.path.join(cache_dir, "http") + os.sep)
-    assert local_path.endswith(os.path.join("download", uid, "yyy.txt"))
+    # directories end with "@", so a URL and a URL below it both fit (issue 22, item 9)
+    assert local_path.endswith(os.path.join("download@", f"{uid}@", "yyy.txt"))
 
     # copy remote file to local path.
     PathManager.copy(url, str(tmp_path / "yyy.txt"))

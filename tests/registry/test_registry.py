@@ -369,3 +369,77 @@ def test_falsy_objects_other_than_none_register():
     for name, obj in [("zero", 0), ("empty", ""), ("false", False), ("nothing", ())]:
         registry.register(name, obj)
         assert registry.get(name) is obj
+
+
+# ------------------------------------------------------------ issue 22: items 10, 21, 22
+def _registry_with_two():
+    registry = Registry("MODEL")
+    registry.register("int", int)
+    registry.register("dict", dict)
+    return registry
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
+def test_a_registry_can_be_pickled_and_copied(how):
+    import copy
+    import pickle
+
+    registry = _registry_with_two()
+    twin = {
+        "pickle": lambda r: pickle.loads(pickle.dumps(r)),
+        "deepcopy": copy.deepcopy,
+        "copy": copy.copy,
+    }[how](registry)
+    assert twin.name == "MODEL" and twin.registered_names() == ["int", "dict"]
+    assert twin.get("int") is int
+    twin.register("list", list)  # the copy has a lock of its own and works
+    with pytest.raises(KeyError, match="already registered"):
+        twin.register("int", int)
+    assert "list" not in registry  # and is independent of the original
+
+
+def test_a_registry_inside_a_config_can_be_deep_copied():
+    import copy
+
+    cfg = {"models": _registry_with_two(), "lr": 0.1}
+    twin = copy.deepcopy(cfg)
+    assert twin["models"].get("dict") is dict
+
+
+def test_register_with_ellipsis_registers_ellipsis_and_returns_none():
+    registry = Registry("MODEL")
+    assert registry.register("dots", ...) is None
+    assert registry.get("dots") is Ellipsis
+    assert registry.register(obj=..., name="dots2") is None
+    assert registry.registered_names() == ["dots", "dots2"]
+
+
+def test_register_without_parentheses_registers_a_class_under_its_name():
+    registry = Registry("MODEL")
+
+    @registry.register
+    class ResNet:
+        pass
+
+    assert isinstance(ResNet, type) and ResNet.__name__ == "ResNet"  # still the class
+    assert registry.get("ResNet") is ResNet
+
+
+def test_register_without_parentheses_registers_a_function_under_its_name():
+    registry = Registry("MODEL")
+
+    @registry.register
+    def build():
+        return 7
+
+    assert build() == 7 and registry.get("build") is build
+    with pytest.raises(KeyError, match="already registered"):
+        registry.register(build)  # and the name is taken, as for any other way in
+
+
+@pytest.mark.parametrize("bad", [3, 2.5, b"name", ["a"], object()])
+def test_a_name_that_is_not_a_string_raises_at_once(bad):
+    registry = Registry("MODEL")
+    with pytest.raises(TypeError, match="MODEL.*names must be str"):
+        registry.register(bad)
+    assert len(registry) == 0

@@ -29,6 +29,12 @@ def build_mobilenet(width: float = 1.0) -> str:
     return f"mobilenet x{width}"
 
 
+@MODELS.register
+class Bare:  # without parentheses: registered as "Bare", still the class
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
+
+
 class Plain:
     pass
 
@@ -40,6 +46,8 @@ def build_vgg() -> VGG:
 def main() -> None:
     assert_type(ResNet(101).depth, int)  # the class is still the class
     assert_type(build_mobilenet(0.5), str)  # so is the function
+    assert_type(Bare(2).size, int)  # and the class decorated without parentheses
+    assert MODELS.get("Bare") is Bare
     result = MODELS.register("plain", Plain)
     assert_type(result, None)
     MODELS.register(obj=build_vgg)  # keyword form, named by __name__

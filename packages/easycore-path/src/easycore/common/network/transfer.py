@@ -9,14 +9,16 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 """
 
 import errno
+import math
 import os
-import re
+import random
 import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
 
 from .errors import DownloadError
 from .limits import resolve_deadline
+from .names import PART_SUFFIX, own_prefix
 from .urls import credentials, redact
 
 if TYPE_CHECKING:
@@ -28,6 +30,8 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Timeout",
     "check_attempts",
+    "check_backoff",
+    "check_options",
     "check_timeout",
     "fetch",
     "probe",
@@ -42,8 +46,6 @@ CHUNK_SIZE = 1 << 20
 
 # Ask for the bytes as stored: Content-Length then counts what we write to disk.
 _HEADERS = {"Accept-Encoding": "identity"}
-# Temporary files are "<dst>@<8 hex>.part" (see _create_temporary_file).
-_PART_SUFFIX = re.compile(r"@[0-9a-f]{8}\.part")
 
 #: Retries are logged (as warnings) here; the library configures no handler.
 LOGGER_NAME = "easycore.common.network"
@@ -76,7 +78,10 @@ def fetch(
         progress (bool): draw a tqdm progress bar on stderr.
         timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
         max_attempts (int): tries in all; connection errors, timeouts, cut bodies and
-            5xx/408/429 answers are tried again after `backoff * 2**k` seconds.
+            5xx/408/429 answers are tried again after `backoff * 2**k` seconds (plus up
+            to half as much at random), or after what a 429/503's `Retry-After` asks,
+            never past the deadline. urllib3's `Retry` on the session's adapter retries
+            what fails before the body; a body cut mid-stream is retried here.
         backoff (float): seconds to wait before the first retry; doubles each time.
         chunk_size (int): bytes read from the socket at a time.
         deadline (float or None): seconds for the whole download, every attempt and pause
@@ -88,19 +93,21 @@ def fetch(
     Raises:
         DownloadError: naming the URL (and the HTTP status, if any).
     """
-    check_timeout(timeout)
-    check_attempts(max_attempts)
+    check_options(timeout, max_attempts, backoff)
     clock_seconds = resolve_deadline(deadline)
     private = credentials(url) is not None
     from .deadline import Deadline
     from .session import new_session
 
     with Deadline(clock_seconds) as clock, new_session() as session:
+        attempts = _Attempts(session, url, max_attempts, backoff)
 
         def once() -> str:
-            return _fetch_once(session, url, dst, progress, clock, timeout, chunk_size, private)
+            return _fetch_once(
+                session, url, dst, progress, clock, timeout, chunk_size, private, attempts
+            )
 
-        return _with_retries(once, url, max_attempts, backoff, clock)
+        return _with_retries(once, url, attempts, clock)
 
 
 def probe(
@@ -129,8 +136,7 @@ def probe(
     Raises:
         DownloadError: when no answer arrives or the server keeps failing (5xx).
     """
-    check_timeout(timeout)
-    check_attempts(max_attempts)
+    check_options(timeout, max_attempts, backoff)
     clock_seconds = resolve_deadline(deadline)
     import requests
 
@@ -141,43 +147,79 @@ def probe(
         try:
             limits = clock.cap(timeout)
             response = session.head(url, allow_redirects=True, timeout=limits, headers=_HEADERS)
+            attempts.count(response)
             if response.status_code in (405, 501):
+                attempts.arm()
                 response = session.get(url, stream=True, timeout=limits, headers=_HEADERS)
+                attempts.count(response)
                 response.close()
         except requests.RequestException as exc:
+            attempts.exhaust()  # the adapter retried what it could
             raise _as_download_error(url, exc) from exc
         if _is_transient_status(response.status_code):
             raise DownloadError(url, response.reason or "error", response.status_code, True)
         return response.status_code
 
     with Deadline(clock_seconds) as clock, new_session() as session:
-        return _with_retries(once, url, max_attempts, backoff, clock)
+        attempts = _Attempts(session, url, max_attempts, backoff)
+        return _with_retries(once, url, attempts, clock)
 
 
 def check_timeout(timeout: Timeout) -> None:
-    """Refuse a missing or non-positive timeout: a transfer must never wait forever.
+    """Refuse a missing, non-positive or infinite timeout: a transfer must never wait
+    forever (and a socket cannot take `math.inf`: use `deadline=` for the whole).
 
     Args:
         timeout (float or tuple): `(connect, read)` seconds, or one number for both.
 
     Raises:
-        ValueError: `timeout` is None, neither a number nor a pair, or not positive.
+        ValueError: `timeout` is None, neither a number nor a pair, or not positive and
+            finite.
     """
     values = timeout if isinstance(timeout, tuple) else (timeout,)
     if (isinstance(timeout, tuple) and len(timeout) != 2) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+        _is_number(v) and 0 < v < math.inf for v in values
     ):
-        raise ValueError(f"timeout must be positive seconds or (connect, read), got {timeout!r}")
+        raise ValueError(
+            f"timeout must be positive, finite seconds or (connect, read), got {timeout!r}"
+        )
 
 
 def check_attempts(max_attempts: int) -> None:
-    """Refuse fewer than one attempt.
+    """Refuse fewer than one attempt, or a count that is not an integer.
 
     Raises:
-        ValueError: `max_attempts` is below 1.
+        ValueError: `max_attempts` is not an int of at least 1.
     """
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    from numbers import Integral  # NumPy integers too (a count read from an array)
+
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, Integral) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
+
+
+def check_backoff(backoff: float) -> None:
+    """Refuse a negative, infinite or non-numeric backoff.
+
+    Raises:
+        ValueError: `backoff` is not a finite number of seconds, 0 or more.
+    """
+    if not (_is_number(backoff) and 0 <= backoff < math.inf):
+        raise ValueError(f"backoff must be finite seconds, 0 or more, got {backoff!r}")
+
+
+def check_options(timeout: Timeout, max_attempts: int, backoff: float) -> None:
+    """`check_timeout`, `check_attempts` and `check_backoff` at once.
+
+    Raises:
+        ValueError: naming the first bad option.
+    """
+    check_timeout(timeout)
+    check_attempts(max_attempts)
+    check_backoff(backoff)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def remove_stale_parts(dst: str) -> None:
@@ -189,13 +231,13 @@ def remove_stale_parts(dst: str) -> None:
     Args:
         dst (str): the file a download creates.
     """
-    directory, name = os.path.split(dst)
+    directory, name = os.path.split(own_prefix(dst))
     try:
         entries = os.listdir(directory or ".")
     except OSError:
         return
     for entry in entries:
-        if entry.startswith(name) and _PART_SUFFIX.fullmatch(entry, len(name)):
+        if entry.startswith(name) and PART_SUFFIX.fullmatch(entry, len(name)):
             _unlink_quietly(os.path.join(directory, entry))
 
 
@@ -206,12 +248,45 @@ def logger() -> "logging.Logger":
     return logging.getLogger(LOGGER_NAME)
 
 
-def _with_retries(
-    attempt: Callable[[], T], url: str, max_attempts: int, backoff: float, clock: "Deadline"
-) -> T:
-    for k in range(max_attempts):
+class _Attempts:
+    """The attempts one download has spent, urllib3's retries and ours together."""
+
+    def __init__(self, session: Any, url: str, max_attempts: int, backoff: float) -> None:
+        self.session = session
+        self.url = url
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.spent = 0
+
+    @property
+    def left(self) -> bool:
+        return self.spent < self.max_attempts
+
+    def arm(self) -> None:
+        """Give the session's adapters the retries this download has left."""
+        from .retry import download_retry
+
+        retry = download_retry(self.url, self.backoff, self.spent, self.max_attempts)
+        for adapter in self.session.adapters.values():
+            adapter.max_retries = retry
+
+    def count(self, response: Any) -> None:
+        """Count a request that got `response`, and the retries urllib3 made for it."""
+        retries = getattr(response.raw, "retries", None)
+        self.spent += 1 + (len(retries.history) if retries is not None else 0)
+
+    def exhaust(self) -> None:
+        """urllib3 gave up (or the error is not one to retry): no attempt is left."""
+        self.spent = self.max_attempts
+
+
+def _with_retries(attempt: Callable[[], T], url: str, attempts: _Attempts, clock: "Deadline") -> T:
+    """Run `attempt`; try again only after a body cut mid-stream (urllib3 retries the
+    rest), within the attempts left and the deadline."""
+    while True:
         if clock.expired:
             raise clock.error(url)
+        attempts.arm()
         try:
             return attempt()
         except DownloadError as err:
@@ -219,23 +294,23 @@ def _with_retries(
                 raise clock.error(url) from err
             if not err.transient:
                 raise
-            if k == max_attempts - 1:
-                if max_attempts > 1:
-                    reason = f"{err.reason} (gave up after {max_attempts} attempts)"
+            if not attempts.left or not getattr(err, "mid_body", False):
+                if attempts.max_attempts > 1 and not attempts.left:
+                    reason = f"{err.reason} (gave up after {attempts.max_attempts} attempts)"
                     raise DownloadError(url, reason, err.status, True) from err
                 raise
-            delay = backoff * 2**k
+            pause = attempts.backoff * 2 ** (attempts.spent - 1)
+            pause += random.uniform(0.0, pause / 2)
             logger().warning(
                 "download of %s failed (%s%s); attempt %d of %d, retrying in %.3g s",
                 redact(url),
                 f"HTTP {err.status} " if err.status is not None else "",
                 err.reason,
-                k + 1,
-                max_attempts,
-                delay,
+                attempts.spent,
+                attempts.max_attempts,
+                pause,
             )
-        time.sleep(min(delay, clock.remaining()))
-    raise AssertionError("unreachable")
+        time.sleep(min(pause, clock.remaining()))
 
 
 def _fetch_once(
@@ -247,31 +322,71 @@ def _fetch_once(
     timeout: Timeout,
     chunk_size: int,
     private: bool,
+    attempts: _Attempts,
 ) -> str:
     import requests
 
     try:
         response = session.get(url, stream=True, timeout=clock.cap(timeout), headers=_HEADERS)
     except requests.RequestException as exc:
+        attempts.exhaust()  # urllib3 retried what it could before raising
         raise _as_download_error(url, exc) from exc
+    attempts.count(response)
     with response:
-        status = response.status_code
-        if status >= 400:
-            raise DownloadError(
-                url, response.reason or "error", status, _is_transient_status(status)
-            )
-        fd, tmp = _create_temporary_file(dst, 0o600 if private else 0o666)
+        _check_status(url, response)
         try:
-            _stream_into(response, fd, url, dst, progress, chunk_size)
-            if clock.expired:
-                # The deadline's shutdown can look like the end of a body that has no
-                # length: never rename such a body into place.
-                raise clock.error(url)
-            os.replace(tmp, dst)
+            fd, tmp = _create_temporary_file(dst, 0o600 if private else 0o666)
+        except OSError as exc:
+            raise _write_error(url, dst, exc) from exc
+        try:
+            try:
+                try:
+                    _stream_into(response, fd, url, dst, progress, chunk_size)
+                except DownloadError as err:
+                    err.mid_body = err.transient  # type: ignore[attr-defined]  # ours to retry
+                    raise
+                if clock.expired:
+                    # The deadline's shutdown can look like the end of a body that has no
+                    # length: never rename such a body into place.
+                    raise clock.error(url)
+                os.replace(tmp, dst)
+            except DownloadError:
+                raise
+            except OSError as exc:  # the disk is full, a quota, a read-only file system...
+                raise _write_error(url, dst, exc) from exc
         except BaseException:
             _unlink_quietly(tmp)
             raise
     return dst
+
+
+def _check_status(url: str, response: Any) -> None:
+    """Refuse any final answer but 200 and 203, the two that carry the resource itself.
+
+    Redirects were followed, so a 3xx here has no usable `Location` (or is a 304 or 300);
+    204/205 carry nothing, 206 only a part (and we never send `Range`); 201, 202 and the
+    rest describe something else than the resource. None of them is ever cached.
+    """
+    status = response.status_code
+    reason = response.reason or "error"
+    if status >= 400:
+        raise DownloadError(url, reason, status, _is_transient_status(status))
+    if status in (200, 203):
+        return
+    if 300 <= status < 400:
+        why = "a redirect without a usable Location" if status != 304 else "not a body"
+    elif status == 206:
+        why = "a partial body, to a request without Range"
+    else:
+        why = "no body of the resource"
+    raise DownloadError(url, f"{reason} ({why}: only 200 and 203 are stored)", status)
+
+
+def _write_error(url: str, dst: str, exc: OSError) -> DownloadError:
+    """`exc`, raised while storing `url` at `dst`, as a `DownloadError` naming both."""
+    error = DownloadError(url, f"cannot store it at {dst}: {exc.strerror or exc}")
+    error.errno = exc.errno  # ENOSPC, EDQUOT, EFBIG, EROFS, ENAMETOOLONG...
+    return error
 
 
 def _stream_into(
@@ -332,7 +447,7 @@ def _create_temporary_file(dst: str, mode: int) -> Tuple[int, str]:
     # The '@' keeps the name out of the cache's namespace (see easycore.common.path.cache).
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        tmp = f"{dst}@{secrets.token_hex(4)}.part"
+        tmp = f"{own_prefix(dst)}@{secrets.token_hex(4)}.part"
         try:
             return os.open(tmp, flags, mode), tmp
         except FileExistsError:
@@ -356,7 +471,13 @@ def _is_transient_status(status: int) -> bool:
 
 def _as_download_error(url: str, exc: Exception) -> DownloadError:
     import requests
+    from urllib3.exceptions import MaxRetryError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+    # After urllib3's retries, requests wraps the last error in MaxRetryError: name it.
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, MaxRetryError) and isinstance(cause.reason, Urllib3Timeout):
+        return DownloadError(url, f"timed out ({cause.reason})", transient=True)
     # SSLError is a ConnectionError: test it first, a bad certificate is not transient.
     if isinstance(exc, requests.exceptions.SSLError):
         return DownloadError(url, f"TLS error ({exc})")

@@ -1,26 +1,21 @@
 """`HTTPURLHandler`: read-only `http://` and `https://` URLs, cached on disk.
 
 A URL is downloaded once into `get_cache_dir(<protocol>)` (see `.cache` for the layout)
-and then served from disk: a cache hit is one `stat`, with no import of `requests` and
-no network traffic.
+and then served from disk: a cache hit is an `lstat` and a `realpath`, with no import of
+`requests` and no network traffic. Only an entry of the user's own (or root's), a
+regular file whose real path stays in the cache, is served (`.cache.trusted_entry`).
 """
 
 import errno
 import os
+import stat
 from typing import IO, Any, List, Optional
 
-from easycore.common.network.download import fetch_locked
-from easycore.common.network.limits import resolve_deadline, resolve_lock_timeout
-from easycore.common.network.transfer import (
-    DEFAULT_TIMEOUT,
-    Timeout,
-    check_attempts,
-    check_timeout,
-    probe,
-)
+from easycore.common.network.download import check_download_options, fetch_locked
+from easycore.common.network.transfer import DEFAULT_TIMEOUT, Timeout, probe
 from easycore.common.network.urls import redact
 
-from .cache import check_inside, lock_target, url_to_cache_path
+from .cache import check_inside, lock_target, trusted_entry, url_to_cache_path
 from .path_handler import PathHandler
 
 __all__ = ["HTTPURLHandler"]
@@ -49,10 +44,11 @@ class HTTPURLHandler(PathHandler):
     `PermissionError`.
 
     Args:
-        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation.
+        timeout (float or tuple): `(connect, read)` timeouts in seconds, per operation;
+            positive and finite.
         max_attempts (int): tries in all for transient failures (connection errors,
             timeouts, truncated bodies, 5xx), with exponential backoff between them.
-        backoff (float): seconds before the first retry; doubles each time.
+        backoff (float): seconds before the first retry, 0 or more; doubles each time.
         progress (bool): draw a tqdm progress bar while downloading.
         deadline (float or None): seconds for a whole download, retries included, however
             slowly the server sends; None reads `$EASYCORE_DOWNLOAD_DEADLINE` at download
@@ -60,6 +56,9 @@ class HTTPURLHandler(PathHandler):
         lock_timeout (float or None): seconds to wait while another process downloads the
             same URL; None reads `$EASYCORE_DOWNLOAD_LOCK_TIMEOUT`, else the deadline plus
             one minute.
+
+    Raises:
+        ValueError: an option is out of its range (checked here, not mid-download).
     """
 
     def __init__(
@@ -72,12 +71,15 @@ class HTTPURLHandler(PathHandler):
         deadline: Optional[float] = None,
         lock_timeout: Optional[float] = None,
     ) -> None:
-        check_timeout(timeout)
-        check_attempts(max_attempts)
-        if deadline is not None:
-            resolve_deadline(deadline)  # refuse a bad value now, not at the first download
-        if lock_timeout is not None:
-            resolve_lock_timeout(lock_timeout, 0.0)
+        # Every option is checked now, not at the first download.
+        check_download_options(
+            timeout=timeout,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            progress=progress,
+            deadline=deadline,
+            lock_timeout=lock_timeout,
+        )
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = backoff
@@ -107,7 +109,7 @@ class HTTPURLHandler(PathHandler):
             ValueError: the URL cannot be mapped safely into the cache.
         """
         local = self._cache_path(path)
-        if os.path.isfile(local):
+        if self._is_cached(path, local):
             return local
         return self._download(path, local)
 
@@ -123,11 +125,36 @@ class HTTPURLHandler(PathHandler):
             IO: a file-like object reading the cached copy.
 
         Raises:
-            PermissionError: `mode` writes.
+            PermissionError: `mode` writes, or the cached copy was replaced by a link or
+                by another user's file between the look-up and the open.
         """
         if _WRITE_MODES.intersection(mode):
             raise self._read_only(f"open with mode {mode!r}", path)
-        return open(self.get_local_path(path), mode, **kwargs)
+        local = self.get_local_path(path)
+        # Opened without following a link, and checked again once open: an entry swapped
+        # since get_local_path looked at it is refused rather than read.
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        try:
+            fd = os.open(local, flags)
+        except OSError as exc:
+            raise PermissionError(
+                exc.errno, f"cannot open the cached copy of {redact(path)}: {exc.strerror}", local
+            ) from None
+        try:
+            info = os.fstat(fd)
+            getuid = getattr(os, "getuid", None)
+            if not stat.S_ISREG(info.st_mode) or (
+                getuid is not None and info.st_uid not in (getuid(), 0)
+            ):
+                raise PermissionError(
+                    errno.EACCES,
+                    f"the cached copy of {redact(path)} changed hands while opening it",
+                    local,
+                )
+            return open(fd, mode, **kwargs)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.
@@ -143,7 +170,7 @@ class HTTPURLHandler(PathHandler):
         Raises:
             DownloadError: the server could not be reached or kept failing (5xx).
         """
-        if os.path.isfile(self._cache_path(path)):
+        if self._is_cached(path, self._cache_path(path)):
             return True
         status = probe(
             path,
@@ -236,10 +263,17 @@ class HTTPURLHandler(PathHandler):
     def _cache_path(self, url: str) -> str:
         return url_to_cache_path(self.get_cache_dir(self._protocol(url)), url)
 
+    def _is_cached(self, url: str, local: str) -> bool:
+        return trusted_entry(self.get_cache_dir(self._protocol(url)), local)
+
     def _download(self, url: str, local: str) -> str:
         cache_dir = self.get_cache_dir(self._protocol(url))
         check_inside(cache_dir, local, url)
-        if os.path.isdir(local):
+        try:
+            mode = os.lstat(local).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISDIR(mode):
             raise IsADirectoryError(
                 errno.EISDIR, f"cannot cache {redact(url)}: a directory holds its place", local
             )
@@ -247,6 +281,7 @@ class HTTPURLHandler(PathHandler):
             url,
             local,
             lock_target(local),
+            accept=lambda found: trusted_entry(cache_dir, found),
             progress=self.progress,
             timeout=self.timeout,
             max_attempts=self.max_attempts,

@@ -5,7 +5,17 @@ from typing import IO, Any, List, Optional
 
 __all__ = ["PathHandler"]
 
+#: Where easycore cached before it followed the platform: still used if it exists.
 DEFAULT_CACHE_DIR = "~/.easycore/cache"
+
+
+def _default_cache_dir() -> str:
+    legacy = os.path.expanduser(DEFAULT_CACHE_DIR)
+    if os.path.isdir(legacy):
+        return legacy
+    from platformdirs import user_cache_dir  # only when no variable says where
+
+    return user_cache_dir("easycore", appauthor=False)
 
 
 class PathHandler:
@@ -25,7 +35,12 @@ class PathHandler:
         The `<base-cache-dir>` is
 
         1) `$EASYCORE_CACHE`, if set
-        2) otherwise `~/.easycore/cache`
+        2) otherwise `~/.easycore/cache`, if that directory exists (earlier versions'
+           default: an existing cache keeps being used)
+        3) otherwise the platform's cache directory for easycore,
+           `platformdirs.user_cache_dir("easycore")`: `$XDG_CACHE_HOME/easycore` or
+           `~/.cache/easycore` on Linux, `~/Library/Caches/easycore` on macOS,
+           `%LOCALAPPDATA%\\easycore\\Cache` on Windows
 
         Args:
             protocol (str or None): protocol such as 'http', 'https'. If None, returns
@@ -34,7 +49,8 @@ class PathHandler:
         Returns:
             str: the cache directory (not created here).
         """
-        base = os.path.expanduser(os.environ.get("EASYCORE_CACHE") or DEFAULT_CACHE_DIR)
+        base = os.environ.get("EASYCORE_CACHE") or _default_cache_dir()
+        base = os.path.expanduser(base)
         return os.path.join(base, protocol) if protocol else base
 
     def get_supported_prefixes(self) -> List[str]:

@@ -10,8 +10,22 @@ if TYPE_CHECKING:  # typing costs more import time than this whole module
     from typing import Any, Callable, Optional, TypeVar, overload
 
     T = TypeVar("T")
+    C = TypeVar("C", bound=Callable[..., Any])
 
 __all__ = ["Registry"]
+
+
+class _NoObject:
+    """The private "no obj given" default of `Registry.register`: no caller can pass it
+    by accident (as `...` or `None` could be), so `register(name, x)` always registers."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<no object>"
+
+
+_NO_OBJECT: Any = _NoObject()
 
 
 class Registry:
@@ -102,16 +116,23 @@ class Registry:
         def register(self, name: Optional[str] = None) -> Callable[[T], T]: ...
 
         @overload
+        def register(self, name: C) -> C: ...
+
+        @overload
         def register(self, name: Optional[str], obj: object) -> None: ...
 
         @overload
         def register(self, name: Optional[str] = None, *, obj: object) -> None: ...
 
-    # `...` (not None) means "no obj given": register(name, None) is refused, not a decorator.
-    def register(self, name: Optional[str] = None, obj: Any = ...) -> Any:
+    # A private sentinel (not None, not `...`) means "no obj given": register(name, None)
+    # is refused and register(name, ...) registers Ellipsis, neither returns a decorator.
+    def register(self, name: Any = None, obj: Any = _NO_OBJECT) -> Any:
         """Register the given object with given name.
 
-        If the object is not given, it will act as a decorator.
+        If the object is not given, it will act as a decorator. Used as a decorator
+        without parentheses (`@REG.register` on a class or a function), it registers
+        what it decorates under its `__name__` and returns it unchanged, as
+        `@REG.register()` does.
 
         Args:
             name (str, optional): if not given, it will use `obj.__name__` as the name.
@@ -119,13 +140,24 @@ class Registry:
                 It may not be `None`.
 
         Returns:
-            None, or a decorator that registers what it decorates and returns it.
+            None, a decorator that registers what it decorates and returns it, or (used
+            as `@REG.register`) the decorated class or function itself.
 
         Raises:
             KeyError: the name is already registered.
-            TypeError: `obj` is None, or has no `__name__` and no name was given.
+            TypeError: `obj` is None, or has no `__name__` and no name was given, or
+                `name` is neither a str, None, nor (without `obj`) a class or function.
         """
-        if obj is ...:
+        if obj is _NO_OBJECT and name is not None and not isinstance(name, str):
+            # `@REG.register` without parentheses hands us the class as `name`.
+            if not callable(name) or not isinstance(getattr(name, "__name__", None), str):
+                raise TypeError(
+                    f"registry {self._name!r}: names must be str, got {name!r}; "
+                    "use register(name, obj) or @register()"
+                )
+            self._do_register(name.__name__, name)
+            return name
+        if obj is _NO_OBJECT:
 
             def decorator(func_or_class: T) -> T:
                 key = name if name is not None else _name_of(func_or_class)
@@ -185,6 +217,16 @@ class Registry:
             list[str]: list of registered names.
         """
         return list(self._objects)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The lock cannot be pickled or copied; each copy gets its own.
+        with self._lock:
+            return {"name": self._name, "objects": dict(self._objects)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._name = state["name"]
+        self._objects = dict(state["objects"])
+        self._lock = threading.Lock()
 
     def _missing_message(self, name: str) -> str:
         from difflib import get_close_matches  # only errors pay for difflib

@@ -1,0 +1,121 @@
+"""Retries of connections and transient answers: urllib3's `Retry`, on the session's adapter.
+
+urllib3 retries what fails before a body arrives (a refused or reset connection, a
+timeout waiting for the headers, 408/429/5xx answers) and honours `Retry-After` (429,
+503). This subclass adds what is easycore's own: the pause (`backoff * 2**k`, plus up
+to half as much again at random so that clients that failed together do not retry
+together), the download's deadline (no pause outlives it, whatever `Retry-After` says),
+and a warning on the `easycore.common.network` logger for every retry.
+
+A body cut mid-stream is not urllib3's to retry (the response was already returned):
+`.transfer` does that itself, within the same budget of attempts.
+
+Imported only when a transfer happens (it imports `urllib3`).
+"""
+
+import random
+import time
+from typing import Any, Optional
+
+from urllib3.util.retry import Retry
+
+from . import deadline as _deadline
+from .urls import redact
+
+__all__ = ["TRANSIENT_STATUSES", "DownloadRetry", "download_retry"]
+
+#: Answers worth asking again: the server may answer otherwise in a moment.
+TRANSIENT_STATUSES = frozenset({408, 429, *range(500, 600)})
+
+
+class DownloadRetry(Retry):
+    """urllib3's `Retry` with easycore's pauses, deadline and log lines (see module)."""
+
+    #: attempts made before this request, and in all, for the log lines
+    attempts_before = 0
+    max_attempts = 1
+    log_url = ""
+
+    def new(self, **kw: Any) -> "DownloadRetry":
+        # urllib3 makes a new Retry at each increment: carry our attributes along.
+        fresh = super().new(**kw)
+        fresh.attempts_before = self.attempts_before
+        fresh.max_attempts = self.max_attempts
+        fresh.log_url = self.log_url
+        return fresh
+
+    def get_backoff_time(self) -> float:
+        """`backoff * 2**k` before the (k+1)-th retry, plus up to half of it at random."""
+        k = len(self.history) - 1
+        if k < 0 or self.backoff_factor <= 0:
+            return 0.0
+        pause = float(self.backoff_factor) * 2**k
+        return min(pause + random.uniform(0.0, pause / 2), float(getattr(self, "backoff_max", 120)))
+
+    def sleep(self, response: Optional[Any] = None) -> None:
+        """Pause before the next try: `Retry-After` if the answer has one, else the
+        backoff; never past the download's deadline."""
+        pause: Optional[float] = None
+        if response is not None and self.respect_retry_after_header:
+            pause = self.get_retry_after(response)
+        if pause is None:
+            pause = self.get_backoff_time()
+        clock = _deadline.current()
+        if clock is not None:
+            pause = min(pause, clock.remaining())
+        self._log(pause)
+        if pause > 0:
+            time.sleep(pause)
+
+    def _log(self, pause: float) -> None:
+        from .transfer import logger
+
+        last = self.history[-1] if self.history else None
+        if last is not None and last.status is not None:
+            what = f"HTTP {last.status}"
+        elif last is not None and last.error is not None:
+            what = f"{type(last.error).__name__}: {last.error}"
+        else:
+            what = "error"
+        logger().warning(
+            "download of %s failed (%s); attempt %d of %d, retrying in %.3g s",
+            redact(self.log_url),
+            what,
+            self.attempts_before + len(self.history),
+            self.max_attempts,
+            pause,
+        )
+
+
+def download_retry(url: str, backoff: float, attempts_before: int, max_attempts: int) -> Retry:
+    """The `Retry` for one request of a download that has `max_attempts` in all, of
+    which `attempts_before` are spent.
+
+    Args:
+        url (str): the URL, for the log lines.
+        backoff (float): seconds before the first retry; doubles each time.
+        attempts_before (int): attempts already made (bodies cut mid-stream).
+        max_attempts (int): attempts in all.
+
+    Returns:
+        Retry: for `HTTPAdapter.max_retries`.
+    """
+    left = int(max(0, max_attempts - attempts_before - 1))
+    retry = DownloadRetry(
+        total=left,
+        connect=left,
+        read=left,
+        status=left,
+        other=0,  # TLS and other errors are not retried
+        redirect=None,
+        status_forcelist=TRANSIENT_STATUSES,
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        backoff_factor=backoff,
+        respect_retry_after_header=True,
+        raise_on_status=False,  # the last answer is returned: its status names the failure
+        raise_on_redirect=False,
+    )
+    retry.attempts_before = attempts_before
+    retry.max_attempts = max_attempts
+    retry.log_url = url
+    return retry
