@@ -43,7 +43,10 @@ REQUIRES = {
     "easycore-config": {"": {"pyyaml"}},
     "easycore-registry": {},
     "easycore-path": {"": {"requests", "tqdm", "filelock", "platformdirs"}},
-    "easycore-parallel": {"": {"easycore-config", "tqdm", "cloudpickle"}, "ray": {"ray"}},
+    "easycore-parallel": {
+        "": {"easycore-config", "tqdm", "cloudpickle", "psutil", "threadpoolctl"},
+        "ray": {"ray"},
+    },
     "easycore-torch": {"": {"easycore-parallel", "torch"}},
     "easycore": {
         "": {"easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"},
