@@ -17,6 +17,7 @@ from easycore.common.network.urls import redact
 
 from .fsspec_cache import cached_copy
 from .fsspec_errors import as_os_error, secret_values
+from .fsspec_read import Reader
 from .fsspec_write import open_atomic
 from .path_handler import PathHandler
 
@@ -211,11 +212,15 @@ class FsspecPathHandler(PathHandler):
         text = {
             name: kwargs.pop(name) for name in ("encoding", "errors", "newline") if name in kwargs
         }
+        # Listings the client cached may describe a key that is also a prefix as a
+        # directory (size 0), or an object as it was before another process wrote it.
+        fs.invalidate_cache(fspath)
         try:
             raw = fs.open(fspath, "rb", **kwargs)
         except Exception as exc:
             raise self._error(exc, "open", path) from None
-        return raw if "b" in mode else io.TextIOWrapper(raw, **text)
+        reader = Reader(raw, lambda e: self._error(e, "read", path))
+        return reader if "b" in mode else io.TextIOWrapper(reader, **text)  # type: ignore[return-value, arg-type]
 
     def exists(self, path: str) -> bool:
         """Whether an object or a prefix (directory) is at `path`.
