@@ -220,7 +220,7 @@ class FsspecPathHandler(PathHandler):
         except Exception as exc:
             raise self._error(exc, "open", path) from None
         reader = Reader(raw, lambda e: self._error(e, "read", path))
-        return reader if "b" in mode else io.TextIOWrapper(reader, **text)  # type: ignore[return-value, arg-type]
+        return reader if "b" in mode else io.TextIOWrapper(reader, **text)  # type: ignore[return-value]
 
     def exists(self, path: str) -> bool:
         """Whether an object or a prefix (directory) is at `path`.
