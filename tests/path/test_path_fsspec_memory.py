@@ -163,3 +163,17 @@ def test_repr_and_pickle_keep_no_file_system_and_show_no_secret():
     assert clone._fs is None and clone.protocol == "memory"
     with pytest.raises(ValueError):
         FsspecPathHandler("s3://")
+
+
+def test_max_age_serves_a_checked_copy_without_asking_again(mem):
+    handler = FsspecPathHandler("memory", max_age=3600)
+    url = f"{mem}/m.bin"
+    with PathManager.open(url, "wb") as f:
+        f.write(b"v1")
+    first = handler.get_local_path(url)
+    with PathManager.open(url, "wb") as f:
+        f.write(b"version 2")
+    assert handler.get_local_path(url) == first  # within max_age: not asked again
+    assert open(FsspecPathHandler("memory").get_local_path(url), "rb").read() == b"version 2"
+    with pytest.raises(ValueError, match="max_age"):
+        FsspecPathHandler("memory", max_age=-1)

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from easycore.common.network.urls import redact
@@ -24,8 +25,37 @@ from .path_handler import PathHandler
 __all__ = ["FsspecPathHandler", "handler_on_first_use"]
 
 _WRITE_MODES = frozenset("wax+")
-# Environment variables the stores' clients read credentials from: part of who asks.
-_CREDENTIAL_ENV = ("AWS_", "BOTO_", "GOOGLE_", "GCLOUD_", "GCSFS_", "AZURE_", "FSSPEC_")
+# Environment variables the stores' clients take credentials (or the endpoint) from:
+# part of who asks. A fixed list, read with one get each: a hit must stay cheap.
+_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+    "GCSFS_DEFAULT_PROJECT",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_ACCOUNT",
+    "AZURE_STORAGE_KEY",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_CLIENT_SECRET",
+)
 # fsspec protocols that wrap another one and need arguments: never registered on use.
 _WRAPPERS = frozenset(
     {"blockcache", "cached", "dir", "filecache", "reference", "simplecache", "http", "https"}
@@ -76,6 +106,10 @@ class FsspecPathHandler(PathHandler):
             bucket, so each bucket can have its own credentials.
         storage_options (Mapping or None): keyword arguments of the fsspec file system
             (credentials, `client_kwargs={"endpoint_url": ...}`, `anon=True`, ...).
+        max_age (float): seconds for which `get_local_path` serves a copy it checked in
+            this process without asking the store again. The default, 0, asks every
+            time (one metadata request); a larger value trades freshness for speed in
+            hot loops.
     """
 
     def __init__(
@@ -84,13 +118,20 @@ class FsspecPathHandler(PathHandler):
         prefixes: Optional[Sequence[str]] = None,
         *,
         storage_options: Optional[Mapping[str, Any]] = None,
+        max_age: float = 0.0,
     ) -> None:
         if not protocol or "://" in protocol or ":" in protocol:
             raise ValueError(f"protocol must be a bare name such as 's3', got {protocol!r}")
         self.protocol = protocol
+        if not max_age >= 0:
+            raise ValueError(f"max_age must be a number of seconds >= 0, got {max_age!r}")
         self.prefixes = list(prefixes) if prefixes is not None else [f"{protocol}://"]
+        self.max_age = float(max_age)
+        # (path, who asks) -> (local copy, time.monotonic() of the check), for max_age
+        self._checked: Dict[Tuple[str, str], Tuple[str, float]] = {}
         self._options: Dict[str, Any] = dict(storage_options or {})
         self._secrets = secret_values(self._options)
+        self._options_text = json.dumps(self._options, sort_keys=True, default=repr)
         self._lock = threading.Lock()
         self._fs: Any = None
         self._fs_pid: Optional[int] = None
@@ -146,18 +187,16 @@ class FsspecPathHandler(PathHandler):
 
     def _owner(self) -> str:
         """Who asks, for the cache's key: options and credentials from the environment."""
-        env = sorted(
-            (name, value) for name, value in os.environ.items() if name.startswith(_CREDENTIAL_ENV)
-        )
-        options = json.dumps(self._options, sort_keys=True, default=repr)
-        return repr((self.protocol, options, env, _uid()))
+        env = tuple(map(os.environ.get, _CREDENTIAL_ENV))
+        return repr((self.protocol, self._options_text, env, _uid()))
 
     def get_local_path(self, path: str) -> str:
         """A local file with the object's current bytes.
 
         Local files (`file://`) are returned as they are; anything else is downloaded
         into `get_cache_dir(<protocol>)` once and served from there while the object is
-        unchanged (each call asks the store for the object's version).
+        unchanged (each call asks the store for the object's version, unless it did so
+        less than `max_age` seconds ago).
 
         Args:
             path (str): A URI supported by this PathHandler.
@@ -176,8 +215,18 @@ class FsspecPathHandler(PathHandler):
             if not os.path.isfile(fspath):
                 raise self._error(FileNotFoundError("no such file"), "get_local_path", path)
             return fspath
+        owner = self._owner()
+        if self.max_age > 0:
+            hit = self._checked.get((fspath, owner))
+            if hit is not None and time.monotonic() - hit[1] < self.max_age:
+                if os.path.isfile(hit[0]):
+                    return hit[0]
+        checked_at = time.monotonic()
         cache_dir = self.get_cache_dir(self.protocol)
-        return cached_copy(fs, fspath, path, cache_dir, self._owner(), self._secrets)
+        local = cached_copy(fs, fspath, path, cache_dir, owner, self._secrets)
+        if self.max_age > 0:
+            self._checked[(fspath, owner)] = (local, checked_at)
+        return local
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
         """Open a stream to a URI, similar to the built-in `open`.
