@@ -88,7 +88,6 @@ class FsspecPathHandler(PathHandler):
 
     Examples:
         ```python
-        # requires: s3fs
         handler = FsspecPathHandler(
             "s3",
             storage_options={"key": "...", "secret": "...",
