@@ -42,14 +42,15 @@ TOP_LEVEL = {"easycore": {"_easycore_install_check.py", "easycore-install-check.
 REQUIRES = {
     "easycore-config": {"": {"pyyaml"}},
     "easycore-registry": {},
-    "easycore-path": {"": {"requests", "tqdm", "filelock"}},
+    "easycore-path": {"": {"requests", "tqdm", "filelock"}, "fsspec": {"fsspec"}},
     "easycore-parallel": {"": {"easycore-config", "tqdm", "cloudpickle"}, "ray": {"ray"}},
     "easycore-torch": {"": {"easycore-parallel", "torch"}},
     "easycore": {
         "": {"easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"},
         "torch": {"easycore-torch"},
         "ray": {"easycore-parallel[ray]"},
-        "all": {"easycore-torch", "easycore-parallel[ray]"},
+        "fsspec": {"easycore-path[fsspec]"},
+        "all": {"easycore-torch", "easycore-parallel[ray]", "easycore-path[fsspec]"},
     },
 }
 SIBLINGS = set(LEAVES)

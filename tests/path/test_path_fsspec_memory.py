@@ -146,6 +146,11 @@ def test_file_urls_through_fsspec(tmp_path):
 def test_unknown_and_uninstalled_protocols_name_the_path():
     with pytest.raises(ValueError, match="no PathHandler registered for 'nosuchproto://x'"):
         PathManager.exists("nosuchproto://x")
+    # fsspec's own network protocols reach another host: only when registered explicitly.
+    for url in ("ftp://127.0.0.1/f", "sftp://127.0.0.1/f", "smb://127.0.0.1/f"):
+        with pytest.raises(ValueError, match=r"PathManager.register\(FsspecPathHandler\("):
+            PathManager.exists(url)
+    assert "ftp://" not in _manager._handlers
     try:
         import adlfs  # noqa: F401
     except ImportError:

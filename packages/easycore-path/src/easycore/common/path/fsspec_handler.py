@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import threading
 import time
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -56,6 +55,8 @@ _CREDENTIAL_ENV = (
     "AZURE_TENANT_ID",
     "AZURE_CLIENT_SECRET",
 )
+# fsspec's own implementations served on first use: they reach no other host.
+_BUILT_IN_AUTO = frozenset({"memory", "file", "local"})
 # fsspec protocols that wrap another one and need arguments: never registered on use.
 _WRAPPERS = frozenset(
     {"blockcache", "cached", "dir", "filecache", "reference", "simplecache", "http", "https"}
@@ -131,6 +132,8 @@ class FsspecPathHandler(PathHandler):
         self._options: Dict[str, Any] = dict(storage_options or {})
         self._secrets = secret_values(self._options)
         self._options_text = json.dumps(self._options, sort_keys=True, default=repr)
+        import threading  # here: importing the package stays light (no threading)
+
         self._lock = threading.Lock()
         self._fs: Any = None
         self._fs_pid: Optional[int] = None
@@ -146,6 +149,8 @@ class FsspecPathHandler(PathHandler):
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
+        import threading
+
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -450,12 +455,15 @@ def _uid() -> str:
     return str(getuid()) if getuid is not None else os.environ.get("USERNAME", "")
 
 
-_first_use_lock = threading.Lock()
-
-
 def handler_on_first_use(path: str) -> Tuple[Optional[PathHandler], str]:
-    """A handler for `path`'s `scheme://` when fsspec knows the scheme, registered with
-    [`PathManager`][easycore.common.path.PathManager]; else `(None, why not)`.
+    """A handler for `path`'s `scheme://` when fsspec serves the scheme through a package
+    of its own (s3fs, gcsfs, adlfs, ...) that is installed, or the scheme is `memory` or
+    `file`; registered with [`PathManager`][easycore.common.path.PathManager]. Else
+    `(None, a hint)`.
+
+    Protocols fsspec implements itself over the network or over other files (`ftp`,
+    `sftp`, `smb`, `zip`, `github`, ...) are served only when registered explicitly:
+    nobody should reach a server because a string happened to start with `ftp://`.
 
     Args:
         path (str): a path whose scheme no registered prefix serves (scheme lower-cased).
@@ -468,20 +476,29 @@ def handler_on_first_use(path: str) -> Tuple[Optional[PathHandler], str]:
     protocol = path.split("://", 1)[0]
     if protocol in _WRAPPERS or importlib.util.find_spec("fsspec") is None:
         return None, ""
-    from fsspec.registry import get_filesystem_class, known_implementations, registry
+    from fsspec.registry import get_filesystem_class, known_implementations
 
-    if protocol not in known_implementations and protocol not in registry:
+    known = known_implementations.get(protocol)
+    if known is None:
         return None, ""
+    explicit = (
+        f"fsspec knows {protocol}://: serve it with "
+        f"PathManager.register(FsspecPathHandler({protocol!r}, storage_options=...))"
+    )
+    if str(known.get("class", "")).startswith("fsspec.") and protocol not in _BUILT_IN_AUTO:
+        return None, explicit
     try:
         get_filesystem_class(protocol)
     except ImportError as exc:
         return None, f"fsspec serves {protocol}:// once its package is installed ({exc})"
     from .manager import PathManager, _handlers
 
-    with _first_use_lock:
-        prefix = f"{protocol}://"
-        handler = _handlers.get(prefix)
-        if handler is None:
-            handler = FsspecPathHandler(protocol)
+    prefix = f"{protocol}://"
+    handler = _handlers.get(prefix)
+    if handler is None:
+        handler = FsspecPathHandler(protocol)
+        try:
             PathManager.register(handler)
-        return handler, ""
+        except ValueError:  # another thread registered it meanwhile: use theirs
+            handler = _handlers[prefix]
+    return handler, ""
