@@ -2,6 +2,7 @@
 through s3fs (nothing of fsspec or s3fs is mocked)."""
 
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -380,3 +381,45 @@ def test_a_transfer_cut_short_is_a_download_error(moto_process, cache_dir, monke
     with pytest.raises(DownloadError, match="s3://cut/blob.bin"):
         PathManager.get_local_path("s3://cut/blob.bin")
     assert not any(n.endswith(".part") for _, _, names in os.walk(cache_dir) for n in names)
+
+
+CHILD = """
+import json, sys
+from easycore.common.path import FsspecPathHandler, PathManager, fsspec_cache
+real = fsspec_cache._download
+def counted(*args):
+    print("DOWNLOADED", flush=True)
+    return real(*args)
+fsspec_cache._download = counted
+PathManager.register(FsspecPathHandler("s3", storage_options=json.loads(sys.argv[1])))
+sys.stdin.readline()  # start together
+print(PathManager.get_local_path(sys.argv[2]), flush=True)
+"""
+
+
+def test_get_local_path_downloads_once_for_many_processes(s3, endpoint, cache_dir):
+    url = f"{s3}/processes.bin"
+    write(url, os.urandom(4 * MiB))
+    env = dict(os.environ, EASYCORE_CACHE=cache_dir)
+    args = [sys.executable, "-c", CHILD, json.dumps(options(endpoint)), url]
+    procs = [
+        subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outs = []
+    try:
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            outs.append(out.split())
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    paths = {out[-1] for out in outs}
+    assert len(paths) == 1 and os.path.getsize(paths.pop()) == 4 * MiB
+    assert sum(out.count("DOWNLOADED") for out in outs) == 1
