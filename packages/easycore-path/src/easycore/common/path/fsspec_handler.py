@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from functools import lru_cache
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from easycore.common.network.urls import redact
@@ -128,7 +129,7 @@ class FsspecPathHandler(PathHandler):
         self.prefixes = list(prefixes) if prefixes is not None else [f"{protocol}://"]
         self.max_age = float(max_age)
         # (path, who asks) -> (local copy, time.monotonic() of the check), for max_age
-        self._checked: Dict[Tuple[str, str], Tuple[str, float]] = {}
+        self._checked: Dict[Tuple[str, Tuple[Any, ...]], Tuple[str, float]] = {}
         self._options: Dict[str, Any] = dict(storage_options or {})
         self._secrets = secret_values(self._options)
         self._options_text = json.dumps(self._options, sort_keys=True, default=repr)
@@ -137,6 +138,7 @@ class FsspecPathHandler(PathHandler):
         self._lock = threading.Lock()
         self._fs: Any = None
         self._fs_pid: Optional[int] = None
+        self._fs_is_local = False
 
     def __repr__(self) -> str:
         # Never the storage options: they hold credentials.
@@ -178,6 +180,7 @@ class FsspecPathHandler(PathHandler):
                     self.protocol, skip_instance_cache=self._fs_pid is not None, **self._options
                 )
                 self._fs_pid = pid
+                self._fs_is_local = _is_local(self._fs)
             return self._fs
 
     def _path(self, url: str) -> str:
@@ -189,9 +192,9 @@ class FsspecPathHandler(PathHandler):
     def _error(self, exc: BaseException, operation: str, url: str) -> OSError:
         return as_os_error(exc, operation, url, self._secrets)
 
-    def _owner(self) -> str:
-        """Who asks, for the cache's key: options and credentials from the environment."""
-        env = tuple(map(os.environ.get, _CREDENTIAL_ENV))
+    def _owner(self, env: Tuple[Any, ...]) -> str:
+        """Who asks, for the cache's key: the options, credentials from the environment
+        (`env`, from `_credential_env`) and the user."""
         return repr((self.protocol, self._options_text, env, _uid()))
 
     def get_local_path(self, path: str) -> str:
@@ -215,21 +218,22 @@ class FsspecPathHandler(PathHandler):
             DownloadError: the transfer failed; nothing is left in the cache.
         """
         fs, fspath = self.fs, self._path(path)
-        if _is_local(fs):
+        if self._fs_is_local:
             if not os.path.isfile(fspath):
                 raise self._error(FileNotFoundError("no such file"), "get_local_path", path)
             return fspath
-        owner = self._owner()
+        env = _credential_env()
         if self.max_age > 0:
-            hit = self._checked.get((fspath, owner))
+            hit = self._checked.get((fspath, env))
             if hit is not None and time.monotonic() - hit[1] < self.max_age:
                 if os.path.isfile(hit[0]):
                     return hit[0]
         checked_at = time.monotonic()
         cache_dir = self.get_cache_dir(self.protocol)
+        owner = self._owner(env)
         local = cached_copy(fs, fspath, path, cache_dir, owner, self._secrets)
         if self.max_age > 0:
-            self._checked[(fspath, owner)] = (local, checked_at)
+            self._checked[(fspath, env)] = (local, checked_at)
         return local
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
@@ -440,6 +444,21 @@ class FsspecPathHandler(PathHandler):
         with open(local_path, "rb") as src, self.open(dst_path, "wb") as dst:
             shutil.copyfileobj(src, dst, 8 << 20)
         return True
+
+
+def _credential_env() -> Tuple[Any, ...]:
+    """The values of `_CREDENTIAL_ENV` (None where unset), cheaply: `os.environ.get` of
+    an unset name raises and catches a KeyError inside, some microseconds each."""
+    data = getattr(os.environ, "_data", None)  # CPython's own mapping behind os.environ
+    if isinstance(data, dict):
+        return tuple(map(data.get, _encoded_credential_env()))
+    return tuple(map(os.environ.get, _CREDENTIAL_ENV))
+
+
+@lru_cache(maxsize=1)
+def _encoded_credential_env() -> Tuple[Any, ...]:
+    encode = getattr(os.environ, "encodekey", lambda key: key)
+    return tuple(map(encode, _CREDENTIAL_ENV))
 
 
 def _is_local(fs: Any) -> bool:
