@@ -423,3 +423,19 @@ def test_get_local_path_downloads_once_for_many_processes(s3, endpoint, cache_di
     paths = {out[-1] for out in outs}
     assert len(paths) == 1 and os.path.getsize(paths.pop()) == 4 * MiB
     assert sum(out.count("DOWNLOADED") for out in outs) == 1
+
+
+def test_changed_credentials_in_the_environment_make_a_new_client(endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    handler = FsspecPathHandler("s3")
+    PathManager.register(handler, override=True)
+    bucket = f"env-{uuid.uuid4().hex[:10]}"
+    PathManager.makedirs(f"s3://{bucket}")
+    write(f"s3://{bucket}/x", b"env")
+    first_fs, first = handler.fs, PathManager.get_local_path(f"s3://{bucket}/x")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDROTATED")
+    assert handler.fs is not first_fs  # the old client would still sign as the old key
+    second = PathManager.get_local_path(f"s3://{bucket}/x")
+    assert second != first and open(second, "rb").read() == b"env"

@@ -138,6 +138,7 @@ class FsspecPathHandler(PathHandler):
         self._lock = threading.Lock()
         self._fs: Any = None
         self._fs_pid: Optional[int] = None
+        self._fs_env: Tuple[Any, ...] = ()
         self._fs_is_local = False
 
     def __repr__(self) -> str:
@@ -165,21 +166,22 @@ class FsspecPathHandler(PathHandler):
 
     @property
     def fs(self) -> Any:
-        """The fsspec file system, made on first use in each process."""
-        pid = os.getpid()
+        """The fsspec file system, made on first use in each process, and again when
+        the credentials in the environment change (the client read them when made)."""
+        pid, env = os.getpid(), _credential_env()
         fs = self._fs
-        if fs is not None and self._fs_pid == pid:
+        if fs is not None and self._fs_pid == pid and self._fs_env == env:
             return fs
         with self._lock:
-            if self._fs is None or self._fs_pid != pid:
+            if self._fs is None or self._fs_pid != pid or self._fs_env != env:
                 import fsspec
 
-                # A fresh instance after a fork: the parent's event loop and sockets
-                # are not this process's to use.
+                # A fresh instance after a fork (the parent's event loop and sockets are
+                # not this process's to use) or a change of credentials.
                 self._fs = fsspec.filesystem(
                     self.protocol, skip_instance_cache=self._fs_pid is not None, **self._options
                 )
-                self._fs_pid = pid
+                self._fs_pid, self._fs_env = pid, env
                 self._fs_is_local = _is_local(self._fs)
             return self._fs
 
