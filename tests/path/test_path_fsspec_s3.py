@@ -200,8 +200,21 @@ def test_a_key_that_is_an_object_and_a_prefix(s3):
     assert PathManager.listdir(f"{s3}/k") == ["inner"]
     assert open(PathManager.get_local_path(f"{s3}/k"), "rb").read() == b"object"
     assert open(PathManager.get_local_path(f"{s3}/k/inner"), "rb").read() == b"inner"
+    with pytest.raises(NotADirectoryError, match=f"{s3}/k/inner"):
+        PathManager.listdir(f"{s3}/k/inner")
     PathManager.remove(f"{s3}/k")  # the object only
     assert not PathManager.isfile(f"{s3}/k") and PathManager.isfile(f"{s3}/k/inner")
+
+
+def test_a_prefix_is_no_object(s3):
+    write(f"{s3}/p/x", b"x")
+    for url in (f"{s3}/p", f"{s3}/p/"):
+        with pytest.raises(IsADirectoryError, match=f"{s3}/p"):
+            read(url)
+        with pytest.raises(IsADirectoryError, match=f"{s3}/p"):
+            PathManager.get_local_path(url)
+        with pytest.raises(IsADirectoryError, match=f"{s3}/p"):
+            PathManager.remove(url)
 
 
 def test_missing_bucket_names_the_url(s3):

@@ -278,6 +278,10 @@ class FsspecPathHandler(PathHandler):
             raw = fs.open(fspath, "rb", **kwargs)
         except Exception as exc:
             raise self._error(exc, "open", path) from None
+        # s3fs and its kin open a prefix as an empty file; its info says what it is.
+        if getattr(raw, "details", None) and raw.details.get("type") == "directory":
+            raw.close()
+            raise self._error(IsADirectoryError("a directory (a prefix)"), "open", path)
         reader = Reader(raw, lambda e: self._error(e, "read", path))
         return reader if "b" in mode else io.TextIOWrapper(reader, **text)  # type: ignore[return-value]
 
@@ -347,6 +351,9 @@ class FsspecPathHandler(PathHandler):
             if entry == base:
                 continue  # some stores list an object under its own name
             names.append(entry.rsplit("/", 1)[-1])
+        if not names and len(entries) == 1 and entries[0].rstrip("/") == base:
+            # an object, not a prefix of any
+            raise self._error(NotADirectoryError("an object, not a directory"), "list", path)
         return sorted(set(names))
 
     def makedirs(self, path: str) -> None:
