@@ -452,3 +452,11 @@ def test_changed_credentials_in_the_environment_make_a_new_client(endpoint, monk
     assert handler.fs is not first_fs  # the old client would still sign as the old key
     second = PathManager.get_local_path(f"s3://{bucket}/x")
     assert second != first and open(second, "rb").read() == b"env"
+
+
+def test_exclusive_create_refuses_an_existing_object(s3):
+    with PathManager.open(f"{s3}/x.txt", "x") as f:
+        f.write("first")
+    with pytest.raises(FileExistsError, match=f"{s3}/x.txt"):
+        PathManager.open(f"{s3}/x.txt", "xb")
+    assert read(f"{s3}/x.txt") == b"first"
