@@ -42,7 +42,10 @@ TOP_LEVEL = {"easycore": {"_easycore_install_check.py", "easycore-install-check.
 REQUIRES = {
     "easycore-config": {"": {"pyyaml"}},
     "easycore-registry": {},
-    "easycore-path": {"": {"requests", "tqdm", "filelock", "platformdirs"}},
+    "easycore-path": {
+        "": {"requests", "tqdm", "filelock", "platformdirs"},
+        "fsspec": {"fsspec"},
+    },
     "easycore-parallel": {
         "": {"easycore-config", "tqdm", "cloudpickle", "psutil", "threadpoolctl"},
         "ray": {"ray"},
@@ -52,7 +55,8 @@ REQUIRES = {
         "": {"easycore-config", "easycore-registry", "easycore-path", "easycore-parallel"},
         "torch": {"easycore-torch"},
         "ray": {"easycore-parallel[ray]"},
-        "all": {"easycore-torch", "easycore-parallel[ray]"},
+        "fsspec": {"easycore-path[fsspec]"},
+        "all": {"easycore-torch", "easycore-parallel[ray]", "easycore-path[fsspec]"},
     },
 }
 SIBLINGS = set(LEAVES)

@@ -1,12 +1,13 @@
 """easycore.common.path: local paths, URLs and redirected prefixes behind one API.
 
 Importing this package is cheap: `requests` and `tqdm` are imported only when a URL
-is actually downloaded.
+is actually downloaded, and fsspec only when an object store is first used.
 """
 
 from easycore.common.network.errors import DownloadError
 
 from ._version import __version__
+from .fsspec_handler import FsspecPathHandler
 from .http import HTTPURLHandler
 from .lock import file_lock
 from .manager import PathManager
@@ -16,6 +17,7 @@ from .redirect import RedirectPathHandler
 
 __all__ = [
     "DownloadError",
+    "FsspecPathHandler",
     "HTTPURLHandler",
     "NativePathHandler",
     "PathHandler",

@@ -36,10 +36,16 @@ def _handler_for(path: str) -> PathHandler:
         for prefix in _prefixes:
             if leads(prefix, key):
                 return _handlers[prefix]
+    # A scheme fsspec knows gets an FsspecPathHandler on first use (imports fsspec only now).
+    from .fsspec_handler import handler_on_first_use
+
+    handler, hint = handler_on_first_use(key)
+    if handler is not None:
+        return handler
     known = ", ".join(sorted(_handlers)) or "none"
     raise ValueError(
         f"no PathHandler registered for {redact(path)!r} (registered prefixes: {known}); "
-        "register one with PathManager.register()"
+        f"register one with PathManager.register(){'; ' + hint if hint else ''}"
     )
 
 
@@ -48,7 +54,10 @@ class PathManager:
 
     Each path goes to the registered [`PathHandler`][easycore.common.path.PathHandler]
     with the longest prefix that leads it (`http://` and `https://` are registered by
-    default); paths matching no prefix are local. A prefix matches whole path components
+    default); paths matching no prefix are local. A `scheme://` that fsspec knows (`s3://`,
+    `gs://`, `memory://`, ...) gets a
+    [`FsspecPathHandler`][easycore.common.path.FsspecPathHandler] on first use when fsspec
+    and the store's package are installed. A prefix matches whole path components
     (`dataset://a` serves `dataset://a/x`, not `dataset://ab/x`) and its scheme ignores
     case (`HTTP://` is `http://`). An unregistered `scheme://` is an error rather than a
     local path.

@@ -1,0 +1,172 @@
+"""Writes to object storage that land whole or not at all.
+
+An fsspec file commits what was written when it is closed, also when it is closed by
+the `with` block of an exception: the partial object is then stored. `AtomicWriter`
+commits only on a clean close and throws the upload away otherwise.
+
+Two ways to stage the bytes, chosen by the file system:
+
+- stores whose files honour `autocommit=False` (s3fs, gcsfs, adlfs and fsspec's local
+  files) stream as usual; a multipart upload is completed (`commit()`) only on a clean
+  close and aborted (`discard()`) otherwise;
+- any other store: the bytes go to a local temporary file, uploaded with `put_file` on
+  a clean close and deleted otherwise.
+"""
+
+import io
+import os
+import tempfile
+from typing import IO, Any, Callable, Optional
+
+__all__ = ["AtomicWriter", "open_atomic"]
+
+# File systems whose files stage their bytes until commit() when opened with
+# autocommit=False (by class name along the MRO: no import of the back-ends).
+_STAGING = frozenset({"S3FileSystem", "GCSFileSystem", "AzureBlobFileSystem", "LocalFileSystem"})
+_TEXT_ARGS = ("encoding", "errors", "newline")
+
+
+def stages_writes(fs: Any) -> bool:
+    """Whether `fs`'s files keep written bytes out of the store until `commit()`."""
+    return any(klass.__name__ in _STAGING for klass in type(fs).__mro__)
+
+
+def open_atomic(
+    fs: Any, fspath: str, mode: str, on_error: Callable[[BaseException], OSError], **kwargs: Any
+) -> "AtomicWriter":
+    """Open `fspath` of `fs` for writing (`w`, `wb`, `x`, `xb`), committed on clean close.
+
+    Args:
+        fs: an fsspec file system.
+        fspath (str): the path in `fs` (protocol stripped).
+        mode (str): a write mode; text modes take `encoding`, `errors`, `newline`.
+        on_error (callable): turns a back-end error into the `OSError` to raise.
+        kwargs: text arguments, and other arguments for `fs.open`.
+
+    Returns:
+        AtomicWriter: a file-like object; close it (or leave its `with` block cleanly)
+        to store the object.
+    """
+    text_args = {name: kwargs.pop(name) for name in _TEXT_ARGS if name in kwargs}
+    binary_mode = mode.replace("t", "").replace("b", "") + "b"
+    staged: Optional[str] = None
+    try:
+        if stages_writes(fs):
+            raw = fs.open(fspath, binary_mode, autocommit=False, **kwargs)
+        else:
+            fd, staged = tempfile.mkstemp(prefix="easycore-upload-", suffix=".part")
+            raw = open(fd, "wb")
+    except Exception as exc:
+        raise on_error(exc) from None
+    stream: IO = raw if "b" in mode else io.TextIOWrapper(raw, **text_args)
+    return AtomicWriter(fs, fspath, raw, stream, staged, on_error)
+
+
+class AtomicWriter:
+    """A file open for writing whose object appears only on a clean close.
+
+    Leaving a `with` block by an exception, or calling
+    [`discard`][easycore.common.path.fsspec_write.AtomicWriter.discard], throws what was
+    written away; [`close`][easycore.common.path.fsspec_write.AtomicWriter.close] stores
+    it. Everything else (`write`, `flush`, `tell`, ...) is the underlying file's.
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        fspath: str,
+        raw: Any,
+        stream: IO,
+        staged: Optional[str],
+        on_error: Callable[[BaseException], OSError],
+    ) -> None:
+        self._fs = fs
+        self._fspath = fspath
+        self._raw = raw
+        self._stream = stream
+        self._staged = staged
+        self._on_error = on_error
+        self._done = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Any:
+        return iter(self._stream)
+
+    def __enter__(self) -> "AtomicWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+    def __del__(self) -> None:
+        # Never closed: whatever was written is not what the writer meant to store.
+        if not getattr(self, "_done", True):
+            self.discard()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the file was closed (stored) or discarded."""
+        return self._done
+
+    def write(self, data: Any) -> int:
+        """Write `data` (bytes in binary modes, str in text modes)."""
+        try:
+            return self._stream.write(data)
+        except Exception as exc:
+            if isinstance(exc, (TypeError, ValueError)):
+                raise
+            raise self._on_error(exc) from None
+
+    def close(self) -> None:
+        """Store what was written: complete the upload (or upload the staged file)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._stream.close()  # flushes text into raw and raw's last part to the store
+            if self._staged is None:
+                self._raw.commit()
+            else:
+                self._fs.put_file(self._staged, self._fspath)
+        except BaseException as exc:
+            self._abandon()
+            if isinstance(exc, Exception):
+                raise self._on_error(exc) from None
+            raise
+        finally:
+            self._remove_staged()
+
+    def discard(self) -> None:
+        """Throw away what was written; the store is left as it was."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._abandon()
+        finally:
+            self._remove_staged()
+
+    def _abandon(self) -> None:
+        # Close first (with autocommit=False that stores nothing), then throw the staged
+        # bytes away: discard() aborts a multipart upload, or deletes a local temp file.
+        try:
+            self._raw.close()
+        except Exception:
+            pass  # e.g. the store went away: nothing was committed either way
+        if self._staged is None:
+            try:
+                self._raw.discard()
+            except Exception:
+                pass  # nothing was committed: the abort is tidiness, not correctness
+
+    def _remove_staged(self) -> None:
+        if self._staged is not None:
+            try:
+                os.unlink(self._staged)
+            except OSError:
+                pass
