@@ -25,7 +25,7 @@ from urllib.parse import quote
 from easycore.common.network.errors import DownloadError
 from easycore.common.network.transfer import _create_temporary_file, remove_stale_parts
 
-from .cache import check_inside, lock_target, url_to_cache_path
+from .cache import check_inside, lock_target, trusted_entry, url_to_cache_path
 from .cache_key import keyed_digest
 from .fsspec_errors import as_os_error, describe
 from .lock import LOCK_TIMEOUT, file_lock
@@ -93,11 +93,13 @@ def cached_copy(
     secrets = tuple(secrets)
     info = _info(fs, fspath, url, secrets)
     local = _entry(cache_dir, fs, fspath, owner, version_of(info))
-    if os.path.isfile(local):
+    # A hit is served only if it is ours (a regular file of this user, inside the
+    # cache): what another user planted in a shared cache is downloaded over.
+    if trusted_entry(cache_dir, local):
         return local
     check_inside(cache_dir, local, url)
     with file_lock(lock_target(local), timeout=LOCK_TIMEOUT):
-        if os.path.isfile(local):  # another process finished it while we waited
+        if trusted_entry(cache_dir, local):  # another process finished it while we waited
             return local
         remove_stale_parts(local)
         _download(fs, fspath, url, local, version_of(info), secrets)
