@@ -109,3 +109,24 @@ def test_a_killed_actor_fails_blocked_clients(tmp_path):
     finally:
         other.close()
         h.close()
+
+
+def test_run_and_remote_refs_on_ray(tmp_path):
+    from _services_support import Counter, Tracked, wait_for_file
+
+    from easycore.common.parallel.services import RemoteRef
+
+    offset = 2
+    with Service.start(Tool, backend="ray") as h:
+        assert h.run(lambda x: x + offset, 1) == 3
+        assert h.run(lambda: __import__("os").getpid()) == h.pid
+        assert h.run_async(lambda: 5).result(timeout=60) == 5
+        (fn,), _ = h.call("echo", lambda: 7)
+        assert fn() == 7
+        ref = h.run(Counter, 1, remote=True)
+        assert isinstance(ref, RemoteRef)
+        assert ref.call("add", 2) == 3 and ref.get().value() == 3
+        marker = tmp_path / "collected"
+        tracked = h.run(Tracked, str(marker), remote=True)
+        del tracked
+        assert wait_for_file(marker), "the Ray service kept the value after its last reference"

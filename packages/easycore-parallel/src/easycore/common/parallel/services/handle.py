@@ -28,7 +28,7 @@ from typing import Any, Callable, ClassVar, Dict, Mapping, Optional
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import SharedMemoryTransport
 from .client import ProcessTarget
-from .dispatch import describe, dump_spec
+from .dispatch import RUN, describe, dump_spec
 from .errors import ServiceClosedError, ServiceNotFoundError
 from .naming import (
     find,
@@ -39,6 +39,7 @@ from .naming import (
     services_dir,
     unregister,
 )
+from .remote_ref import resolve, resolve_future
 from .server import ServiceHost
 
 __all__ = ["Service", "ServiceHandle", "lookup"]
@@ -79,17 +80,42 @@ class _State:
         self.channel: Any = None
         self.closed = False
         self.lock = threading.Lock()
+        self.backend_kind = "ray" if type(target).__name__ == "RayTarget" else "process"
 
-    def get_channel(self) -> Any:
+    def get_channel(self, timeout: Optional[float] = None, what: str = "a call") -> Any:
+        """This process's channel, opened (within ``timeout`` seconds) if needed.
+
+        Raises:
+            TimeoutError: it could not be opened in time (``what`` did not return).
+        """
         channel = self.channel
-        if channel is not None and channel.pid == os.getpid():
+        if channel is not None and channel.pid == os.getpid() and not channel.reset:
             return channel
-        with self.lock:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        late = TimeoutError(f"{what} of {self.target.label} did not return within {timeout} s "
+                            "(connecting)")
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise late  # another thread is connecting, too slowly for this call
+        try:
             if self.closed:
                 raise ServiceClosedError(f"this handle to {self.target.label} is closed")
-            if self.channel is None or self.channel.pid != os.getpid():
-                self.channel = self.target.open_channel(self.transport_class)
+            old = self.channel
+            if old is None or old.pid != os.getpid() or old.reset:
+                if old is not None and old.pid == os.getpid():
+                    old.close()  # reset by an interrupted send: a fresh connection
+                self.channel = None
+                if self.backend_kind == "process":
+                    try:
+                        self.channel = self.target.open_channel(self.transport_class, deadline)
+                    except TimeoutError:
+                        if deadline is None:
+                            raise
+                        raise late from None
+                else:
+                    self.channel = self.target.open_channel(self.transport_class)
             return self.channel
+        finally:
+            self.lock.release()
 
     def close(self, timeout: Optional[float] = 30.0) -> None:
         with self.lock:
@@ -174,9 +200,11 @@ class ServiceHandle:
             WorkerError: the method raised; holds the service's traceback.
             ServiceDiedError: the service died.
             ServiceClosedError: the service or this handle was closed.
-            TimeoutError: no result within ``timeout`` seconds.
+            TimeoutError: no result within ``timeout`` seconds (connecting included).
         """
-        return self._state.get_channel().call(method, args, kwargs, timeout)
+        start = time.monotonic()
+        channel = self._state.get_channel(timeout, f"{method}()")
+        return channel.call(method, args, kwargs, _left(timeout, start))
 
     def call_async(
         self, method: str, *args: Any, timeout: Optional[float] = None, **kwargs: Any
@@ -196,7 +224,47 @@ class ServiceHandle:
             concurrent.futures.Future: resolves to the result, or fails with
             the errors [`call`][easycore.common.parallel.services.ServiceHandle.call] raises.
         """
-        return self._state.get_channel().submit(method, args, kwargs, timeout)
+        start = time.monotonic()
+        channel = self._state.get_channel(timeout, f"{method}()")
+        return channel.submit(method, args, kwargs, _left(timeout, start))
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = None,
+            remote: bool = False, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` in the service's process and wait for its result.
+
+        Any callable: it travels by value (cloudpickle) when plain pickle
+        would send it by a reference the service cannot follow (a lambda, a
+        closure, a function of ``__main__``), as ``Pool`` sends functions.
+        It runs between the service's calls, one at a time like them.
+
+        Args:
+            fn (callable): what to run.
+            *args: its positional arguments.
+            timeout (float or None): seconds to wait (connecting included).
+            remote (bool): keep the result in the service and return a
+                [`RemoteRef`][easycore.common.parallel.services.RemoteRef] on it.
+            **kwargs: its keyword arguments (to pass one named ``timeout`` or
+                ``remote``, use ``functools.partial``).
+
+        Returns:
+            Any: ``fn``'s result (a copy), or a ``RemoteRef``.
+
+        Raises:
+            WorkerError: ``fn`` raised; holds the service's traceback.
+            ServiceDiedError, ServiceClosedError, TimeoutError: as for ``call``.
+        """
+        result = self.call(RUN, fn, bool(remote), *args, timeout=timeout, **kwargs)
+        return resolve(self, result)
+
+    def run_async(self, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = None,
+                  remote: bool = False, **kwargs: Any) -> Future:
+        """[`run`][easycore.common.parallel.services.ServiceHandle.run], returning at once.
+
+        Returns:
+            concurrent.futures.Future: resolves to ``fn``'s result or a ``RemoteRef``.
+        """
+        inner = self.call_async(RUN, fn, bool(remote), *args, timeout=timeout, **kwargs)
+        return resolve_future(self, inner)
 
     def with_transport(self, transport_class: type) -> ServiceHandle:
         """Another handle on this service whose calls use ``transport_class``.
@@ -293,6 +361,13 @@ class ServiceHandle:
         state = " closed" if self.closed else ""
         return (f"<ServiceHandle {t.label} {self._backend} device={t.device!r} pid={t.pid} "
                 f"{role}{state}>")
+
+
+def _left(timeout: Optional[float], start: float) -> Optional[float]:
+    """What is left of ``timeout`` seconds since ``start``."""
+    if timeout is None:
+        return None
+    return max(0.0, timeout - (time.monotonic() - start))
 
 
 def _rebuild(backend: str, target: Any, transport_class: Optional[type], name: Optional[str],
