@@ -130,3 +130,16 @@ def test_run_and_remote_refs_on_ray(tmp_path):
         tracked = h.run(Tracked, str(marker), remote=True)
         del tracked
         assert wait_for_file(marker), "the Ray service kept the value after its last reference"
+
+
+def test_groups_and_pairs_on_ray():
+    from easycore.common.parallel.services import get_paired, names, pair
+
+    with Service.start(Tool, name="rg-a", groups="rg", backend="ray"), \
+            Service.start(Tool, name="rg-b", backend="ray") as b:
+        assert names("rg", backend="ray") == ["rg-a"]
+        assert {"rg-a", "rg-b"} <= set(names(backend="ray"))
+        b.close()
+        assert "rg-b" not in names(backend="ray")
+    with pair("ray-lr", 0.25, backend="ray"):
+        assert get_paired("ray-lr", backend="ray") == 0.25

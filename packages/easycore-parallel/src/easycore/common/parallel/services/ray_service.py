@@ -48,8 +48,9 @@ class CallFailed(Exception):
 class _ServiceActor:
     """The object, in a Ray actor; made a Ray actor class by :func:`start_ray`."""
 
-    def __init__(self, spec: bytes, label: str, device: str) -> None:
+    def __init__(self, spec: bytes, label: str, device: str, groups: tuple = ()) -> None:
         self._label, self._device = label, device
+        self._groups = list(groups)
         self._error: Optional[ErrorReport] = None
         self._obj: Any = None
         try:
@@ -62,6 +63,9 @@ class _ServiceActor:
         if self._error is not None:
             return ("error", self._error)
         return ("ok", {"pid": os.getpid(), "label": self._label, "device": self._device})
+
+    def groups(self) -> list:
+        return self._groups
 
     def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         reply = self._dispatcher.invoke(method, args, kwargs)
@@ -281,7 +285,7 @@ class _RayOwner:
 
 
 def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
-              namespace: Optional[str], options: Dict[str, Any]) -> Any:
+              namespace: Optional[str], options: Dict[str, Any], groups: list = ()) -> Any:
     """Start a service as a Ray named actor; see ``Service.start``."""
     from .handle import ServiceHandle
 
@@ -302,7 +306,7 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
             actor = actor_cls.options(
                 name=actor_name, namespace=ns, max_restarts=0, max_concurrency=1,
                 **actor_options,
-            ).remote(spec, label, device)
+            ).remote(spec, label, device, tuple(groups))
         except ValueError as exc:
             if "already" in str(exc) or "taken" in str(exc):
                 raise ValueError(f"a service named {name!r} is already running in Ray "
@@ -326,6 +330,29 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
         raise
     owner = _RayOwner(ray, actor, target, owns)
     return ServiceHandle("ray", target, None, name=name, namespace=ns, owner=owner)
+
+
+def ray_names(group: Optional[str], namespace: Optional[str],
+              address: Optional[str]) -> list:
+    """Names of the live Ray services in ``namespace`` (in ``group``); see ``names``."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        ray.init(address=address or "auto")
+    ns = ray.get_runtime_context().namespace if namespace is None else namespace
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") != ns:
+            continue
+        try:
+            actor = ray.get_actor(entry["name"], namespace=ns)
+            groups = ray.get(actor.groups.remote(), timeout=30)
+        except AttributeError:
+            continue  # a named actor that is not a service
+        except (ValueError, ray.exceptions.RayError):
+            continue  # died meanwhile: no longer a member
+        if group is None or group in groups:
+            found.append(entry["name"])
+    return sorted(found)
 
 
 def lookup_ray(name: str, namespace: Optional[str], timeout: float,
