@@ -63,8 +63,9 @@ def test_without_torch_the_plain_transport(services_dir):
         assert "torch" not in sys.modules, "torch was imported"
         print("ok")
     """)
+    here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+        [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
