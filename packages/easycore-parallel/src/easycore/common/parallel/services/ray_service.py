@@ -23,7 +23,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from ..errors import ErrorReport, WorkerError
 from ..ray_backend import _acquire_ray, _import_ray, _is_cuda, _release_ray
@@ -285,7 +285,8 @@ class _RayOwner:
 
 
 def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
-              namespace: Optional[str], options: Dict[str, Any], groups: list = ()) -> Any:
+              namespace: Optional[str], options: Dict[str, Any],
+              groups: Sequence[str] = ()) -> Any:
     """Start a service as a Ray named actor; see ``Service.start``."""
     from .handle import ServiceHandle
 
