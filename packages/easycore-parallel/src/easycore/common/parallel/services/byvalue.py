@@ -4,7 +4,7 @@ A service call's arguments and result go through the handle's transport
 (pickle protocol 5, large buffers through shared memory). Plain pickle sends
 functions by reference, which a lambda, a closure or a function of the
 caller's ``__main__`` cannot survive. As ``Pool`` does for its functions
-([`pickling`][easycore.common.parallel.pickling]), such values travel *by
+(easycore.common.parallel's ``pickling`` module), such values travel *by
 value* through cloudpickle: wrapped in a
 [`ByValue`][easycore.common.parallel.services.byvalue.ByValue], which the
 receiving side's plain ``pickle.loads`` turns back into the value itself.
