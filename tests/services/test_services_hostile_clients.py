@@ -164,3 +164,32 @@ def test_connecting_while_the_service_is_killed_is_a_death(no_leaks):
             clone.call("echo", 1, timeout=20)
         clone.close()
         assert wait_gone([h.pid]) == []
+
+
+def _call_then_stop(data, ready):
+    handle = pickle.loads(data).with_transport(PickleTransport)  # replies in-band: large
+    handle.call("echo", 0)
+    futures = [handle.call_async("echo", b"x" * (4 << 20)) for _ in range(4)]
+    ready.set()
+    os.kill(os.getpid(), signal.SIGSTOP)  # never reads its replies
+    del futures
+
+
+def test_a_client_that_stops_reading_does_not_stop_the_service(no_leaks):
+    """Item 12's sibling: replies a stopped client does not read wait in its own
+    queue; the service's writes never block on it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with Service.start(Tool) as h:
+        ready = ctx.Event()
+        child = ctx.Process(target=_call_then_stop, args=(pickle.dumps(h), ready))
+        child.start()
+        try:
+            assert ready.wait(30)
+            for i in range(5):  # long after its replies filled the socket
+                done, value = _in_thread(lambda i=i: h.call("echo", i, timeout=20), 30)
+                assert done and value == ((i,), {}), value
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(10)

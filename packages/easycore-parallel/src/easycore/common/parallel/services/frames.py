@@ -78,16 +78,19 @@ class FrameReader:
 class FrameWriter:
     """Frames waiting for one connection's socket to take them."""
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_pending", "nbytes")
 
     def __init__(self) -> None:
         self._pending: Deque[memoryview] = deque()
+        #: bytes waiting
+        self.nbytes = 0
 
     def put(self, data: bytes) -> None:
         """Queue ``data`` as one frame."""
         for piece in frame(data):
             if piece:
                 self._pending.append(memoryview(piece))
+                self.nbytes += len(piece)
 
     def flush(self, sock: object) -> bool:
         """Send what the socket takes without blocking; True when all is sent.
@@ -102,6 +105,7 @@ class FrameWriter:
                 sent = send(pending[0])
             except (BlockingIOError, InterruptedError):
                 return False
+            self.nbytes -= sent
             if sent < len(pending[0]):
                 pending[0] = pending[0][sent:]
                 return False

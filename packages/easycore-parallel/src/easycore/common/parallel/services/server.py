@@ -95,6 +95,8 @@ class ServiceServer:
     max_handshakes = 64
     #: seconds ``stop`` lets clients take their last replies
     flush_timeout = 2.0
+    #: bytes of replies a client may leave unread before its calls wait
+    max_unread_bytes = 64 << 20
 
     def __init__(self, obj: Any, label: str, address: str, authkey: bytes, device: str) -> None:
         self.obj = obj
@@ -270,13 +272,13 @@ class ServiceServer:
                         if not alive:
                             self._drop(sel, peers, peer, client_died=True)
                             continue
-                        if peer.frames and peer.key not in turn:
+                        if peer.frames and peer.key not in turn and not self._full(peer):
                             turn.append(peer.key)
                 if turn:  # one frame of one client per round: round robin
                     peer_key = turn.popleft()
                     peer = peers.get(peer_key)
-                    if peer is None or not peer.frames:
-                        continue
+                    if peer is None or not peer.frames or self._full(peer):
+                        continue  # a full one is served again once it reads
                     outcome = self._serve_one(peer, peer.frames.popleft())
                     if outcome is True and not self._flush(sel, peer):
                         outcome = False
@@ -311,13 +313,23 @@ class ServiceServer:
             return False
         return True
 
+    def _full(self, peer: _Peer) -> bool:
+        """Whether ``peer`` left too many replies unread (then it is not served)."""
+        return peer.writer.nbytes > self.max_unread_bytes
+
     def _flush(self, sel: selectors.BaseSelector, peer: _Peer) -> bool:
-        """Send ``peer``'s queued replies as far as its socket takes them."""
+        """Send ``peer``'s queued replies as far as its socket takes them.
+
+        A client that leaves more than ``max_unread_bytes`` unread is not
+        read from (nor served) until it catches up: its own sends block, no
+        one else's.
+        """
         try:
             done = peer.writer.flush(peer.sock)
         except OSError:
             return False
-        events = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
+        events = 0 if self._full(peer) else selectors.EVENT_READ
+        events |= 0 if done else selectors.EVENT_WRITE
         if sel.get_key(peer.sock).events != events:
             sel.modify(peer.sock, events, peer.key)
         return True
