@@ -168,7 +168,8 @@ class ProcessChannel:
                         raise TimeoutError(what or "connecting timed out") from None
                     if watch.reason == "gone":
                         raise t.died("its process is gone") from None
-                    raise self._gone(f"the connection closed ({type(exc).__name__})") from None
+                    raise self._gone("cannot connect (the connection closed during the "
+                                     f"handshake: {type(exc).__name__})") from None
             if message[0] == wire.CLOSED:
                 raise ServiceClosedError(f"{t.label} is closing")
         except BaseException:

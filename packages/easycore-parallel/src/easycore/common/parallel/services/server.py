@@ -127,6 +127,7 @@ class ServiceServer:
             raise
         self._listener = listener
         self._wake_r, self._wake_w = os.pipe()
+        self._wake_fds_open = True
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._serve_loop, name="easycore-service-serve",
@@ -153,14 +154,19 @@ class ServiceServer:
             _shutdown(sock)
         for thread in threads:
             thread.join(timeout)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._lock:  # a late handshake thread must not write to a reused fd number
+            fds, self._wake_fds_open = (self._wake_r, self._wake_w), False
+        for fd in fds:
+            os.close(fd)
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"\0")
-        except OSError:  # full (a wake is pending anyway) or closed
-            pass
+        with self._lock:
+            if not self._wake_fds_open:
+                return
+            try:
+                os.write(self._wake_w, b"\0")
+            except OSError:  # full: a wake is pending anyway
+                pass
 
     # ------------------------------------------------------------- handshakes
     def _accept_loop(self) -> None:
@@ -211,13 +217,13 @@ class ServiceServer:
                 accepted = True
             else:
                 accepted = False
-        if not accepted:
-            if peer is not None:  # greeted while the service stopped
-                _send_quietly(sock, wire.dumps((wire.CLOSED,)))
-                _drop_transports(peer, client_died=False)
-            sock.close()
-        else:
+        if accepted:
             self._wake()
+            return
+        if peer is not None:  # greeted while the service stopped
+            _send_quietly(sock, wire.dumps((wire.CLOSED,)))
+            _drop_transports(peer, client_died=False)
+        sock.close()
 
     def _greet(self, conn: Any, sock: socket.socket) -> _Peer:
         if not conn.poll(self.hello_timeout):
