@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Deque, List, Optional
+from typing import Deque, List, Optional, Union
 
 __all__ = ["FrameReader", "FrameWriter", "frame"]
 
@@ -26,11 +26,18 @@ _LONG = struct.Struct("!Q")
 READ_CHUNK = 1 << 20
 
 
+#: frames up to this size go out as one piece (one system call; no reader
+#: woken by a lone header)
+_JOIN_BELOW = 1 << 16
+
+
 def frame(data: bytes) -> List[bytes]:
     """The pieces that send ``data`` as one frame (header, then body)."""
     n = len(data)
     if n > 0x7FFFFFFF:
         return [_SHORT.pack(-1) + _LONG.pack(n), data]
+    if n < _JOIN_BELOW:
+        return [_SHORT.pack(n) + data]
     return [_SHORT.pack(n), data]
 
 
@@ -43,8 +50,12 @@ class FrameReader:
         self._buf = bytearray()
         self._need: Optional[int] = None  # body size, once the header is read
 
-    def feed(self, data: bytes) -> List[bytes]:
+    def feed(self, data: Union[bytes, memoryview]) -> List[bytes]:
         """Add received bytes; return the frames they complete (maybe none)."""
+        if not self._buf and self._need is None and len(data) >= 4:
+            (n,) = _SHORT.unpack_from(data)
+            if n >= 0 and len(data) == n + 4:  # the common case: exactly one frame
+                return [bytes(data[4:])]
         self._buf += data
         frames = []
         while True:

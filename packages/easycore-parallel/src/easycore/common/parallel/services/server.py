@@ -65,7 +65,8 @@ EXIT_LOOP_CRASHED = 70
 class _Peer:
     """One client connection: its socket, buffers and two transports (see wire)."""
 
-    __slots__ = ("sock", "reply", "request", "pid", "reader", "writer", "frames", "key")
+    __slots__ = ("sock", "reply", "request", "pid", "reader", "writer", "frames", "key",
+                 "watching")
 
     def __init__(self, sock: socket.socket, reply: Any, request: Any, pid: int) -> None:
         self.sock = sock
@@ -76,6 +77,7 @@ class _Peer:
         self.writer = FrameWriter()
         self.frames: Deque[bytes] = deque()  # complete, not yet served
         self.key = id(self)
+        self.watching = False  # registered for EVENT_WRITE (replies wait)
 
 
 class ServiceServer:
@@ -114,6 +116,8 @@ class ServiceServer:
         self._identity = wire.tracker_identity()
         self._listener: Optional[socket.socket] = None
         self._thread: Optional[threading.Thread] = None
+        self._rbuf = bytearray(READ_CHUNK)  # the serve loop's receive buffer
+        self._rview = memoryview(self._rbuf)
 
     def start(self) -> None:
         """Listen, then serve from the serve thread."""
@@ -306,15 +310,16 @@ class ServiceServer:
     def _receive(self, peer: _Peer) -> bool:
         """Read what ``peer`` sent (without blocking); False at EOF or garbage."""
         try:
-            data = peer.sock.recv(READ_CHUNK)
+            # Into one reused buffer: recv(n) would allocate n bytes per call.
+            n = peer.sock.recv_into(self._rbuf)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
             return False
-        if not data:
+        if not n:
             return False
         try:
-            peer.frames.extend(peer.reader.feed(data))
+            peer.frames.extend(peer.reader.feed(self._rview[:n]))
         except ValueError:
             return False
         return True
@@ -334,10 +339,12 @@ class ServiceServer:
             done = peer.writer.flush(peer.sock)
         except OSError:
             return False
+        if done and not peer.watching:
+            return True  # the common case: sent at once, nothing to change
         events = 0 if self._full(peer) else selectors.EVENT_READ
         events |= 0 if done else selectors.EVENT_WRITE
-        if sel.get_key(peer.sock).events != events:
-            sel.modify(peer.sock, events, peer.key)
+        sel.modify(peer.sock, events, peer.key)
+        peer.watching = not done
         return True
 
     def _drop(self, sel: selectors.BaseSelector, peers: Dict[int, _Peer], peer: _Peer,
