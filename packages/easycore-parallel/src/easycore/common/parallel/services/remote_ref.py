@@ -12,7 +12,9 @@ the channel sends it without taking a lock a caller may hold), when
 (process back-end), or when the service stops. A ``RemoteRef`` pickled into
 another process becomes a reference of its own there (the service keeps the
 value until both are released); such a copy is not tied to a connection, so
-release it (or let it be collected) before that process ends.
+release it (or let it be collected) before that process ends. A
+``RemoteRef`` holds its handle: an owner's handle (and so its service) stays
+alive while references made through it do.
 """
 
 from __future__ import annotations
