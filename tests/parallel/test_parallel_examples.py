@@ -16,6 +16,9 @@ pytestmark = pytest.mark.timeout(240)
 
 def run_example(name: str, tmp_path: Path) -> str:
     env = dict(os.environ, EASYCORE_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    services = tmp_path / "services"  # named services stay private to the example
+    services.mkdir(mode=0o700)
+    env["EASYCORE_SERVICES_DIR"] = str(services)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=220)
@@ -49,6 +52,10 @@ def test_services_tutorial(tmp_path):
     out = run_example("27_services_tutorial.py", tmp_path)
     assert "20 racing increments -> value 20, version 20" in out
     assert "each push got a version of its own: True" in out
+    assert "a closure ran there: 101" in out
+    assert "kept remotely, then fetched: [1, 2, 3, 4]" in out
+    assert "members of 'shards': ['shard-0', 'shard-1']" in out
+    assert "paired value: 0.01" in out
 
 
 def test_distributed_tutorial(tmp_path):

@@ -61,7 +61,12 @@ class Tool:
         raise ValueError(message)
 
     def unpicklable(self):
-        return lambda: None  # pickle (not cloudpickle) sends results: this cannot travel
+        import threading
+
+        return threading.Lock()  # neither pickle nor cloudpickle can send this
+
+    def a_lambda(self, offset):
+        return lambda x: x + offset  # travels by value (cloudpickle)
 
     def die(self):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -111,3 +116,76 @@ def call_then_hold(handle, started, path):
     """A client that starts a long call; its process gets killed meanwhile."""
     started.set()
     handle.call("wait_for", path)
+
+
+def _close_fds_then_die(seconds):
+    # Every socket closes (the listener included) while the process lives on
+    # for a moment, as when it is being killed.
+    import socket
+
+    for fd in range(3, 4096):
+        try:  # shutdown also ends a listen() another thread blocks on
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+    os.closerange(3, 65536)
+    time.sleep(seconds)
+    os._exit(9)
+
+
+def close_fds_then_die(self, seconds):
+    """Close every file descriptor, wait ``seconds``, then exit: a slow death."""
+    _close_fds_then_die(seconds)
+
+
+Tool.close_fds_then_die = close_fds_then_die
+
+
+class Counter:
+    """A value to keep in a service (RemoteRef tests)."""
+
+    def __init__(self, start=0):
+        self.n = start
+
+    def add(self, k=1):
+        self.n += k
+        return self.n
+
+    def value(self):
+        return self.n
+
+    def child(self):
+        return Counter(self.n * 10)
+
+
+class Tracked:
+    """Writes ``path`` when collected: shows a service dropped a kept value."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def where(self):
+        return os.getpid()
+
+    def __del__(self):
+        with open(self.path, "w") as f:
+            f.write("collected")
+
+
+def wait_for_file(path, timeout=30.0):
+    """True once ``path`` exists (written by another process); False after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def get_in_child(ref, results):
+    results.put(ref.get().value())

@@ -67,7 +67,9 @@ def test_bad_start_arguments(no_leaks):
 
 
 def test_results_and_arguments_that_cannot_travel(no_leaks):
+    """A lock cannot travel; a lambda can (by value, issue 24)."""
     with Service.start(Tool) as h:
+        assert h.call("a_lambda", 10)(1) == 11
         with pytest.raises(WorkerError, match="sending the result of unpicklable"):
             h.call("unpicklable")
         with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):

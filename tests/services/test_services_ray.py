@@ -109,3 +109,37 @@ def test_a_killed_actor_fails_blocked_clients(tmp_path):
     finally:
         other.close()
         h.close()
+
+
+def test_run_and_remote_refs_on_ray(tmp_path):
+    from _services_support import Counter, Tracked, wait_for_file
+
+    from easycore.common.parallel.services import RemoteRef
+
+    offset = 2
+    with Service.start(Tool, backend="ray") as h:
+        assert h.run(lambda x: x + offset, 1) == 3
+        assert h.run(lambda: __import__("os").getpid()) == h.pid
+        assert h.run_async(lambda: 5).result(timeout=60) == 5
+        (fn,), _ = h.call("echo", lambda: 7)
+        assert fn() == 7
+        ref = h.run(Counter, 1, remote=True)
+        assert isinstance(ref, RemoteRef)
+        assert ref.call("add", 2) == 3 and ref.get().value() == 3
+        marker = tmp_path / "collected"
+        tracked = h.run(Tracked, str(marker), remote=True)
+        del tracked
+        assert wait_for_file(marker), "the Ray service kept the value after its last reference"
+
+
+def test_groups_and_pairs_on_ray():
+    from easycore.common.parallel.services import get_paired, names, pair
+
+    with Service.start(Tool, name="rg-a", groups="rg", backend="ray"), \
+            Service.start(Tool, name="rg-b", backend="ray") as b:
+        assert names("rg", backend="ray") == ["rg-a"]
+        assert {"rg-a", "rg-b"} <= set(names(backend="ray"))
+        b.close()
+        assert "rg-b" not in names(backend="ray")
+    with pair("ray-lr", 0.25, backend="ray"):
+        assert get_paired("ray-lr", backend="ray") == 0.25

@@ -33,13 +33,21 @@ Calls run one at a time in the service; errors and deaths reach every client
 
 from .dispatch import is_remote_call
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
+from .groups import PairedValue, get_paired, is_member, names, pair
 from .handle import Service, ServiceHandle, lookup
+from .remote_ref import RemoteRef
 from .versioned_store import VersionedStore
 
 __all__ = [
     "Service",
     "ServiceHandle",
     "lookup",
+    "RemoteRef",
+    "names",
+    "is_member",
+    "pair",
+    "get_paired",
+    "PairedValue",
     "VersionedStore",
     "is_remote_call",
     "ServiceClosedError",

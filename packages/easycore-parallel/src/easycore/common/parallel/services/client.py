@@ -13,6 +13,14 @@ every waiting call fails with
 
 The reader never takes a lock a sender holds: a sender blocked on a full
 socket must not stop the replies that will unblock it.
+
+Opening a channel (connect, authentication, hello) runs under a deadline
+([`handshake`][easycore.common.parallel.services.handshake]): a call's
+``timeout`` bounds the whole call, connecting included. A send interrupted
+half-way (Ctrl-C while a large argument goes out) would leave half a frame
+on the socket: that call fails, and the channel is *reset* (shut down, so
+the service drops that connection alone); the handle opens a new one on
+its next call.
 """
 
 from __future__ import annotations
@@ -20,17 +28,21 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import socket
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError, Pipe, connection
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ..errors import ParallelError, WorkerError
 from . import wire
+from .byvalue import encode, wrap_call
+from .dispatch import REF
 from .errors import ServiceClosedError, ServiceDiedError
+from .handshake import connection_on, open_socket, watchdog
 from .naming import pid_alive, pid_namespace
 
 __all__ = ["ProcessTarget", "ProcessChannel"]
@@ -59,8 +71,18 @@ class ProcessTarget:
     def died(self, reason: str) -> ServiceDiedError:
         return ServiceDiedError(self.label, self.device, self.pid, None, reason)
 
-    def open_channel(self, transport_class: type) -> ProcessChannel:
-        return ProcessChannel(self, transport_class)
+    def open_channel(self, transport_class: type,
+                     deadline: Optional[float] = None) -> ProcessChannel:
+        return ProcessChannel(self, transport_class, deadline)
+
+    def wait_dead(self, grace: float) -> bool:
+        """Whether the process ends within ``grace`` seconds (it may be being killed)."""
+        end = time.monotonic() + grace
+        while self.alive():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)  # another process's death: no event to wait on
+        return True
 
 
 class _Call:
@@ -91,22 +113,13 @@ class ProcessChannel:
     #: seconds to wait for the service's answer to our hello
     hello_timeout = 30.0
 
-    def __init__(self, target: ProcessTarget, transport_class: type) -> None:
+    def __init__(self, target: ProcessTarget, transport_class: type,
+                 deadline: Optional[float] = None) -> None:
         self.target = target
         self.pid = os.getpid()  # a forked child must not use (or close) our connection
-        self._conn = self._connect()
-        try:
-            reply = transport_class()
-            reply.prepare()
-            hello = (wire.HELLO, reply, wire.tracker_identity(), os.getpid())
-            try:
-                self._conn.send_bytes(wire.dumps(hello))
-            except OSError as exc:  # a closing service turns new clients away
-                raise self._gone(f"the connection closed ({type(exc).__name__})") from None
-            _, request, _info = self._welcome()
-        except BaseException:
-            self._conn.close()
-            raise
+        reply = transport_class()
+        reply.prepare()
+        self._conn, request = self._open(reply, deadline)
         request.bind_worker(0)
         self._reply = reply  # caller role: decodes results
         self._request = request  # worker role: encodes arguments
@@ -115,47 +128,90 @@ class ProcessChannel:
         self._lock = threading.Lock()  # _pending, _failure, _closed
         self._send_lock = threading.Lock()
         self._feedback: Deque[Any] = deque()  # from the reader, applied by senders
+        self._releases: Deque[int] = deque()  # remote references to release
         self._failure: Optional[Callable[[], BaseException]] = None
         self._closed = False
+        #: True once an interrupted send left this connection unusable
+        self.reset = False
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._reader = threading.Thread(
             target=self._read_loop, name="easycore-service-client", daemon=True
         )
         self._reader.start()
 
-    def _connect(self) -> Any:
+    def _open(self, reply: Any, deadline: Optional[float]) -> tuple:
+        """Connect, authenticate and say hello, all before ``deadline``."""
         t = self.target
+        hello_deadline = time.monotonic() + self.hello_timeout
+        what: Optional[str] = None  # None: the caller's timeout, with its own message
+        if deadline is None or deadline > hello_deadline:
+            deadline = hello_deadline
+            what = f"{t.label} did not answer within {self.hello_timeout} s"
+        sock = self._connect(deadline, what)
+        conn = connection_on(sock)
         try:
-            return connection.Client(t.address, family="AF_UNIX", authkey=t.authkey)
-        except AuthenticationError as exc:
-            raise ParallelError(f"{t.label} refused this handle: wrong auth key ({exc})") from None
-        except (OSError, EOFError) as exc:
-            raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
+            def check() -> Optional[str]:
+                return None if t.alive() else "gone"
+
+            with watchdog(sock, deadline, check, self.tick) as watch:
+                try:
+                    connection.answer_challenge(conn, t.authkey)
+                    connection.deliver_challenge(conn, t.authkey)
+                    hello = (wire.HELLO, reply, wire.tracker_identity(), os.getpid())
+                    conn.send_bytes(wire.dumps(hello))
+                    message = pickle.loads(conn.recv_bytes())
+                except AuthenticationError as exc:
+                    raise ParallelError(
+                        f"{t.label} refused this handle: wrong auth key ({exc})") from None
+                except (EOFError, OSError) as exc:
+                    if watch.reason == "deadline":
+                        raise TimeoutError(what or "connecting timed out") from None
+                    if watch.reason == "gone":
+                        raise t.died("its process is gone") from None
+                    raise self._gone("cannot connect (the connection closed during the "
+                                     f"handshake: {type(exc).__name__})") from None
+            if message[0] == wire.CLOSED:
+                raise ServiceClosedError(f"{t.label} is closing")
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            sock.close()  # the connection keeps its own descriptor
+        _, request, _info = message
+        return conn, request
+
+    def _connect(self, deadline: float, what: Optional[str]) -> socket.socket:
+        while True:
+            try:
+                return open_socket(self.target.address, deadline)
+            except (BlockingIOError, InterruptedError):  # a full backlog: try again
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(what or "connecting timed out") from None
+                time.sleep(0.01)
+            except socket.timeout:
+                raise TimeoutError(what or "connecting timed out") from None
+            except OSError as exc:
+                raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
+
+    #: seconds a service whose connection failed may take to finish dying
+    death_grace = 2.0
 
     def _gone(self, reason: str) -> BaseException:
-        """The error for a service that cannot be reached: died, or closed."""
+        """The error for a service that cannot be reached: died, or closed.
+
+        A service closed by its owner removes its socket before it stops
+        listening; one that is killed leaves it. So a socket that is still
+        there means a death, once the process (which may be being killed
+        right now) is seen gone.
+        """
         t = self.target
+        if os.path.exists(t.address):
+            if t.wait_dead(self.death_grace):
+                return t.died(reason)
+            return ServiceClosedError(f"{t.label} is not accepting connections: {reason}")
         if t.alive():
             return ServiceClosedError(f"{t.label} is closing or closed: {reason}")
-        if os.path.exists(t.address):  # nobody cleaned up: it did not end by close()
-            return t.died(reason)
         return ServiceClosedError(f"{t.label} is gone (closed, or its owner ended): {reason}")
-
-    def _welcome(self) -> tuple:
-        deadline = time.monotonic() + self.hello_timeout
-        while not self._conn.poll(self.tick):
-            if not self.target.alive():
-                raise self.target.died("its process is gone")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.target.label} did not answer within "
-                                   f"{self.hello_timeout} s")
-        try:
-            message = pickle.loads(self._conn.recv_bytes())
-        except (EOFError, OSError) as exc:
-            raise self._gone(f"the connection closed ({type(exc).__name__})") from None
-        if message[0] == wire.CLOSED:
-            raise ServiceClosedError(f"{self.target.label} is closing")
-        return message
 
     # ------------------------------------------------------------- calls
     def submit(self, method: str, args: tuple, kwargs: Dict[str, Any],
@@ -173,19 +229,71 @@ class ProcessChannel:
             self._check()
             while self._feedback:
                 self._request.on_feedback(self._feedback.popleft())
-            payload, _ = self._request.encode_results([(args, kwargs)])
+            payload, _ = encode(self._request, wrap_call(args, kwargs))
             call_id = next(self._ids)
             with self._lock:
                 self._check()
                 self._pending[call_id] = _Call(future, method, deadline, timeout)
             message = (wire.CALL, call_id, method, payload, self._reply.feedback(0))
-            try:
-                self._conn.send_bytes(wire.dumps(message))
-            except OSError:
-                pass  # the reader sees the EOF and fails the call
+            self._send(call_id, wire.dumps(message))
         if deadline is not None:
             self._wake()  # the reader may be waiting without a deadline
         return future
+
+    def _send(self, call_id: int, data: bytes) -> None:
+        """Send one frame (the send lock held); an interrupted send resets the channel."""
+        try:
+            self._conn.send_bytes(data)
+        except OSError:
+            pass  # the reader sees the EOF and fails the call
+        except BaseException:
+            # Ctrl-C half-way through a frame: the rest of the stream would be
+            # read as the end of it. Fail this call, shut the connection down
+            # (the service drops it, half frame and all) and let the handle
+            # reconnect on its next call.
+            with self._lock:
+                self._pending.pop(call_id, None)
+            self.reset = True
+            label = self.target.label
+            self._fail(lambda: ParallelError(
+                f"the connection to {label} was reset: a send was interrupted"))
+            self._shutdown()
+            raise
+
+    def _shutdown(self) -> None:
+        try:
+            sock = socket.socket(fileno=os.dup(self._conn.fileno()))
+        except OSError:
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+    def release(self, ref_id: int) -> None:
+        """Release a remote reference soon; takes no lock (a finalizer calls it)."""
+        self._releases.append(ref_id)
+        self._wake()
+
+    def _send_releases(self) -> bool:
+        """Send pending releases unless a sender holds the lock (False: try again soon)."""
+        if not self._send_lock.acquire(blocking=False):
+            return False
+        try:
+            ids: List[int] = []
+            while self._releases:
+                ids.append(self._releases.popleft())
+            if ids and self._failure is None and not self._closed:
+                payload, _ = self._request.encode_results([(("release", ids), {})])
+                message = (wire.CALL, next(self._ids), REF, payload, self._reply.feedback(0))
+                try:
+                    self._conn.send_bytes(wire.dumps(message))
+                except OSError:
+                    pass
+        finally:
+            self._send_lock.release()
+        return True
 
     def call(self, method: str, args: tuple, kwargs: Dict[str, Any],
              timeout: Optional[float]) -> Any:
@@ -209,6 +317,8 @@ class ProcessChannel:
                 if self._wake_r in ready:
                     while self._wake_r.poll():
                         self._wake_r.recv_bytes()
+                if self._releases:
+                    self._send_releases()  # or, the lock busy, at the next turn
                 if conn in ready:
                     try:
                         data = conn.recv_bytes()
@@ -229,6 +339,8 @@ class ProcessChannel:
             self._fail(lambda: ParallelError(message))
 
     def _wait_time(self) -> Optional[float]:
+        if self._releases:
+            return 0.05  # a sender held the lock: try again soon
         if not self._pending:
             # Nothing waits; a call sent now does not wake us (that would cost
             # every call a system call), so come back soon to check on it.

@@ -11,12 +11,22 @@ while the method runs.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import pickle
-from typing import Any, Callable, Dict, Tuple
+import threading
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ErrorReport
 
-__all__ = ["is_remote_call", "dump_spec", "build", "invoke", "close_object"]
+__all__ = [
+    "is_remote_call", "dump_spec", "build", "invoke", "close_object", "Dispatcher",
+    "RefToken", "RUN", "REF",
+]
+
+#: the method name of ``handle.run``: args ``(fn, remote, *args)``
+RUN = "__easycore_run__"
+#: the method name of remote references: args ``(op, ref_id, ...)``
+REF = "__easycore_ref__"
 
 _REMOTE = contextvars.ContextVar("easycore_services_remote_call", default=False)
 
@@ -98,6 +108,126 @@ def invoke(obj: Any, label: str, method: str, args: tuple, kwargs: Dict[str, Any
         return ("ok", _lookup(obj, label, method)(*args, **kwargs))
     except BaseException as exc:
         return ("error", ErrorReport.capture(f"{method}() of {label}", exc))
+    finally:
+        _REMOTE.reset(token)
+
+
+class RefToken:
+    """What travels back for a result kept in the service: its id and type."""
+
+    __slots__ = ("ref_id", "type_name")
+
+    def __init__(self, ref_id: int, type_name: str) -> None:
+        self.ref_id = ref_id
+        self.type_name = type_name
+
+    def __reduce__(self) -> Any:
+        return (RefToken, (self.ref_id, self.type_name))
+
+
+class Dispatcher:
+    """One service object's calls, ``handle.run`` callables and remote references.
+
+    Both back-ends call [`invoke`][easycore.common.parallel.services.dispatch.Dispatcher.invoke]
+    for every call. Values kept for a
+    [`RemoteRef`][easycore.common.parallel.services.RemoteRef] live in a table
+    keyed by id; each entry remembers the client connection that made it, so
+    that a client that disconnects or dies releases its references
+    (``drop_client``), and its last reference released by the client's
+    garbage collector does the same.
+
+    Args:
+        obj (Any): the service object.
+        label (str): the service, for messages.
+    """
+
+    def __init__(self, obj: Any, label: str) -> None:
+        self.obj = obj
+        self.label = label
+        self._refs: Dict[int, Tuple[Any, Optional[int]]] = {}  # id -> (value, client)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def invoke(self, method: Any, args: tuple, kwargs: Dict[str, Any],
+               client: Optional[int] = None) -> Tuple:
+        """Run one call; ``("ok", result)`` or ``("error", ErrorReport)``.
+
+        Args:
+            method (str): a public method, or ``RUN`` / ``REF``.
+            args (tuple):
+            kwargs (dict):
+            client (int or None): the connection it came on (owner of new references).
+        """
+        if method == RUN:
+            what = f"run({_name(args[0]) if args else '?'}) in {self.label}"
+            return _guarded(what, lambda: self._run(args, kwargs, client))
+        if method == REF:
+            what = f"a remote reference of {self.label}"
+            return _guarded(what, lambda: self._ref(args, kwargs, client))
+        return invoke(self.obj, self.label, method, args, kwargs)
+
+    def _run(self, args: tuple, kwargs: Dict[str, Any], client: Optional[int]) -> Any:
+        fn, remote, *rest = args
+        if not callable(fn):
+            raise TypeError(f"run() needs a callable, got {type(fn).__name__}")
+        return self._maybe_keep(fn(*rest, **kwargs), remote, client)
+
+    def _maybe_keep(self, value: Any, remote: bool, client: Optional[int]) -> Any:
+        if not remote:
+            return value
+        with self._lock:
+            ref_id = next(self._ids)
+            self._refs[ref_id] = (value, client)
+        return RefToken(ref_id, type(value).__qualname__)
+
+    def _value(self, ref_id: int) -> Any:
+        with self._lock:
+            entry = self._refs.get(ref_id)
+        if entry is None:
+            raise LookupError(f"remote reference #{ref_id} of {self.label} was released")
+        return entry[0]
+
+    def _ref(self, args: tuple, kwargs: Dict[str, Any], client: Optional[int]) -> Any:
+        op, ref_id, *rest = args
+        if op == "release":
+            with self._lock:
+                for i in (ref_id if isinstance(ref_id, list) else [ref_id]):
+                    self._refs.pop(i, None)
+            return None
+        value = self._value(ref_id)
+        if op == "get":
+            return value
+        if op == "call":
+            method, remote, *call_args = rest
+            label = f"remote {type(value).__name__} #{ref_id} of {self.label}"
+            return self._maybe_keep(_lookup(value, label, method)(*call_args, **kwargs),
+                                    remote, client)
+        if op == "dup":  # a copy pickled to another process: owned by no connection
+            return self._maybe_keep(value, True, None)
+        raise ValueError(f"unknown remote reference operation {op!r}")
+
+    def drop_client(self, client: int) -> None:
+        """Release every reference made for ``client`` (it disconnected or died)."""
+        with self._lock:
+            for ref_id in [i for i, (_, c) in self._refs.items() if c == client]:
+                del self._refs[ref_id]
+
+    @property
+    def ref_count(self) -> int:
+        """int: references held (for tests and leak checks)."""
+        return len(self._refs)
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _guarded(what: str, body: Callable[[], Any]) -> Tuple:
+    token = _REMOTE.set(True)
+    try:
+        return ("ok", body())
+    except BaseException as exc:
+        return ("error", ErrorReport.capture(what, exc))
     finally:
         _REMOTE.reset(token)
 

@@ -23,12 +23,13 @@ import threading
 import time
 from concurrent.futures import Future
 from multiprocessing import util
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import SharedMemoryTransport
 from .client import ProcessTarget
-from .dispatch import describe, dump_spec
+from .defaults import default_transport
+from .dispatch import RUN, describe, dump_spec
 from .errors import ServiceClosedError, ServiceNotFoundError
 from .naming import (
     find,
@@ -39,6 +40,7 @@ from .naming import (
     services_dir,
     unregister,
 )
+from .remote_ref import resolve, resolve_future
 from .server import ServiceHost
 
 __all__ = ["Service", "ServiceHandle", "lookup"]
@@ -72,24 +74,58 @@ class _ProcessOwner:
 class _State:
     """A handle's mutable part; the finalizer holds this, never the handle."""
 
-    def __init__(self, target: Any, transport_class: Optional[type], owner: Any) -> None:
+    def __init__(self, target: Any, transport_class: Optional[type], owner: Any,
+                 explicit: bool = False) -> None:
         self.target = target
         self.transport_class = transport_class
+        #: False: a default that may be upgraded (see the defaults module)
+        self.explicit = explicit
         self.owner = owner
         self.channel: Any = None
         self.closed = False
         self.lock = threading.Lock()
+        self.backend_kind = "ray" if type(target).__name__ == "RayTarget" else "process"
 
-    def get_channel(self) -> Any:
+    def get_channel(self, timeout: Optional[float] = None, what: str = "a call") -> Any:
+        """This process's channel, opened (within ``timeout`` seconds) if needed.
+
+        Raises:
+            TimeoutError: it could not be opened in time (``what`` did not return).
+        """
         channel = self.channel
-        if channel is not None and channel.pid == os.getpid():
+        if channel is not None and channel.pid == os.getpid() and not channel.reset:
             return channel
-        with self.lock:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        late = TimeoutError(f"{what} of {self.target.label} did not return within {timeout} s "
+                            "(connecting)")
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise late  # another thread is connecting, too slowly for this call
+        try:
             if self.closed:
                 raise ServiceClosedError(f"this handle to {self.target.label} is closed")
-            if self.channel is None or self.channel.pid != os.getpid():
-                self.channel = self.target.open_channel(self.transport_class)
+            old = self.channel
+            if old is None or old.pid != os.getpid() or old.reset:
+                if old is not None and old.pid == os.getpid():
+                    old.close()  # reset by an interrupted send: a fresh connection
+                self.channel = None
+                if self.backend_kind == "process":
+                    try:
+                        self.channel = self.target.open_channel(self._transport(), deadline)
+                    except TimeoutError:
+                        if deadline is None:
+                            raise
+                        raise late from None
+                else:
+                    self.channel = self.target.open_channel(self.transport_class)
             return self.channel
+        finally:
+            self.lock.release()
+
+    def _transport(self) -> type:
+        assert self.transport_class is not None
+        if self.explicit:
+            return self.transport_class
+        return default_transport(self.transport_class)
 
     def close(self, timeout: Optional[float] = 30.0) -> None:
         with self.lock:
@@ -145,11 +181,12 @@ class ServiceHandle:
         name: Optional[str] = None,
         namespace: Optional[str] = None,
         owner: Any = None,
+        explicit_transport: bool = False,
     ) -> None:
         self._backend = backend
         self._name = name
         self._namespace = namespace
-        self._state = _State(target, transport_class, owner)
+        self._state = _State(target, transport_class, owner, explicit_transport)
         # At garbage collection and at interpreter exit (before the runners'
         # own finalizers kill their workers, exit priority 10): close, so the
         # owner's service stops cleanly and a client's shared memory is freed.
@@ -174,9 +211,11 @@ class ServiceHandle:
             WorkerError: the method raised; holds the service's traceback.
             ServiceDiedError: the service died.
             ServiceClosedError: the service or this handle was closed.
-            TimeoutError: no result within ``timeout`` seconds.
+            TimeoutError: no result within ``timeout`` seconds (connecting included).
         """
-        return self._state.get_channel().call(method, args, kwargs, timeout)
+        start = time.monotonic()
+        channel = self._state.get_channel(timeout, f"{method}()")
+        return channel.call(method, args, kwargs, _left(timeout, start))
 
     def call_async(
         self, method: str, *args: Any, timeout: Optional[float] = None, **kwargs: Any
@@ -196,14 +235,57 @@ class ServiceHandle:
             concurrent.futures.Future: resolves to the result, or fails with
             the errors [`call`][easycore.common.parallel.services.ServiceHandle.call] raises.
         """
-        return self._state.get_channel().submit(method, args, kwargs, timeout)
+        start = time.monotonic()
+        channel = self._state.get_channel(timeout, f"{method}()")
+        return channel.submit(method, args, kwargs, _left(timeout, start))
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = None,
+            remote: bool = False, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` in the service's process and wait for its result.
+
+        Any callable: it travels by value (cloudpickle) when plain pickle
+        would send it by a reference the service cannot follow (a lambda, a
+        closure, a function of ``__main__``), as ``Pool`` sends functions.
+        It runs between the service's calls, one at a time like them.
+
+        Args:
+            fn (callable): what to run.
+            *args: its positional arguments.
+            timeout (float or None): seconds to wait (connecting included).
+            remote (bool): keep the result in the service and return a
+                [`RemoteRef`][easycore.common.parallel.services.RemoteRef] on it.
+            **kwargs: its keyword arguments (to pass one named ``timeout`` or
+                ``remote``, use ``functools.partial``).
+
+        Returns:
+            Any: ``fn``'s result (a copy), or a ``RemoteRef``.
+
+        Raises:
+            WorkerError: ``fn`` raised; holds the service's traceback.
+            ServiceDiedError, ServiceClosedError, TimeoutError: as for ``call``.
+        """
+        result = self.call(RUN, fn, bool(remote), *args, timeout=timeout, **kwargs)
+        return resolve(self, result)
+
+    def run_async(self, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = None,
+                  remote: bool = False, **kwargs: Any) -> Future:
+        """[`run`][easycore.common.parallel.services.ServiceHandle.run], returning at once.
+
+        Returns:
+            concurrent.futures.Future: resolves to ``fn``'s result or a ``RemoteRef``.
+        """
+        inner = self.call_async(RUN, fn, bool(remote), *args, timeout=timeout, **kwargs)
+        return resolve_future(self, inner)
 
     def with_transport(self, transport_class: type) -> ServiceHandle:
         """Another handle on this service whose calls use ``transport_class``.
 
-        E.g. ``handle.with_transport(TensorTransport)`` (from
-        ``easycore.torch.parallel``) moves tensors through shared memory.
-        The new handle does not own the service. (Ray ignores transports.)
+        Rarely needed: a default handle already moves tensors through shared
+        memory in a process that imported torch (when easycore-torch is
+        installed; see [`defaults`][easycore.common.parallel.services.defaults]).
+        A handle made here keeps exactly ``transport_class`` (e.g.
+        ``PickleTransport`` for everything in-band). The new handle does not
+        own the service. (Ray ignores transports.)
 
         Args:
             transport_class (type): a [`Transport`][easycore.common.parallel.Transport] class.
@@ -212,7 +294,8 @@ class ServiceHandle:
             ServiceHandle:
         """
         return ServiceHandle(self._backend, self._state.target, transport_class,
-                             name=self._name, namespace=self._namespace)
+                             name=self._name, namespace=self._namespace,
+                             explicit_transport=True)
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Disconnect; the owner's handle also stops the service. Idempotent.
@@ -284,7 +367,8 @@ class ServiceHandle:
     def __reduce__(self) -> Any:
         # Never the owner, the channel or the lock: a copy is a new client.
         state = self._state
-        args = (self._backend, state.target, state.transport_class, self._name, self._namespace)
+        args = (self._backend, state.target, state.transport_class, self._name, self._namespace,
+                state.explicit)
         return (_rebuild, args)
 
     def __repr__(self) -> str:
@@ -295,9 +379,17 @@ class ServiceHandle:
                 f"{role}{state}>")
 
 
+def _left(timeout: Optional[float], start: float) -> Optional[float]:
+    """What is left of ``timeout`` seconds since ``start``."""
+    if timeout is None:
+        return None
+    return max(0.0, timeout - (time.monotonic() - start))
+
+
 def _rebuild(backend: str, target: Any, transport_class: Optional[type], name: Optional[str],
-             namespace: Optional[str]) -> ServiceHandle:
-    return ServiceHandle(backend, target, transport_class, name=name, namespace=namespace)
+             namespace: Optional[str], explicit: bool = False) -> ServiceHandle:
+    return ServiceHandle(backend, target, transport_class, name=name, namespace=namespace,
+                         explicit_transport=explicit)
 
 
 class Service:
@@ -330,6 +422,7 @@ class Service:
         backend: str = "process",
         namespace: Optional[str] = None,
         backend_options: Optional[Mapping[str, Any]] = None,
+        groups: Union[str, Sequence[str], None] = None,
         **kwargs: Any,
     ) -> ServiceHandle:
         """Start ``factory(*args, **kwargs)`` as a service.
@@ -354,6 +447,9 @@ class Service:
                 ``"ray"``, ``address`` and ``ray_init_kwargs`` as for the
                 runners' Ray back-end, and ``actor_options`` for
                 ``ray.remote(...).options`` (e.g. ``num_cpus``).
+            groups (str, list of str or None): groups the service is a member
+                of while it runs, for [`names`][easycore.common.parallel.services.names]
+                (needs a ``name``).
             **kwargs: keyword arguments for ``factory`` (to pass one named
                 like a parameter above, use ``functools.partial``).
 
@@ -372,19 +468,20 @@ class Service:
             raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty str or None, got {name!r}")
+        member_of = _check_groups(groups, name)
         label = f"service {name!r}" if name else f"service <{describe(factory)}>"
         spec = dump_spec(factory, args, kwargs)
         options = dict(backend_options or {})
         if backend == "ray":
             from .ray_service import start_ray
 
-            return start_ray(spec, label, name, device, namespace, options)
-        return cls._start_process(spec, label, name, device, namespace, options)
+            return start_ray(spec, label, name, device, namespace, options, member_of)
+        return cls._start_process(spec, label, name, device, namespace, options, member_of)
 
     @classmethod
     def _start_process(
         cls, spec: bytes, label: str, name: Optional[str], device: str,
-        namespace: Optional[str], options: Dict[str, Any],
+        namespace: Optional[str], options: Dict[str, Any], groups: List[str],
     ) -> ServiceHandle:
         if not hasattr(socket, "AF_UNIX"):  # pragma: no cover - Windows
             raise OSError("local services need Unix-domain sockets; use backend='ray' here")
@@ -419,6 +516,7 @@ class Service:
                 "authkey": authkey.hex(), "pid": pid, "owner_pid": os.getpid(),
                 "device": device, "label": label, "token": token,
                 "pidns": target.pidns, "transport": _class_path(cls.transport_class),
+                "groups": groups,
             }
             try:
                 entry = register(base, name, namespace, record)
@@ -485,6 +583,18 @@ def lookup(
                            record["device"], record["label"], record.get("pidns"))
     transport = _import_class(record.get("transport")) or SharedMemoryTransport
     return ServiceHandle("process", target, transport, name=name, namespace=namespace)
+
+
+def _check_groups(groups: Union[str, Sequence[str], None], name: Optional[str]) -> List[str]:
+    if groups is None:
+        return []
+    found = [groups] if isinstance(groups, str) else list(groups)
+    for group in found:
+        if not isinstance(group, str) or not group:
+            raise ValueError(f"groups must be non-empty strs, got {group!r}")
+    if found and name is None:
+        raise ValueError("a service in a group needs a name (groups list names)")
+    return found
 
 
 def _class_path(cls: type) -> str:

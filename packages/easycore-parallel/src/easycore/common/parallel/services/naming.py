@@ -25,8 +25,8 @@ import os
 import secrets
 import stat
 import tempfile
-from typing import Any, Dict, Optional
-from urllib.parse import quote
+from typing import Any, Dict, List, Optional
+from urllib.parse import quote, unquote
 
 __all__ = [
     "ENV_DIR",
@@ -35,6 +35,7 @@ __all__ = [
     "register",
     "unregister",
     "find",
+    "live_records",
     "pid_alive",
     "pid_namespace",
     "remove_quietly",
@@ -203,6 +204,31 @@ def find(base: str, name: str, namespace: Optional[str]) -> Optional[Dict[str, A
         remove_quietly(record.get("address"))
         return None
     return record
+
+
+def live_records(base: str, namespace: Optional[str]) -> List[Dict[str, Any]]:
+    """The records of every live service named in ``namespace`` (stale entries are removed).
+
+    Args:
+        base (str): the services directory.
+        namespace (str or None):
+
+    Returns:
+        list of dict: sorted by name.
+    """
+    directory = os.path.dirname(_entry_path(base, "x", namespace, create=False))
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    records = []
+    for entry in entries:
+        if entry.startswith(".") or not entry.endswith(".json"):
+            continue
+        record = find(base, unquote(entry[: -len(".json")]), namespace)
+        if record is not None:
+            records.append(record)
+    return records
 
 
 def _read(path: str) -> Optional[Dict[str, Any]]:

@@ -20,13 +20,14 @@ import os
 import secrets
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from ..errors import ErrorReport, WorkerError
 from ..ray_backend import _acquire_ray, _import_ray, _is_cuda, _release_ray
-from .dispatch import build, close_object, invoke
+from .dispatch import REF, Dispatcher, build, close_object
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 
 __all__ = ["CallFailed", "RayTarget", "RayChannel", "start_ray", "lookup_ray"]
@@ -47,22 +48,27 @@ class CallFailed(Exception):
 class _ServiceActor:
     """The object, in a Ray actor; made a Ray actor class by :func:`start_ray`."""
 
-    def __init__(self, spec: bytes, label: str, device: str) -> None:
+    def __init__(self, spec: bytes, label: str, device: str, groups: tuple = ()) -> None:
         self._label, self._device = label, device
+        self._groups = list(groups)
         self._error: Optional[ErrorReport] = None
         self._obj: Any = None
         try:
             self._obj = build(spec)
         except BaseException as exc:  # reported by ready(), not as a failed actor
             self._error = ErrorReport.capture(f"starting {label}", exc)
+        self._dispatcher = Dispatcher(self._obj, label)
 
     def ready(self) -> tuple:
         if self._error is not None:
             return ("error", self._error)
         return ("ok", {"pid": os.getpid(), "label": self._label, "device": self._device})
 
+    def groups(self) -> list:
+        return self._groups
+
     def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
-        reply = invoke(self._obj, self._label, method, args, kwargs)
+        reply = self._dispatcher.invoke(method, args, kwargs)
         if reply[0] == "ok":
             return reply[1]
         raise CallFailed(reply[1])
@@ -96,9 +102,18 @@ class RayTarget:
 class RayChannel:
     """Calls on a service's actor from this process (joins Ray if needed)."""
 
+    #: seconds between sends of remote references' releases
+    release_tick = 0.2
+    #: never reset (an interrupted Ray call leaves no half frame)
+    reset = False
+
     def __init__(self, target: RayTarget) -> None:
         self.target = target
         self.pid = os.getpid()
+        self._releases: deque = deque()
+        self._release_lock = threading.Lock()
+        self._releaser: Optional[threading.Thread] = None
+        self._stop = threading.Event()
         self._ray = ray = _import_ray()
         self._owns_session = False
         if not ray.is_initialized():
@@ -163,7 +178,38 @@ class RayChannel:
         return WorkerError(t.device, f"a call of {t.label}", 0, t.pid, type(exc).__name__,
                            (str(exc).strip().splitlines() or [""])[0], str(exc))
 
+    def release(self, ref_id: int) -> None:
+        """Release a remote reference soon; takes no lock (a finalizer calls it)."""
+        self._releases.append(ref_id)
+
+    def track_refs(self) -> None:
+        """A RemoteRef was made: start the thread that sends releases."""
+        with self._release_lock:
+            if self._releaser is None and not self._stop.is_set():
+                self._releaser = threading.Thread(target=self._release_loop, daemon=True,
+                                                  name="easycore-service-release")
+                self._releaser.start()
+
+    def _release_loop(self) -> None:
+        while not self._stop.wait(self.release_tick):
+            self._send_releases()
+        self._send_releases()
+
+    def _send_releases(self) -> None:
+        ids = []
+        while self._releases:
+            ids.append(self._releases.popleft())
+        if ids:
+            try:
+                self._actor.call.remote(REF, "release", ids)  # nobody waits on it
+            except Exception:
+                pass
+
     def close(self) -> None:
+        self._stop.set()
+        releaser = self._releaser
+        if releaser is not None and releaser is not threading.current_thread():
+            releaser.join(5.0)
         if self._owns_session and os.getpid() == self.pid:
             self._owns_session = False
             try:
@@ -239,7 +285,8 @@ class _RayOwner:
 
 
 def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
-              namespace: Optional[str], options: Dict[str, Any]) -> Any:
+              namespace: Optional[str], options: Dict[str, Any],
+              groups: Sequence[str] = ()) -> Any:
     """Start a service as a Ray named actor; see ``Service.start``."""
     from .handle import ServiceHandle
 
@@ -260,7 +307,7 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
             actor = actor_cls.options(
                 name=actor_name, namespace=ns, max_restarts=0, max_concurrency=1,
                 **actor_options,
-            ).remote(spec, label, device)
+            ).remote(spec, label, device, tuple(groups))
         except ValueError as exc:
             if "already" in str(exc) or "taken" in str(exc):
                 raise ValueError(f"a service named {name!r} is already running in Ray "
@@ -284,6 +331,29 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
         raise
     owner = _RayOwner(ray, actor, target, owns)
     return ServiceHandle("ray", target, None, name=name, namespace=ns, owner=owner)
+
+
+def ray_names(group: Optional[str], namespace: Optional[str],
+              address: Optional[str]) -> list:
+    """Names of the live Ray services in ``namespace`` (in ``group``); see ``names``."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        ray.init(address=address or "auto")
+    ns = ray.get_runtime_context().namespace if namespace is None else namespace
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") != ns:
+            continue
+        try:
+            actor = ray.get_actor(entry["name"], namespace=ns)
+            groups = ray.get(actor.groups.remote(), timeout=30)
+        except AttributeError:
+            continue  # a named actor that is not a service
+        except (ValueError, ray.exceptions.RayError):
+            continue  # died meanwhile: no longer a member
+        if group is None or group in groups:
+            found.append(entry["name"])
+    return sorted(found)
 
 
 def lookup_ray(name: str, namespace: Optional[str], timeout: float,

@@ -12,14 +12,23 @@ its lifeline (the service dies with its owner) and its cleanup.
 Threads in the service process (the worker's main thread stays the
 runner's):
 
-* the acceptor accepts connections on the Unix socket (authenticated by
-  ``multiprocessing.connection`` with the service's key) and answers each
-  client's hello, so a long call never delays a new client's handshake;
-* the server loop waits on every client connection at once and runs one call
-  at a time: the object needs no locks, and a compare-and-set is atomic.
-  Each client's calls run in the order it sent them; across clients, in the
-  order the loop sees them arrive. A client that dies (EOF) is dropped and
-  the shared memory it was lent is swept; nothing else notices.
+* the acceptor accepts connections and hands each to a short-lived
+  handshake thread (below);
+* the serve loop reads and writes every client through one selector, without ever blocking on one
+  client: frames are assembled in a buffer per connection and replies queue
+  until the socket takes them
+  ([`frames`][easycore.common.parallel.services.frames]), so a client stalled
+  in the middle of a frame (SIGSTOP, a slow sender, a header announcing
+  100 MB then nothing) costs only its own buffer. It runs one call at a
+  time: the object needs no locks, and a compare-and-set is atomic. Each
+  client's calls run in the order it sent them; across clients, round robin.
+  A client that dies (EOF) is dropped and the shared memory it was lent is
+  swept; nothing else notices.
+* one short-lived thread per new connection runs the authentication
+  challenge and the hello under a deadline
+  ([`handshake`][easycore.common.parallel.services.handshake]), so a
+  connection that never answers holds nobody up, and a long call never
+  delays a new client's handshake.
 
 A crash of the loop itself (a bug, never a method's exception) ends the
 process with exit code 70, so that clients see the death instead of waiting.
@@ -29,18 +38,24 @@ from __future__ import annotations
 
 import os
 import pickle
+import selectors
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections import deque
-from multiprocessing import Pipe, connection
-from typing import Any, Deque, Dict, List, Optional
+from multiprocessing import connection
+from typing import Any, Deque, Dict, List, Optional, Set
 
 from ..errors import ErrorReport
 from ..runner import UnorderedRunner
 from . import wire
-from .dispatch import build, close_object, invoke
+from .byvalue import encode
+from .dispatch import Dispatcher, build, close_object
+from .frames import READ_CHUNK, FrameReader, FrameWriter
+from .frames import frame as frame_pieces
+from .handshake import connection_on, watchdog
 
 __all__ = ["ServiceServer", "ServiceHost"]
 
@@ -48,15 +63,21 @@ EXIT_LOOP_CRASHED = 70
 
 
 class _Peer:
-    """One client connection and its two transports (see the wire module)."""
+    """One client connection: its socket, buffers and two transports (see wire)."""
 
-    __slots__ = ("conn", "reply", "request", "pid")
+    __slots__ = ("sock", "reply", "request", "pid", "reader", "writer", "frames", "key",
+                 "watching")
 
-    def __init__(self, conn: Any, reply: Any, request: Any, pid: int) -> None:
-        self.conn = conn
+    def __init__(self, sock: socket.socket, reply: Any, request: Any, pid: int) -> None:
+        self.sock = sock
         self.reply = reply  # worker role: encodes results for this client
         self.request = request  # caller role: decodes this client's arguments
         self.pid = pid
+        self.reader = FrameReader()
+        self.writer = FrameWriter()
+        self.frames: Deque[bytes] = deque()  # complete, not yet served
+        self.key = id(self)
+        self.watching = False  # registered for EVENT_WRITE (replies wait)
 
 
 class ServiceServer:
@@ -70,8 +91,14 @@ class ServiceServer:
         device (str): where the service runs, for the clients' errors.
     """
 
-    #: seconds a new connection may take to say hello
+    #: seconds a new connection may take to authenticate and say hello
     hello_timeout = 10.0
+    #: connections authenticating at once; more are turned away
+    max_handshakes = 64
+    #: seconds ``stop`` lets clients take their last replies
+    flush_timeout = 2.0
+    #: bytes of replies a client may leave unread before its calls wait
+    max_unread_bytes = 64 << 20
 
     def __init__(self, obj: Any, label: str, address: str, authkey: bytes, device: str) -> None:
         self.obj = obj
@@ -79,73 +106,130 @@ class ServiceServer:
         self.address = address
         self._authkey = authkey
         self.device = device
+        self.dispatcher = Dispatcher(obj, label)
         self._stopping = False
+        self._accepting = True
+        self._lock = threading.Lock()  # _accepting, _incoming, _handshakes
         self._incoming: Deque[_Peer] = deque()
-        self._wake_lock = threading.Lock()
+        self._handshakes: Set[socket.socket] = set()
+        self._handshake_threads: List[threading.Thread] = []
         self._identity = wire.tracker_identity()
-        self._listener: Any = None
-        self._threads: List[threading.Thread] = []
+        self._listener: Optional[socket.socket] = None
+        self._thread: Optional[threading.Thread] = None
+        self._rbuf = bytearray(READ_CHUNK)  # the serve loop's receive buffer
+        self._rview = memoryview(self._rbuf)
 
     def start(self) -> None:
-        """Listen, then serve from two threads."""
-        self._listener = connection.Listener(
-            self.address, family="AF_UNIX", backlog=128, authkey=self._authkey
-        )
-        os.chmod(self.address, 0o600)  # the directory is private already; belt and braces
-        self._wake_r, self._wake_w = Pipe(duplex=False)
-        for target, name in ((self._serve_loop, "serve"), (self._accept_loop, "accept")):
-            thread = threading.Thread(target=target, name=f"easycore-service-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        """Listen, then serve from the serve thread."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.address)
+            os.chmod(self.address, 0o600)  # the directory is private already; belt and braces
+            listener.listen(128)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._wake_r, self._wake_w = os.pipe()
+        self._wake_fds_open = True
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._serve_loop, name="easycore-service-serve",
+                                        daemon=True)
+        self._thread.start()
+        self._acceptor = threading.Thread(target=self._accept_loop,
+                                          name="easycore-service-accept", daemon=True)
+        self._acceptor.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Finish the call in progress, tell every client, close everything.
 
         Args:
-            timeout (float): seconds to wait for the acceptor.
+            timeout (float): seconds to wait for handshakes in progress.
         """
         self._stopping = True
         self._wake()
-        self._threads[0].join()  # the serve loop: the call in progress finishes first
-        try:  # wake the acceptor out of accept(); it sees _stopping and leaves
-            with socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(timeout)
-                s.connect(self.address)
-        except OSError:
-            pass
-        self._threads[1].join(timeout)
-        self._listener.close()  # also unlinks the socket file
-        while self._incoming:  # accepted while the loop was ending
-            self._close_peer(self._incoming.popleft(), notify=True)
-        self._wake_r.close()
-        self._wake_w.close()
+        assert self._thread is not None
+        self._thread.join()  # the call in progress finishes first
+        with self._lock:
+            pending = list(self._handshakes)
+            threads = list(self._handshake_threads)
+        for sock in pending:  # ends their blocked reads
+            _shutdown(sock)
+        for thread in threads:
+            thread.join(timeout)
+        with self._lock:  # a late handshake thread must not write to a reused fd number
+            fds, self._wake_fds_open = (self._wake_r, self._wake_w), False
+        for fd in fds:
+            os.close(fd)
 
     def _wake(self) -> None:
-        with self._wake_lock:
-            try:
-                self._wake_w.send_bytes(b"")
-            except OSError:
-                pass
-
-    # -------------------------------------------------------------- acceptor
-    def _accept_loop(self) -> None:
-        while not self._stopping:
-            try:
-                conn = self._listener.accept()
-            except Exception:  # a failed handshake, a client that died in it, or the end
-                continue
-            if self._stopping:
-                conn.close()
+        with self._lock:
+            if not self._wake_fds_open:
                 return
             try:
-                peer = self._handshake(conn)
-            except Exception:
-                conn.close()
-                continue
-            self._incoming.append(peer)
-            self._wake()
+                os.write(self._wake_w, b"\0")
+            except OSError:  # full: a wake is pending anyway
+                pass
 
-    def _handshake(self, conn: Any) -> _Peer:
+    # ------------------------------------------------------------- handshakes
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while self._accepting:
+            try:
+                sock, _ = self._listener.accept()
+            except InterruptedError:
+                continue
+            except OSError:  # shut down by stop (or out of descriptors: try again)
+                if not self._accepting:
+                    return
+                time.sleep(0.05)
+                continue
+            with self._lock:
+                if len(self._handshakes) >= self.max_handshakes:
+                    sock.close()  # too many at the door: this one is turned away
+                    continue
+                self._handshakes.add(sock)
+                self._handshake_threads = [t for t in self._handshake_threads if t.is_alive()]
+                thread = threading.Thread(target=self._handshake, args=(sock,),
+                                          name="easycore-service-hello", daemon=True)
+                self._handshake_threads.append(thread)
+            thread.start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        """Authenticate and greet one client, within ``hello_timeout``."""
+        peer = None
+        conn = None
+        try:
+            sock.setblocking(True)
+            conn = connection_on(sock)
+            with watchdog(sock, time.monotonic() + self.hello_timeout):
+                connection.deliver_challenge(conn, self._authkey)
+                connection.answer_challenge(conn, self._authkey)
+                peer = self._greet(conn, sock)
+        except Exception:  # a wrong key, a silent or dead client, garbage
+            peer = None
+        finally:
+            if conn is not None:
+                conn.close()  # the duplicate descriptor; the peer keeps ``sock``
+        with self._lock:
+            self._handshakes.discard(sock)
+            if peer is not None and self._accepting:
+                sock.setblocking(False)
+                self._incoming.append(peer)
+                peer = None
+                accepted = True
+            else:
+                accepted = False
+        if accepted:
+            self._wake()
+            return
+        if peer is not None:  # greeted while the service stopped
+            _send_quietly(sock, wire.dumps((wire.CLOSED,)))
+            _drop_transports(peer, client_died=False)
+        sock.close()
+
+    def _greet(self, conn: Any, sock: socket.socket) -> _Peer:
         if not conn.poll(self.hello_timeout):
             raise TimeoutError("no hello")
         kind, reply, tracker, pid = pickle.loads(conn.recv_bytes())
@@ -159,9 +243,12 @@ class ServiceServer:
             wire.in_band(reply)
             wire.in_band(request)
         reply.bind_worker(0)
+        if self._stopping:
+            conn.send_bytes(wire.dumps((wire.CLOSED,)))
+            raise ConnectionAbortedError("stopping")
         info = {"pid": os.getpid(), "label": self.label, "device": self.device}
         conn.send_bytes(wire.dumps((wire.WELCOME, request, info)))
-        return _Peer(conn, reply, request, pid)
+        return _Peer(sock, reply, request, pid)
 
     # ------------------------------------------------------------ serve loop
     def _serve_loop(self) -> None:
@@ -173,52 +260,164 @@ class ServiceServer:
             os._exit(EXIT_LOOP_CRASHED)
 
     def _serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         peers: Dict[int, _Peer] = {}
-        while not self._stopping:
-            waitables = [self._wake_r] + [p.conn for p in peers.values()]
-            for ready in connection.wait(waitables):
-                if ready is self._wake_r:
-                    while self._wake_r.poll():
-                        self._wake_r.recv_bytes()
-                    while self._incoming:
-                        peer = self._incoming.popleft()
-                        peers[id(peer.conn)] = peer
-                    continue
-                peer = peers[id(ready)]
-                if not self._serve_one(peer):
-                    del peers[id(ready)]
-        for peer in peers.values():
-            self._close_peer(peer, notify=True)
-
-    def _serve_one(self, peer: _Peer) -> bool:
-        """Read one message from ``peer`` and answer it; False when the peer is gone."""
+        turn: Deque[int] = deque()  # keys of peers with frames to serve, in order
         try:
-            message = pickle.loads(peer.conn.recv_bytes())
+            while not self._stopping:
+                for key, events in sel.select(0 if turn else None):
+                    if key.data == "wake":
+                        _drain(self._wake_r)
+                        self._adopt(sel, peers)
+                    else:
+                        peer = peers.get(key.data)
+                        if peer is None:
+                            continue
+                        alive = True
+                        if events & selectors.EVENT_WRITE:
+                            alive = self._flush(sel, peer)
+                        if alive and events & selectors.EVENT_READ:
+                            alive = self._receive(peer)
+                        if not alive:
+                            self._drop(sel, peers, peer, client_died=True)
+                            continue
+                        if peer.frames and peer.key not in turn and not self._full(peer):
+                            turn.append(peer.key)
+                if turn:  # one frame of one client per round: round robin
+                    peer_key = turn.popleft()
+                    peer = peers.get(peer_key)
+                    if peer is None or not peer.frames or self._full(peer):
+                        continue  # a full one is served again once it reads
+                    outcome = self._serve_one(peer, peer.frames.popleft())
+                    if outcome is True and not self._flush(sel, peer):
+                        outcome = False
+                    if outcome is not True:  # None: a goodbye; False: gone
+                        self._drop(sel, peers, peer, client_died=outcome is False)
+                    elif peer.frames:
+                        turn.append(peer_key)
+        finally:
+            self._finish(sel, peers)
+
+    def _adopt(self, sel: selectors.BaseSelector, peers: Dict[int, _Peer]) -> None:
+        with self._lock:
+            incoming = list(self._incoming)
+            self._incoming.clear()
+        for peer in incoming:
+            peers[peer.key] = peer
+            sel.register(peer.sock, selectors.EVENT_READ, peer.key)
+
+    def _receive(self, peer: _Peer) -> bool:
+        """Read what ``peer`` sent (without blocking); False at EOF or garbage."""
+        try:
+            # Into one reused buffer: recv(n) would allocate n bytes per call.
+            n = peer.sock.recv_into(self._rbuf)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not n:
+            return False
+        try:
+            peer.frames.extend(peer.reader.feed(self._rview[:n]))
+        except ValueError:
+            return False
+        return True
+
+    def _full(self, peer: _Peer) -> bool:
+        """Whether ``peer`` left too many replies unread (then it is not served)."""
+        return peer.writer.nbytes > self.max_unread_bytes
+
+    def _flush(self, sel: selectors.BaseSelector, peer: _Peer) -> bool:
+        """Send ``peer``'s queued replies as far as its socket takes them.
+
+        A client that leaves more than ``max_unread_bytes`` unread is not
+        read from (nor served) until it catches up: its own sends block, no
+        one else's.
+        """
+        try:
+            done = peer.writer.flush(peer.sock)
+        except OSError:
+            return False
+        if done and not peer.watching:
+            return True  # the common case: sent at once, nothing to change
+        events = 0 if self._full(peer) else selectors.EVENT_READ
+        events |= 0 if done else selectors.EVENT_WRITE
+        sel.modify(peer.sock, events, peer.key)
+        peer.watching = not done
+        return True
+
+    def _drop(self, sel: selectors.BaseSelector, peers: Dict[int, _Peer], peer: _Peer,
+              client_died: bool) -> None:
+        peers.pop(peer.key, None)
+        try:
+            sel.unregister(peer.sock)
+        except (KeyError, ValueError):
+            pass
+        peer.sock.close()
+        self.dispatcher.drop_client(peer.key)
+        _drop_transports(peer, client_died)
+
+    def _finish(self, sel: selectors.BaseSelector, peers: Dict[int, _Peer]) -> None:
+        """Close the door, then tell every client (their last replies first)."""
+        with self._lock:
+            self._accepting = False
+            incoming = list(self._incoming)
+            self._incoming.clear()
+        remove_socket_file(self.address)  # first: no new client finds a closing service
+        assert self._listener is not None
+        _shutdown(self._listener)  # ends the acceptor's accept()
+        self._acceptor.join(5.0)
+        self._listener.close()
+        for peer in incoming:
+            peers[peer.key] = peer
+            sel.register(peer.sock, selectors.EVENT_READ, peer.key)
+        for peer in peers.values():
+            peer.writer.put(wire.dumps((wire.CLOSED,)))
+        deadline = time.monotonic() + self.flush_timeout
+        waiting = dict(peers)
+        while waiting and time.monotonic() < deadline:
+            for key in list(waiting):
+                peer = waiting[key]
+                try:
+                    if peer.writer.flush(peer.sock):
+                        del waiting[key]
+                except OSError:
+                    del waiting[key]
+            if waiting:  # a client that does not read: wait for room, briefly
+                writable = selectors.DefaultSelector()
+                for peer in waiting.values():
+                    writable.register(peer.sock, selectors.EVENT_WRITE)
+                writable.select(max(0.0, deadline - time.monotonic()))
+                writable.close()
+        for peer in list(peers.values()):
+            self._drop(sel, peers, peer, client_died=False)
+        sel.close()
+
+    def _serve_one(self, peer: _Peer, data: bytes) -> Optional[bool]:
+        """Answer one message from ``peer``: True, or None for its goodbye,
+        False when it sent garbage."""
+        try:
+            message = pickle.loads(data)
             if message[0] == wire.BYE:
-                self._close_peer(peer, notify=False)
-                return False
+                return None
             _, call_id, method, payload, feedback = message
             if feedback:
                 peer.reply.on_feedback(feedback)
-        except Exception:  # EOF: the client died (or sent garbage)
-            self._close_peer(peer, notify=False, client_died=True)
+        except Exception:  # garbage: not a client of ours
             return False
         reply = self._call(peer, method, payload)
-        try:
-            if reply[0] == "ok":
-                try:
-                    encoded, _ = peer.reply.encode_results([reply[1]])
-                    reply = (wire.OK, encoded)
-                except BaseException as exc:
-                    hook = f"sending the result of {method}() of {self.label}"
-                    reply = (wire.ERROR, ErrorReport.capture(hook, exc))
-            # Computed last: the arguments were released above, so their
-            # shared memory goes back to the client now, not one call later.
-            back = peer.request.feedback(0)
-            peer.conn.send_bytes(wire.dumps((reply[0], call_id, reply[1], back)))
-        except OSError:
-            self._close_peer(peer, notify=False, client_died=True)
-            return False
+        if reply[0] == "ok":
+            try:
+                encoded, _ = encode(peer.reply, reply[1])
+                reply = (wire.OK, encoded)
+            except BaseException as exc:
+                hook = f"sending the result of {method}() of {self.label}"
+                reply = (wire.ERROR, ErrorReport.capture(hook, exc))
+        # Computed last: the arguments were released above, so their
+        # shared memory goes back to the client now, not one call later.
+        back = peer.request.feedback(0)
+        peer.writer.put(wire.dumps((reply[0], call_id, reply[1], back)))
         return True
 
     def _call(self, peer: _Peer, method: Any, payload: Any) -> tuple:
@@ -227,23 +426,47 @@ class ServiceServer:
         except BaseException as exc:
             hook = f"receiving the arguments of {method}() of {self.label}"
             return ("error", ErrorReport.capture(hook, exc))
-        return invoke(self.obj, self.label, method, args, kwargs)
+        return self.dispatcher.invoke(method, args, kwargs, client=peer.key)
 
-    def _close_peer(self, peer: _Peer, notify: bool, client_died: bool = False) -> None:
-        if notify:
-            try:
-                peer.conn.send_bytes(wire.dumps((wire.CLOSED,)))
-            except OSError:
-                pass
-        try:
-            peer.conn.close()
-        except OSError:
+
+def _drop_transports(peer: _Peer, client_died: bool) -> None:
+    _cleanup(peer.request)  # segments this client lent us, and any it left behind
+    if client_died:
+        # The client would have unlinked the segments we lent it; it
+        # cannot now. A fresh instance with the same name prefix sweeps them.
+        _cleanup(pickle.loads(pickle.dumps(peer.reply)))
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
             pass
-        _cleanup(peer.request)  # segments this client lent us, and any it left behind
-        if client_died:
-            # The client would have unlinked the segments we lent it; it
-            # cannot now. A fresh instance with the same name prefix sweeps them.
-            _cleanup(pickle.loads(pickle.dumps(peer.reply)))
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.settimeout(1.0)
+        for piece in frame_pieces(data):
+            sock.sendall(piece)
+    except OSError:
+        pass
+
+
+def remove_socket_file(path: str) -> None:
+    """Unlink the socket file (ours: the directory is private)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _cleanup(transport: Any) -> None:
