@@ -180,7 +180,7 @@ class GradientServer:
                     _GradientCore, model, optimizer, lr_scheduler, reduce_method,
                     reduce_batch_size, flush_after, max_queue, on_full, device,
                     names=None if reducers == 1 else names, first=k == 0,
-                    name=None if name is None or k == 0 else f"{name}.reducer{k}",
+                    name=name if name is None or k == 0 else f"{name}.reducer{k}",
                     device=device, backend=backend, namespace=namespace,
                     backend_options=backend_options,
                 ))
