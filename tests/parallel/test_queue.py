@@ -134,8 +134,9 @@ def test_a_dead_owner_is_an_error_in_the_other_processes(no_leaks):
         owner.kill()
         waiter.join(60)
         assert outcome == ["QueueClosedError"]
+        owner.join(60)
         with pytest.raises(QueueClosedError, match=f"pid {owner.pid}"):
-            q.put(1)
+            q.put(1)  # a put that waits for no reply too
     finally:
         owner.kill()
         owner.join(60)

@@ -17,7 +17,9 @@ How it works:
 * **Order**: the process that made the queue (its *owner*) keeps the items'
   messages (a few hundred bytes each, never the data) in a deque; other
   processes reach it through a ``multiprocessing.connection`` socket
-  (authenticated), one connection per thread that uses the queue.
+  (authenticated), one connection per thread that uses the queue; a blocking
+  ``put`` without a timeout gets no reply (the socket's buffer is the
+  back-pressure), so puts stream.
 * **Death**: a process whose connection ends without saying goodbye (killed,
   crashed) is recorded: every ``get`` waiting on the empty queue then, and the
   next one to find it empty, raises
@@ -167,6 +169,12 @@ class _Broker:
                     continue
                 if op == "bye":
                     return
+                if op == "stream":  # a put that wants no reply
+                    try:
+                        self.put(request[1], True, None)
+                    except QueueClosedError:
+                        _discard(request[1])
+                    continue
                 reply: Tuple[str, Any]
                 try:
                     if op == "put":
@@ -287,8 +295,11 @@ class Queue:
         self._lock = threading.Lock()  # the counter and the idle connections
         self._encoding = threading.Lock()  # the transport's pickler is one per process
         self._closed = False
-        self._idle: List[Any] = []  # connections to the owner, one per concurrent call
-        self._pid = os.getpid()  # whose connections _idle holds
+        # Connections to the owner, one per thread (a thread's puts stay in
+        # order; a get waiting in one thread never holds up another's put).
+        self._conns: List[Any] = []
+        self._mine = threading.local()
+        self._pid = os.getpid()  # whose connections _conns holds
 
     # ------------------------------------------------------------ pickling
     def __reduce__(self) -> Any:
@@ -320,6 +331,10 @@ class Queue:
         try:
             if broker is not None:
                 broker.put(payload, block, timeout)
+            elif block and timeout is None:
+                # Nothing to wait for but room: no reply (the socket's buffer
+                # is the back-pressure), so puts stream as fast as gets.
+                self._request(("stream", payload), reply=False)
             else:
                 self._request(("put", payload, block, timeout))
         except (Full, QueueClosedError):
@@ -390,7 +405,7 @@ class Queue:
             broker.close()
             _OWNED.pop(self._token, None)
         else:
-            _goodbye(self._idle, self._lock)
+            _goodbye(self._conns, self._lock)
 
     @property
     def closed(self) -> bool:
@@ -447,31 +462,42 @@ class Queue:
                                    f"it closed the queue or died ({exc})") from None
         return conn
 
-    def _request(self, request: tuple) -> Any:
+    def _request(self, request: tuple, reply: bool = True) -> Any:
         if self._pid != os.getpid():  # inherited through fork: the parent's connections
             self._pid = os.getpid()
-            self._idle = []
+            self._conns = []
+            self._mine = threading.local()
             self._lock = threading.Lock()
-            util.Finalize(self, _goodbye, args=(self._idle, self._lock), exitpriority=15)
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
+            util.Finalize(self, _goodbye, args=(self._conns, self._lock), exitpriority=15)
+        conn = getattr(self._mine, "conn", None)
         if conn is None:
-            conn = self._connect()
+            conn = self._mine.conn = self._connect()
+            with self._lock:
+                self._conns.append(conn)
         try:
+            if not reply and conn.poll(0):  # nothing is ever due here: the owner is gone
+                raise EOFError
             conn.send(request)
+            if not reply:
+                return None
             status, value = conn.recv()
         except (EOFError, OSError):
-            conn.close()
+            self._drop(conn)
             raise QueueClosedError(f"the queue's owner (pid {self._owner_pid}) closed the "
                                    "queue or died") from None
         except BaseException:  # e.g. Ctrl-C mid-call: the reply would be out of step
-            conn.close()
+            self._drop(conn)
             raise
-        with self._lock:
-            self._idle.append(conn)
         if status == "error":
             raise value
         return value
+
+    def _drop(self, conn: Any) -> None:
+        self._mine.conn = None
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+        conn.close()
 
 
 def _discard(payload: Any) -> None:
@@ -492,14 +518,14 @@ def _rebuild(cls: type, token: str, address: Any, authkey: bytes, prefix: str, o
     # Goodbye when this end is collected or its process exits normally (the
     # exit of a multiprocessing child runs these, not atexit): only a process
     # that ends without it counts as dead for the owner.
-    util.Finalize(q, _goodbye, args=(q._idle, q._lock), exitpriority=15)
+    util.Finalize(q, _goodbye, args=(q._conns, q._lock), exitpriority=15)
     return q
 
 
-def _goodbye(idle: List[Any], lock: threading.Lock) -> None:
+def _goodbye(open_conns: List[Any], lock: threading.Lock) -> None:
     with lock:
-        conns = list(idle)
-        idle.clear()
+        conns = list(open_conns)
+        open_conns.clear()
     for conn in conns:
         try:
             conn.send(("bye",))
