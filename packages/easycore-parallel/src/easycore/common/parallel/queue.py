@@ -263,7 +263,7 @@ class Queue:
 
         if __name__ == "__main__":
             with Queue(maxsize=4) as q, Pool(2) as pool:
-                done = pool.map_async(produce, [(q, 3)] * 2, chunksize=1, star=True)
+                done = pool.starmap_async(produce, [(q, 3)] * 2, chunksize=1)
                 got = sorted(int(q.get(timeout=60)[0]) for _ in range(6))
                 assert got == [0, 0, 1, 1, 2, 2] and done.get(60) == [3, 3]
         ```

@@ -504,10 +504,11 @@ class _GradientCore:
         return version
 
     def stats(self) -> Dict[str, Any]:
+        with self.queue.mutex:  # gradients only: a flush's marker may still sit there
+            queued = sum(1 for item in self.queue.queue if isinstance(item, dict))
         with self.done:
             return {"received": self.received, "applied": self.applied, "steps": self.steps,
-                    "version": self.version, "queued": self.queue.qsize(),
-                    "device": str(self.device)}
+                    "version": self.version, "queued": queued, "device": str(self.device)}
 
     def close(self) -> None:
         """Apply what is queued, then stop the reducer."""
