@@ -43,8 +43,8 @@ import secrets
 import threading
 import time
 import weakref
-from multiprocessing import connection, util
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from multiprocessing import AuthenticationError, connection, util
+from typing import Any, Callable, Deque, List, Optional, Tuple, Type
 
 from . import shm
 from .errors import ParallelError
@@ -143,7 +143,7 @@ class _Broker:
         while self.open:
             try:
                 conn = self.listener.accept()
-            except (OSError, EOFError, connection.AuthenticationError):
+            except (OSError, EOFError, AuthenticationError):
                 continue  # a failed handshake, or the listener closed (then not open)
             if not self.open:
                 conn.close()
@@ -457,7 +457,7 @@ class Queue:
         try:
             conn = connection.Client(self._address, authkey=self._authkey)
             conn.send(("hello", os.getpid()))
-        except (OSError, EOFError, connection.AuthenticationError) as exc:
+        except (OSError, EOFError, AuthenticationError) as exc:
             raise QueueClosedError(f"cannot reach the queue's owner (pid {self._owner_pid}): "
                                    f"it closed the queue or died ({exc})") from None
         return conn
@@ -506,8 +506,8 @@ def _discard(payload: Any) -> None:
         shm.release(payload[1], free_now=True, registered=False)
 
 
-def _rebuild(cls: type, token: str, address: Any, authkey: bytes, prefix: str, owner_pid: int,
-             maxsize: int, transport: SharedMemoryTransport) -> Queue:
+def _rebuild(cls: Type[Queue], token: str, address: Any, authkey: bytes, prefix: str,
+             owner_pid: int, maxsize: int, transport: SharedMemoryTransport) -> Queue:
     owned = _OWNED.get(token)
     if owned is not None and os.getpid() == owned._owner_pid:
         return owned
