@@ -6,8 +6,8 @@ the first push to ``flush()`` returning, so every gradient was applied (the
 server drops none: a full queue makes pushes wait). With ``reducers=N`` the
 parameters are sharded over N reducer processes, each summing its share and
 stepping its own optimizer; a client sends the shards at once. One reducer is
-the peer. Expect gains only with cores to spare: on a 2-core machine the
-clients and reducers share two cores.
+the peer. Each reducer runs torch on one thread. Expect gains only with
+cores to spare: on a 2-core machine the clients and reducers share two cores.
 
 Run: ``scripts/bench gradients`` or ``python benchmarks/bench_gradients.py [--quick]``.
 """
@@ -64,8 +64,11 @@ def main() -> None:
     pushes = 20 if cfg.quick else 60
     print(machine_line())
     ctx = multiprocessing.get_context("spawn")
+    # One torch thread per reducer: the rows compare reducer processes, not
+    # thread pools (on a busy machine, OpenMP threads that wait for each
+    # other would decide the numbers).
     servers = {n: GradientServer.start(make_model(), sgd, reduce_batch_size=4, reducers=n,
-                                       flush_after=0.5)
+                                       flush_after=0.5, backend_options={"cpu_threads": 1})
                for n in (1, 2, 4)}
     try:
         with ctx.Pool(CLIENTS) as pool:

@@ -29,6 +29,7 @@ layout, device): a bad one is its sender's error, never the reducer's.
 from __future__ import annotations
 
 import copy
+import os
 import queue
 import threading
 import time
@@ -173,6 +174,11 @@ class GradientServer:
         if any(not t.is_cpu for t in model.state_dict().values()):
             model = copy.deepcopy(model).cpu()  # the copy travels; the server moves it
         shards = _shard(model, reducers)
+        options = dict(backend_options or {})
+        if backend == "process" and reducers > 1:
+            # Each reducer is a runner of its own: without this, each would run
+            # torch on every core, N times over the cores (and crawl).
+            options.setdefault("cpu_threads", max(1, _cpus() // reducers))
         handles: List[ServiceHandle] = []
         try:
             for k, names in enumerate(shards):
@@ -182,7 +188,7 @@ class GradientServer:
                     names=None if reducers == 1 else names, first=k == 0,
                     name=name if name is None or k == 0 else f"{name}.reducer{k}",
                     device=device, backend=backend, namespace=namespace,
-                    backend_options=backend_options,
+                    backend_options=options,
                 ))
             if len(handles) > 1:
                 owners = {n: k for k, names in enumerate(shards) for n in names}
@@ -358,6 +364,13 @@ class GradientServer:
 
     def __repr__(self) -> str:
         return f"<GradientServer {self._handle!r}>"
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _shard(model: torch.nn.Module, reducers: int) -> List[List[str]]:
@@ -564,8 +577,11 @@ class _GradientCore:
         counts: Dict[str, int] = {}
         for grads in batch:
             for name, g in grads.items():
-                g = g.to(self.device)
-                sums[name] = sums[name] + g if name in sums else g.clone()
+                total = sums.get(name)
+                if total is None:  # a copy of its own, in the parameter's dtype, here
+                    sums[name] = g.to(self.device, self.params[name].dtype, copy=True)
+                else:  # in place: no new tensor per gradient
+                    total.add_(g.to(self.device))
                 counts[name] = counts.get(name, 0) + 1
         with self.lock:
             for name, p in self.params.items():
