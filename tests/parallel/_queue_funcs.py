@@ -32,11 +32,13 @@ def encode_then_die(q):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def own_a_queue(conn):
-    """A process that owns a queue, hands it over, then waits to be killed."""
+def own_a_queue(conn, items=0):
+    """A process that owns a queue (holding ``items`` arrays), hands it over, waits to die."""
     from easycore.common.parallel import Queue
 
     q = Queue()
+    for i in range(items):
+        q.put(np.full(1 << 17, i))
     conn.send(q)
     conn.recv()  # until the test kills us
 

@@ -144,6 +144,28 @@ def test_a_dead_owner_is_an_error_in_the_other_processes(no_leaks):
         there.close()
 
 
+def test_a_dead_owners_items_leave_no_segment(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    owner = ctx.Process(target=own_a_queue, args=(there, 3))
+    owner.start()
+    try:
+        assert here.poll(60)
+        q = here.recv()
+        assert q.get(timeout=60)[0] == 0
+        assert len(segments(q)) == 2  # the two items the owner still holds
+        owner.kill()
+        owner.join(60)
+        with pytest.raises(QueueClosedError):
+            q.get(timeout=60)
+        assert segments(q) == []  # nobody could read them any more
+    finally:
+        owner.kill()
+        owner.join(60)
+        here.close()
+        there.close()
+
+
 def _get_error(q):
     try:
         q.get(timeout=60)

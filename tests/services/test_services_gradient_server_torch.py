@@ -347,3 +347,23 @@ def test_several_reducers_by_name_and_bad_counts(no_leaks):
             check_gradients(bad, {"weight": ((1, 3), torch.float32)}, ("cpu",))
         found.close()
         assert server.stats()["applied"] == 1
+
+
+def test_several_reducers_a_full_queue_raises_and_drops_nothing(no_leaks, tmp_path):
+    """The first reducer decides whether a push is taken; the others then wait for room."""
+    gate = tmp_path / "gate"
+    model = torch.nn.Linear(3, 1)
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer = functools.partial(GatedSGD, lr=0.1, gate=str(gate))
+    with GradientServer.start(model, optimizer, reduce_batch_size=1, max_queue=2,
+                              on_full="raise", reducers=2) as server:
+        accepted = 0
+        with pytest.raises(queue.Full):
+            for _ in range(10):
+                server.push_gradients(model)
+                accepted += 1
+        assert 2 <= accepted <= 3
+        gate.touch()
+        server.flush(timeout=60)
+        for each in server.stats()["reducers"]:  # every accepted push, whole, on each
+            assert each["received"] == each["applied"] == accepted

@@ -29,8 +29,9 @@ How it works:
   [`QueueClosedError`][easycore.common.parallel.QueueClosedError].
 * **No leaks**: segment names carry the queue's prefix; ``close()`` releases
   the segments of items never taken and sweeps the prefix for any a killed
-  producer left, and every segment is registered with multiprocessing's
-  resource tracker from the moment it exists.
+  producer left; a process that finds the owner dead sweeps the prefix too
+  (the items it held can never be read); and every segment is registered with
+  multiprocessing's resource tracker from the moment it exists.
 """
 
 from __future__ import annotations
@@ -442,7 +443,11 @@ class Queue:
         if not isinstance(payload, _Packed):
             return pickle.loads(payload)
         name, size = payload[1], payload[2]
-        mm = shm.open_existing(name, size)
+        try:
+            mm = shm.open_existing(name, size)
+        except FileNotFoundError:  # swept: the owner died or closed the queue meanwhile
+            raise QueueClosedError(f"the queue's owner (pid {self._owner_pid}) closed the "
+                                   "queue or died; this item's memory went with it") from None
         # The name goes now (the memory stays while anything views it): no
         # later crash can leak it.
         shm.release(name, registered=False)
@@ -458,6 +463,7 @@ class Queue:
             conn = connection.Client(self._address, authkey=self._authkey)
             conn.send(("hello", os.getpid()))
         except (OSError, EOFError, AuthenticationError) as exc:
+            shm.sweep(self._prefix)  # as in _request: a dead owner's items are unreadable
             raise QueueClosedError(f"cannot reach the queue's owner (pid {self._owner_pid}): "
                                    f"it closed the queue or died ({exc})") from None
         return conn
@@ -483,6 +489,9 @@ class Queue:
             status, value = conn.recv()
         except (EOFError, OSError):
             self._drop(conn)
+            # A closed queue left nothing; a dead owner may have left the
+            # segments of the items it held: nobody can read them now.
+            shm.sweep(self._prefix)
             raise QueueClosedError(f"the queue's owner (pid {self._owner_pid}) closed the "
                                    "queue or died") from None
         except BaseException:  # e.g. Ctrl-C mid-call: the reply would be out of step
