@@ -98,7 +98,8 @@ class _Broker:
         self.deaths = 0  # processes that ended without closing their end
         self.unreported: Optional[Tuple[str, int]] = None
         self.threads: List[threading.Thread] = []
-        self.listener = connection.Listener(authkey=authkey)
+        # a backlog for many workers connecting at once
+        self.listener = connection.Listener(authkey=authkey, backlog=64)
         self.address = self.listener.address
         self.accepter = threading.Thread(target=self._accept_loop, daemon=True,
                                          name="easycore-queue-accept")
@@ -463,7 +464,8 @@ class Queue:
             conn = connection.Client(self._address, authkey=self._authkey)
             conn.send(("hello", os.getpid()))
         except (OSError, EOFError, AuthenticationError) as exc:
-            shm.sweep(self._prefix)  # as in _request: a dead owner's items are unreadable
+            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+                shm.sweep(self._prefix)  # nobody listens: a dead owner's items are unreadable
             raise QueueClosedError(f"cannot reach the queue's owner (pid {self._owner_pid}): "
                                    f"it closed the queue or died ({exc})") from None
         return conn
