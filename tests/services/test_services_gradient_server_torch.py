@@ -250,6 +250,11 @@ def test_the_client_checks_before_sending(no_leaks):
         wrong(torch.ones(2, 3, dtype=torch.complex64)).real.sum().backward()
         with pytest.raises(ValueError, match="'weight' has dtype torch.complex64"):
             server.push_gradients(wrong)
+        meta = torch.nn.Linear(3, 1, device="meta")  # no data to send
+        for p in meta.parameters():
+            p.grad = torch.empty_like(p)
+        with pytest.raises(ValueError, match="device 'meta'"):
+            server.push_gradients(meta)
         double = torch.nn.Linear(3, 1).double()  # another floating dtype is cast
         double(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
         server.push_gradients(double)

@@ -248,7 +248,7 @@ class GradientServer:
         if not grads:
             raise ValueError("the model has no gradients to push: call backward() first")
         spec, owner, blocking = self._get_layout()
-        check_gradients(grads, spec, ("cpu", "cuda"))
+        check_gradients(grads, spec)
         parts: List[Dict[str, torch.Tensor]] = [{} for _ in self._handles]
         for name, g in grads.items():
             parts[owner[name]][name] = g.cpu()
@@ -388,13 +388,16 @@ def _shard(model: torch.nn.Module, reducers: int) -> List[List[str]]:
     return shards
 
 
-def check_gradients(grads: Mapping[str, Any], spec: Spec, devices: Sequence[str]) -> None:
+def check_gradients(grads: Mapping[str, Any], spec: Spec,
+                    devices: Optional[Sequence[str]] = None) -> None:
     """Raise ``ValueError`` naming the first gradient the server could not apply.
 
     Args:
         grads (dict): ``{parameter name: gradient}``.
         spec (dict): ``{name: (shape, dtype)}`` of the server's parameters.
-        devices (list[str]): device types (or devices) a gradient may be on.
+        devices (list[str] or None): device types (or devices) a gradient may
+            be on; None: any that holds data (not ``meta``), as a client
+            copies each gradient to the CPU before sending it.
     """
     for name, g in grads.items():
         if name not in spec:
@@ -414,7 +417,8 @@ def check_gradients(grads: Mapping[str, Any], spec: Spec, devices: Sequence[str]
         if g.dtype != dtype and not (g.dtype.is_floating_point and dtype.is_floating_point):
             raise ValueError(f"gradient for {name!r} has dtype {g.dtype}, the parameter "
                              f"{dtype} (another floating-point dtype is cast; this is not)")
-        if g.device.type not in devices and str(g.device) not in devices:
+        if (g.device.type == "meta" if devices is None
+                else g.device.type not in devices and str(g.device) not in devices):
             raise ValueError(f"gradient for {name!r} is on device {str(g.device)!r}, which "
                              f"the server cannot read: move it to the CPU")
 
