@@ -350,6 +350,10 @@ def test_several_reducers_by_name_and_bad_counts(no_leaks):
             from easycore.torch.parallel.gradient_server import check_gradients
 
             check_gradients(bad, {"weight": ((1, 3), torch.float32)}, ("cpu",))
+        owners = found._get_layout()[1]
+        elsewhere = next(n for n, k in owners.items() if k == 1)
+        with pytest.raises(WorkerError, match="another reducer"):
+            found.handle.call("push_gradients", {elsewhere: torch.zeros(1)}, None)
         found.close()
         assert server.stats()["applied"] == 1
 

@@ -443,7 +443,6 @@ class _GradientCore:
         shared = {id(p) for p in everything.values()}
         self.state_keys = [k for k, v in self.model.state_dict(keep_vars=True).items()
                            if id(v) in own or (first and id(v) not in shared)]
-        self.on_full_block = on_full == "block"
         self._peers: List[ServiceHandle] = []
         self._owners = {k: 0 for k in everything}
         self.optimizer = optimizer(list(self.params.values()))
@@ -476,11 +475,16 @@ class _GradientCore:
 
     def layout(self) -> Tuple[Spec, Dict[str, int], bool]:
         """(shape and dtype of every parameter, its reducer, whether pushes block)."""
-        return self.spec, dict(self._owners), self.on_full_block
+        return self.spec, dict(self._owners), self.block
 
     def push_gradients(self, grads: Dict[str, torch.Tensor], timeout: Optional[float],
                        force_block: bool = False) -> bool:
         self._check()
+        for name in grads:
+            if name in self.spec and name not in self.params:
+                raise ValueError(f"gradient for {name!r}: another reducer of this sharded "
+                                 "server holds that parameter; push through GradientServer, "
+                                 "which splits a push among them")
         mine = {k: self.spec[k] for k in self.params}
         check_gradients(grads, mine, ("cpu", str(self.device), self.device.type))
         if not is_remote_call():  # used in-process: the caller's tensors are the caller's
