@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from easycore.common.parallel import Pool, TaskTimeoutError, WorkerDiedError
+from easycore.common.parallel import Pool, Queue, TaskTimeoutError, WorkerDiedError
 
 
 def heading(text: str) -> None:
@@ -38,6 +38,12 @@ def sometimes_crashes(x: int) -> int:
 
 def normalise(batch: np.ndarray) -> np.ndarray:
     return (batch - batch.mean()) / (batch.std() + 1e-6)
+
+
+def produce(q: Queue, n: int) -> int:
+    for i in range(n):
+        q.put(np.full(1 << 20, i, dtype=np.uint8))  # 1 MiB, through shared memory
+    return n
 
 
 def main() -> None:
@@ -79,6 +85,12 @@ def main() -> None:
         future = pool.submit(square, 7)
         print("submit ->", future.result(timeout=10))
         print("one call per worker (pids):", pool.broadcast(os.getpid))
+
+    heading("A queue between the caller and its workers")
+    with Queue(maxsize=4) as q, Pool(2) as pool:  # passed to tasks like any argument
+        done = pool.starmap_async(produce, [(q, 3), (q, 3)], chunksize=1)
+        firsts = sorted(int(q.get(timeout=60)[0]) for _ in range(6))
+        print(f"queue: {done.get(timeout=60)} arrays put, got firsts {firsts}")
 
 
 if __name__ == "__main__":

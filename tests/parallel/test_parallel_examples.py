@@ -39,6 +39,7 @@ def test_pool_tutorial(tmp_path):
     assert "ran longer than task_timeout=1 s" in out
     assert "imap went on past the dead worker: [0, 1, 2, 3, 4, 'died', 6, 7]" in out
     assert "submit -> 49" in out
+    assert "queue: [3, 3] arrays put, got firsts [0, 0, 1, 1, 2, 2]" in out
 
 
 def test_background_tutorial(tmp_path):

@@ -60,3 +60,10 @@ def sleepy_block(x):
 def cuda_roundtrip(t):
     on_gpu = t.to(torch.cuda.current_device())
     return (on_gpu.is_cuda, float(on_gpu.sum()))
+
+
+def echo_tensors(inbox, outbox, n):
+    """Take ``n`` tensors from one queue, send each back doubled through another."""
+    for _ in range(n):
+        outbox.put(inbox.get(timeout=60) * 2)
+    return n

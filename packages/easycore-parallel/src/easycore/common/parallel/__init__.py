@@ -65,6 +65,7 @@ from .jobqueue import JobQueue
 from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .process_backend import ProcessBackend
+from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import PickleTransport, SharedMemoryTransport, Transport
 from .worker import Executor, ProducerWorker, WorkerContext, WorkerProgram
@@ -77,6 +78,9 @@ __all__ = [
     "BackgroundTask",
     "BackgroundStats",
     "JobQueue",
+    "Queue",
+    "QueueClosedError",
+    "QueuePeerDiedError",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

@@ -73,6 +73,7 @@ from .gradient_server import GradientServer
 from .model_sync import ModelSync
 from .policy import TorchDevicePolicy
 from .pool import Pool
+from .queue import Queue
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import TensorTransport, TorchSharingTransport
 
@@ -80,6 +81,7 @@ __all__ = [
     "Pool",
     "BackgroundTask",
     "JobQueue",
+    "Queue",
     "TorchDevicePolicy",
     "TorchSharingTransport",
     "TaskTimeoutError",

@@ -7,9 +7,11 @@
 * [`plan_placement`][easycore.torch.placement.plan_placement]: one device
   per model, never over capacity, with the smallest largest compute load,
   then the least cross-device traffic; deterministic;
-* [`place`][easycore.torch.placement.place]: plan, then move the models.
+* [`place`][easycore.torch.placement.place]: plan, then move the models;
+* [`device_distances`][easycore.torch.placement.device_distances]: how far
+  apart devices are for traffic (same GPU < NVLink < PCIe < CPU).
 
-Modules: `sizes`, `capacity`, `problem` (checked
+Modules: `sizes`, `capacity`, `topology`, `problem` (checked
 arguments), `search` (the algorithms), `planner` (the public
 functions).
 """
@@ -17,5 +19,6 @@ functions).
 from .capacity import device_capacity
 from .planner import place, plan_placement
 from .sizes import module_nbytes
+from .topology import device_distances
 
-__all__ = ["module_nbytes", "device_capacity", "plan_placement", "place"]
+__all__ = ["module_nbytes", "device_capacity", "plan_placement", "place", "device_distances"]

@@ -22,6 +22,9 @@ def plan_placement(
     compute: Optional[Sequence[float]] = None,
     traffic: Optional[Mapping[Tuple[int, int], float]] = None,
     reserve: float = 0.1,
+    device_speed: Optional[Mapping[str, float]] = None,
+    distance: Optional[Mapping[Tuple[str, str], float]] = None,
+    size_multiplier: Union[float, Sequence[float]] = 1.0,
 ) -> List[str]:
     """Choose a device for each model.
 
@@ -29,10 +32,12 @@ def plan_placement(
     nothing is measured or moved (unless ``capacity`` is left out, which
     reads the devices' free memory). The plan
 
-    1. never puts more than ``capacity[d] * (1 - reserve)`` bytes on device ``d``;
-    2. makes the largest compute load of any device as small as it can;
-    3. among plans with that load, keeps the least traffic between models on
-       different devices.
+    1. never puts more than ``capacity[d] * (1 - reserve)`` bytes on device ``d``
+       (each model counting ``size * size_multiplier``);
+    2. makes the largest load of any device as small as it can, a device's
+       load being its models' compute divided by its ``device_speed``;
+    3. among plans with that load, keeps the least traffic: each pair of
+       models' weight times the ``distance`` between their devices.
 
     Up to 8 models the search is exact (branch and bound); beyond, a greedy
     start improved by moves and swaps, which places 50 models in milliseconds.
@@ -41,7 +46,7 @@ def plan_placement(
         sizes (list[float]): bytes of each model, e.g. from
             [`module_nbytes`][easycore.torch.placement.module_nbytes].
         devices (list[str]): the devices to use, e.g. ``["cuda:0", "cuda:1"]``.
-            All count as equally fast; leave out the CPU to keep the work on GPUs.
+            All count as equally fast unless ``device_speed`` says otherwise.
         capacity (dict or None): ``{device: bytes}``; None: each device's free
             memory ([`device_capacity`][easycore.torch.placement.device_capacity]).
         compute (list[float] or None): cost of each model (e.g. FLOPs per
@@ -50,6 +55,17 @@ def plan_placement(
             model ``i`` to model ``j`` per step; both directions add up.
         reserve (float): fraction of each capacity kept free (activations,
             workspace, fragmentation), in [0, 1).
+        device_speed (dict or None): ``{device: relative speed}``, e.g.
+            ``{"cpu": 0.1}``: the CPU does a tenth of a GPU's work in the same
+            time (machin's ``cpu_weight``); devices not named count 1.
+        distance (dict or None): ``{(device_a, device_b): distance}``, the cost
+            of a unit of traffic between them (either order; a device is at 0
+            from itself); pairs not named count 1. From
+            [`device_distances`][easycore.torch.placement.device_distances]:
+            same device < NVLink pair < PCIe < the CPU.
+        size_multiplier (float or list[float]): memory each model takes per
+            byte of its ``sizes`` (weights and activations, e.g. 2.0), for all
+            models or one per model; >= 1.
 
     Returns:
         list[str]: the device of each model, in the order of ``sizes``.
@@ -73,7 +89,8 @@ def plan_placement(
         print(plan)
         ```
     """
-    problem = Problem.build(sizes, devices, capacity, compute, traffic, reserve, device_capacity)
+    problem = Problem.build(sizes, devices, capacity, compute, traffic, reserve, device_capacity,
+                            device_speed, distance, size_multiplier)
     problem.check_each_fits()
     pos = solve(problem)
     if pos is None:
@@ -109,7 +126,8 @@ def place(
         models (list[torch.nn.Module]): the models; their sizes are
             [`module_nbytes`][easycore.torch.placement.module_nbytes].
         devices (list or None): None: every GPU torch sees, else ``["cpu"]``.
-        **kwargs: ``capacity``, ``compute``, ``traffic``, ``reserve``, as for
+        **kwargs: ``capacity``, ``compute``, ``traffic``, ``reserve``,
+            ``device_speed``, ``distance``, ``size_multiplier``, as for
             ``plan_placement``. Free memory is measured before anything moves,
             so a model already on a GPU counts against that GPU.
 

@@ -1,16 +1,21 @@
 """A placement problem, checked and in plain lists: `Problem`.
 
 Everything the planner needs, indexed by model ``i`` and device ``d``:
-sizes, compute costs, usable capacities (``capacity * (1 - reserve)``) and
-the traffic between models as adjacency lists. Building it checks every
-argument and says which one is wrong.
+sizes (times the size multiplier), compute costs, each device's relative
+speed, usable capacities (``capacity * (1 - reserve)``), the traffic between
+models as adjacency lists, and the distance between devices. Building it
+checks every argument and says which one is wrong.
+
+A device's load is its models' compute divided by its speed (the time it
+takes); traffic between models ``i`` and ``j`` costs their weight times the
+distance between their devices (0 on one device, 1 between any two by default).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["Problem", "format_bytes"]
 
@@ -55,6 +60,16 @@ class Problem:
     raw_capacity: List[float]
     reserve: float
     neighbours: List[List[Tuple[int, float]]]  # i -> [(j, weight)], both directions summed
+    speed: List[float] = None  # type: ignore[assignment]  # per device; 1.0 each by default
+    distance: List[List[float]] = None  # type: ignore[assignment]  # d -> e; 0 on the diagonal
+    uniform: bool = True  # every pair of devices at distance 1: empty devices interchangeable
+
+    def __post_init__(self) -> None:
+        m = len(self.devices)
+        if self.speed is None:
+            self.speed = [1.0] * m
+        if self.distance is None:
+            self.distance = [[0.0 if d == e else 1.0 for e in range(m)] for d in range(m)]
 
     @property
     def n(self) -> int:
@@ -74,10 +89,24 @@ class Problem:
         traffic: Optional[Mapping[Tuple[int, int], float]],
         reserve: float,
         measure: Callable[[str], int],
+        speed: Optional[Mapping[str, float]] = None,
+        distance: Optional[Mapping[Tuple[str, str], float]] = None,
+        size_multiplier: Union[float, Sequence[float]] = 1.0,
     ) -> Problem:
         """Check the arguments; ``measure(device)`` gives a capacity not in ``capacity``."""
         size_list = _numbers(sizes, "sizes")
         n = len(size_list)
+        scalar = isinstance(size_multiplier, (int, float)) and not isinstance(size_multiplier, bool)
+        if scalar:
+            factors = _numbers([size_multiplier], "size_multiplier") * n  # type: ignore[list-item]
+        else:
+            factors = _numbers(size_multiplier, "size_multiplier", n)  # type: ignore[arg-type]
+        for i, f in enumerate(factors):
+            if f < 1:
+                where = "" if scalar else f"[{i}]"
+                raise ValueError(f"size_multiplier{where} must be >= 1 (weights plus "
+                                 f"activations), got {f!r}")
+        size_list = [s * f for s, f in zip(size_list, factors)]
         if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
             raise ValueError(f"devices must be a non-empty list of device strings, got {devices!r}")
         names = [str(d) for d in devices]
@@ -120,7 +149,10 @@ class Problem:
                 neighbours[i].append((j, w))
                 neighbours[j].append((i, w))
         usable = [c * (1.0 - reserve) for c in raw]
-        return cls(names, size_list, compute_list, usable, raw, float(reserve), neighbours)
+        speeds = _speeds(names, speed)
+        matrix, uniform = _distances(names, distance)
+        return cls(names, size_list, compute_list, usable, raw, float(reserve), neighbours,
+                   speeds, matrix, uniform)
 
     def check_each_fits(self) -> None:
         """Raise ``ValueError`` naming the first model no device can hold."""
@@ -135,15 +167,16 @@ class Problem:
                 )
 
     def cost(self, pos: Sequence[int]) -> Tuple[float, float]:
-        """(largest compute load of a device, traffic between models on different devices)."""
+        """(largest load of a device: compute / speed, traffic times device distance)."""
         loads = [0.0] * self.m
         for i, d in enumerate(pos):
             loads[d] += self.compute[i]
+        dist = self.distance
         cross = sum(
-            w for i, edges in enumerate(self.neighbours) for j, w in edges
-            if i < j and pos[i] != pos[j]
+            w * dist[pos[i]][pos[j]] for i, edges in enumerate(self.neighbours) for j, w in edges
+            if i < j
         )
-        return (max(loads) if loads else 0.0), cross
+        return (max(load / s for load, s in zip(loads, self.speed)) if loads else 0.0), cross
 
     def fits(self, pos: Sequence[int]) -> bool:
         """Whether no device holds more than its usable capacity."""
@@ -151,3 +184,53 @@ class Problem:
         for i, d in enumerate(pos):
             used[d] += self.sizes[i]
         return all(used[d] <= self.capacity[d] for d in range(self.m))
+
+
+def _speeds(devices: List[str], speed: Optional[Mapping[str, float]]) -> List[float]:
+    if speed is None:
+        return [1.0] * len(devices)
+    if not isinstance(speed, Mapping):
+        raise TypeError(f"device_speed must be a dict {{device: relative speed}}, got "
+                        f"{type(speed).__name__}")
+    unknown = sorted(str(k) for k in speed if k not in devices)
+    if unknown:
+        raise ValueError(f"device_speed names devices {unknown} not in devices {devices}")
+    out = []
+    for d in devices:
+        v = _numbers([speed.get(d, 1.0)], f"device_speed[{d!r}]")[0]
+        if v <= 0:
+            raise ValueError(f"device_speed[{d!r}] must be > 0, got {v!r}")
+        out.append(v)
+    return out
+
+
+def _distances(devices: List[str], distance: Optional[Mapping[Tuple[str, str], float]]
+               ) -> Tuple[List[List[float]], bool]:
+    m = len(devices)
+    matrix = [[0.0 if d == e else 1.0 for e in range(m)] for d in range(m)]
+    if distance is None:
+        return matrix, True
+    if not isinstance(distance, Mapping):
+        raise TypeError(f"distance must be a dict {{(device, device): distance}}, got "
+                        f"{type(distance).__name__}")
+    index = {d: k for k, d in enumerate(devices)}
+    given: Dict[Tuple[int, int], float] = {}
+    for key, value in distance.items():
+        if not isinstance(key, tuple) or len(key) != 2 or any(k not in index for k in key):
+            raise ValueError(f"distance key {key!r} must be a pair of devices from {devices}")
+        a, b = index[key[0]], index[key[1]]
+        v = _numbers([value], f"distance[{key!r}]")[0]
+        if a == b:
+            if v != 0:
+                raise ValueError(f"distance[{key!r}] must be 0: a device is at no distance "
+                                 "from itself")
+            continue
+        pair = (min(a, b), max(a, b))
+        if pair in given and given[pair] != v:
+            raise ValueError(f"distance gives {key!r} two different values "
+                             f"({given[pair]} and {v})")
+        given[pair] = v
+    for (a, b), v in given.items():
+        matrix[a][b] = matrix[b][a] = v
+    uniform = all(matrix[d][e] == 1.0 for d in range(m) for e in range(m) if d != e)
+    return matrix, uniform

@@ -1,8 +1,9 @@
 """Finding a placement: greedy start, local search, and exact search when small.
 
 The objective, in order: no device above its usable capacity (a hard
-constraint); the smallest largest compute load of any device; then the
-least traffic between models on different devices. Costs are compared with
+constraint); the smallest largest load of any device (its compute divided
+by its speed); then the least traffic, each pair's weight times the distance
+between their devices. Costs are compared with
 a relative tolerance of 1e-9, so float rounding never decides a tie.
 
 * `greedy`: models in decreasing order (of compute, or of size, which
@@ -40,8 +41,9 @@ Cost = Tuple[float, float]
 
 class _Tolerance:
     def __init__(self, p: Problem) -> None:
-        self.load = 1e-9 * max(1.0, sum(p.compute))
-        self.traffic = 1e-9 * max(1.0, sum(w for edges in p.neighbours for _, w in edges))
+        self.load = 1e-9 * max(1.0, sum(p.compute) / min(p.speed))
+        far = max(max(row) for row in p.distance)
+        self.traffic = 1e-9 * max(1.0, far * sum(w for edges in p.neighbours for _, w in edges))
 
     def better(self, a: Cost, b: Optional[Cost]) -> bool:
         if b is None:
@@ -80,15 +82,20 @@ class _State:
         self.take(i)
         self.put(i, d)
 
+    def time(self, d: int, extra: float = 0.0) -> float:
+        """Load of device ``d`` with ``extra`` compute added: compute / speed."""
+        return (self.loads[d] + extra) / self.p.speed[d]
+
+    def link_cost(self, i: int, d: int) -> float:
+        """Traffic cost of model ``i`` on device ``d`` to its placed neighbours."""
+        pos, row = self.pos, self.p.distance[d]
+        return sum(w * row[pos[j]] for j, w in self.p.neighbours[i] if pos[j] >= 0)
+
     def traffic_delta(self, i: int, b: int) -> float:
-        """Change of cross-device traffic if model ``i`` moved to device ``b``."""
-        a, pos, delta = self.pos[i], self.pos, 0.0
-        for j, w in self.p.neighbours[i]:
-            if pos[j] == a:
-                delta += w
-            elif pos[j] == b:
-                delta -= w
-        return delta
+        """Change of traffic cost if model ``i`` moved to device ``b``."""
+        a, pos = self.pos[i], self.pos
+        to_a, to_b = self.p.distance[a], self.p.distance[b]
+        return sum(w * (to_b[pos[j]] - to_a[pos[j]]) for j, w in self.p.neighbours[i])
 
     def swap_delta(self, i: int, j: int) -> float:
         a, b = self.pos[i], self.pos[j]
@@ -107,8 +114,7 @@ def greedy(p: Problem, order: Sequence[int]) -> Optional[List[int]]:
         for d in range(p.m):
             if st.used[d] + p.sizes[i] > p.capacity[d]:
                 continue
-            kept = sum(w for j, w in p.neighbours[i] if st.pos[j] == d)
-            key = (st.loads[d] + p.compute[i], -kept, d)
+            key = (st.time(d, p.compute[i]), st.link_cost(i, d), d)
             if best is None or key < best:
                 best = key
         if best is None:
@@ -138,16 +144,16 @@ def balance(p: Problem, pos: List[int], tol: _Tolerance, rounds: int) -> List[in
     st = _State(p, pos)
     c, s, cap = p.compute, p.sizes, p.capacity
     for _ in range(rounds):
-        top = max(st.loads)
+        top = max(st.time(d) for d in range(p.m))
         limit = top - tol.load  # a device must end below this to make progress
-        heavy = [d for d in range(p.m) if st.loads[d] > limit]
+        heavy = [d for d in range(p.m) if st.time(d) > limit]
         best = None
         for d in heavy:
             for i in st.members[d]:
                 for e in range(p.m):
-                    if e == d or st.used[e] + s[i] > cap[e] or st.loads[e] + c[i] >= limit:
+                    if e == d or st.used[e] + s[i] > cap[e] or st.time(e, c[i]) >= limit:
                         continue
-                    peak = max(st.loads[e] + c[i], st.loads[d] - c[i])
+                    peak = max(st.time(e, c[i]), st.time(d, -c[i]))
                     key = (peak, st.traffic_delta(i, e), i, e, -1)
                     if best is None or key < best:
                         best = key
@@ -158,8 +164,8 @@ def balance(p: Problem, pos: List[int], tol: _Tolerance, rounds: int) -> List[in
                         if e == d:
                             continue
                         for j in st.members[e]:
-                            new_d = st.loads[d] - c[i] + c[j]
-                            new_e = st.loads[e] - c[j] + c[i]
+                            new_d = st.time(d, c[j] - c[i])
+                            new_e = st.time(e, c[i] - c[j])
                             if new_d >= limit or new_e >= limit:
                                 continue
                             if (st.used[d] - s[i] + s[j] > cap[d]
@@ -186,7 +192,7 @@ def untangle(p: Problem, pos: List[int], tol: _Tolerance, rounds: int) -> List[i
         return pos
     st = _State(p, pos)
     c, s, cap = p.compute, p.sizes, p.capacity
-    limit = max(st.loads) + tol.load
+    limit = max(st.time(d) for d in range(p.m)) + tol.load
     for _ in range(rounds):
         best = None
         for i in range(p.n):
@@ -194,15 +200,16 @@ def untangle(p: Problem, pos: List[int], tol: _Tolerance, rounds: int) -> List[i
                 continue
             a = st.pos[i]
             for e in range(p.m):
-                if e == a or st.used[e] + s[i] > cap[e] or st.loads[e] + c[i] > limit:
+                if e == a or st.used[e] + s[i] > cap[e] or st.time(e, c[i]) > limit:
                     continue
                 key = (st.traffic_delta(i, e), i, e, -1)
                 if key[0] < -tol.traffic and (best is None or key < best):
                     best = key
-            # swaps towards a neighbour's device
-            for e in sorted({st.pos[j] for j, _ in p.neighbours[i]} - {a}):
+            # swaps towards a neighbour's device (any device, when distances differ)
+            towards = {st.pos[j] for j, _ in p.neighbours[i]} if p.uniform else set(range(p.m))
+            for e in sorted(towards - {a}):
                 for j in st.members[e]:
-                    if (st.loads[a] - c[i] + c[j] > limit or st.loads[e] - c[j] + c[i] > limit
+                    if (st.time(a, c[j] - c[i]) > limit or st.time(e, c[i] - c[j]) > limit
                             or st.used[a] - s[i] + s[j] > cap[a]
                             or st.used[e] - s[j] + s[i] > cap[e]):
                         continue
@@ -229,11 +236,9 @@ def exact(p: Problem, incumbent: Optional[List[int]], tol: _Tolerance,
           budget: int = EXACT_NODES) -> Optional[List[int]]:
     """The best assignment (branch and bound), or the best found within ``budget`` nodes."""
     n, m = p.n, p.m
-    c, s, cap, nb = p.compute, p.sizes, p.capacity, p.neighbours
+    c, s, cap, speed = p.compute, p.sizes, p.capacity, p.speed
+    floor = sum(c) / sum(speed)  # no plan's largest load is below this
     order = sorted(range(n), key=lambda i: (-c[i], -s[i], i))
-    rest = [0.0] * (n + 1)  # compute of order[k:]
-    for k in range(n - 1, -1, -1):
-        rest[k] = rest[k + 1] + c[order[k]]
     best_pos = list(incumbent) if incumbent is not None else None
     best = p.cost(best_pos) if best_pos is not None else None
     st = _State(p)
@@ -249,18 +254,19 @@ def exact(p: Problem, incumbent: Optional[List[int]], tol: _Tolerance,
         if nodes > budget:
             raise _OutOfBudget
         i = order[k]
-        placed = rest[0] - rest[k]
         tried_empty = set()
-        for d in sorted(range(m), key=lambda d: (st.loads[d] + c[i], d)):
+        for d in sorted(range(m), key=lambda d: (st.time(d, c[i]), d)):
             if st.used[d] + s[i] > cap[d]:
                 continue
-            if not st.members[d]:  # empty devices of one capacity are interchangeable
-                if cap[d] in tried_empty:
+            if not st.members[d] and p.uniform:
+                # empty devices of one capacity and speed are interchangeable
+                # (when every pair of devices is equally far apart)
+                if (cap[d], speed[d]) in tried_empty:
                     continue
-                tried_empty.add(cap[d])
-            new_top = max(top, st.loads[d] + c[i])
-            bound = max(new_top, (placed + rest[k]) / m)
-            new_cross = cross + sum(w for j, w in nb[i] if st.pos[j] >= 0 and st.pos[j] != d)
+                tried_empty.add((cap[d], speed[d]))
+            new_top = max(top, st.time(d, c[i]))
+            bound = max(new_top, floor)
+            new_cross = cross + st.link_cost(i, d)
             if best is not None:
                 if bound > best[0] + tol.load:
                     continue

@@ -1,0 +1,217 @@
+"""easycore.common.parallel.Queue (issue 27 item 3): arrays through the runners'
+shared memory, between the caller and its workers; never a hang when a side died."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import threading
+
+import numpy as np
+import pytest
+from _queue_funcs import (
+    consume,
+    encode_then_die,
+    get_and_report,
+    own_a_queue,
+    produce,
+    put_full,
+    put_then_die,
+)
+
+from easycore.common.parallel import (
+    BackgroundTask,
+    Pool,
+    Queue,
+    QueueClosedError,
+    QueuePeerDiedError,
+)
+
+BIG = 1 << 17  # int64s: 1 MiB, above the transport's threshold
+
+
+def segments(q):
+    prefix = q._prefix
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(prefix))
+
+
+def test_order_sizes_and_errors_in_one_process(no_leaks):
+    q = Queue(maxsize=3)
+    arrays = [np.arange(BIG) * k for k in range(2)]
+    q.put(arrays[0])
+    q.put({"small": 1})
+    q.put_nowait(arrays[1])
+    assert q.qsize() == 3 and not q.empty()
+    with pytest.raises(queue.Full):
+        q.put(np.zeros(BIG), timeout=0.05)
+    with pytest.raises(queue.Full):
+        q.put_nowait(np.zeros(BIG))
+    first = q.get()
+    assert np.array_equal(first, arrays[0])
+    assert q.get() == {"small": 1}
+    assert np.array_equal(q.get_nowait(), arrays[1])
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.05)
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    assert pickle.loads(pickle.dumps(q)) is q  # where it was made, it is itself
+    q.put(np.ones(BIG))  # left in the queue: close frees it
+    q.close()
+    assert segments(q) == []
+    with pytest.raises(QueueClosedError):
+        q.put(1)
+    q.close()  # idempotent
+    del first
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_pool_workers_put_the_caller_gets(no_leaks, start_method):
+    if start_method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {start_method} here")
+    with Queue(maxsize=4) as q, Pool(2, start_method=start_method) as pool:
+        done = pool.starmap_async(produce, [(q, w, 5, BIG) for w in range(2)], chunksize=1)
+        got = [q.get(timeout=60) for _ in range(10)]
+        assert done.get(60) == [5, 5]
+        for w in range(2):  # each producer's items in its order, arrays intact
+            mine = [(i, a) for worker, i, a in got if worker == w]
+            assert [i for i, _ in mine] == list(range(5))
+            assert all(a.shape == (BIG,) and (a == i).all() for i, a in mine)
+    assert segments(q) == []
+
+
+def test_the_caller_puts_a_worker_gets(no_leaks):
+    with Queue() as q, Pool(1) as pool:
+        result = pool.apply_async(consume, (q, 6))
+        for i in range(6):
+            q.put(np.full(BIG, i, dtype=np.int64))
+        assert result.get(timeout=120) == sum(i * BIG for i in range(6))
+        assert q.qsize() == 0
+    assert segments(q) == []
+
+
+def test_a_killed_producer_is_an_error_not_a_hang(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    with Queue() as q:
+        child = ctx.Process(target=put_then_die, args=(q,))
+        child.start()
+        assert q.get(timeout=60).shape == (1 << 17,)  # what it put before dying
+        with pytest.raises(QueuePeerDiedError, match=f"process {child.pid} ended") as info:
+            q.get(timeout=60)  # empty, and its producer is dead: no waiting forever
+        assert info.value.pid == child.pid
+        child.join(60)
+        q.put(1)  # the queue goes on
+        assert q.get(timeout=5) == 1
+
+
+def test_a_producer_killed_mid_put_leaks_no_segment(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    q = Queue()
+    child = ctx.Process(target=encode_then_die, args=(q,))
+    child.start()
+    child.join(60)
+    assert q.get(timeout=60) == "hello"
+    assert len(segments(q)) == 1  # made, never queued
+    with pytest.raises(QueuePeerDiedError):
+        q.get(timeout=60)
+    q.close()
+    assert segments(q) == []
+
+
+def test_a_dead_owner_is_an_error_in_the_other_processes(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    owner = ctx.Process(target=own_a_queue, args=(there,))
+    owner.start()
+    try:
+        assert here.poll(60)
+        q = here.recv()  # a client of a queue owned by the other process
+        assert q.qsize() == 0
+        outcome = []
+        waiter = threading.Thread(target=lambda: outcome.append(_get_error(q)))
+        waiter.start()
+        owner.kill()
+        waiter.join(60)
+        assert outcome == ["QueueClosedError"]
+        owner.join(60)
+        with pytest.raises(QueueClosedError, match=f"pid {owner.pid}"):
+            q.put(1)  # a put that waits for no reply too
+    finally:
+        owner.kill()
+        owner.join(60)
+        here.close()
+        there.close()
+
+
+def test_a_dead_owners_items_leave_no_segment(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    owner = ctx.Process(target=own_a_queue, args=(there, 3))
+    owner.start()
+    try:
+        assert here.poll(60)
+        q = here.recv()
+        assert q.get(timeout=60)[0] == 0
+        assert len(segments(q)) == 2  # the two items the owner still holds
+        owner.kill()
+        owner.join(60)
+        with pytest.raises(QueueClosedError):
+            q.get(timeout=60)
+        assert segments(q) == []  # nobody could read them any more
+    finally:
+        owner.kill()
+        owner.join(60)
+        here.close()
+        there.close()
+
+
+def _get_error(q):
+    try:
+        q.get(timeout=60)
+        return "got"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def test_close_wakes_waiters_everywhere(no_leaks):
+    ctx = multiprocessing.get_context("spawn")
+    q = Queue()
+    outcome = []
+    local = threading.Thread(target=lambda: outcome.append(_get_error(q)))
+    local.start()
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=get_and_report, args=(q, there))
+    child.start()
+    while q._broker.threads == []:  # the child is connected and waiting
+        child.join(0.05)
+        assert child.exitcode is None
+    q.close()
+    local.join(60)
+    assert outcome == ["QueueClosedError"]
+    assert here.poll(60) and here.recv() == "QueueClosedError"
+    child.join(60)
+    here.close()
+    there.close()
+
+
+def test_a_full_queue_times_out_in_a_worker_and_frees_its_segment(no_leaks):
+    with Queue(maxsize=1) as q:
+        q.put(0)
+        with Pool(1) as pool:
+            assert pool.apply(put_full, (q, 0.2)) == "full"
+        assert segments(q) == []
+        assert q.get(timeout=5) == 0
+
+
+def test_a_background_task_produces_into_a_queue(no_leaks):
+    """A prefetching BackgroundTask calls its target again and again: each call puts one."""
+    with Queue(maxsize=2) as q:
+        with BackgroundTask(produce, args=(q, 0, 1, BIG), workers=1) as task:
+            assert task.get(timeout=120) == 1
+            assert (q.get(timeout=60)[2] == 0).all()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="maxsize"):
+        Queue(maxsize=-1)

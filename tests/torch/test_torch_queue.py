@@ -1,0 +1,40 @@
+"""easycore.torch.parallel.Queue: tensors both ways through the runners' segments."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from _torch_pool_funcs import echo_tensors
+
+from easycore.torch.parallel import Pool, Queue, TensorTransport
+
+
+def _segments(q):
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(q._prefix))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_tensors_to_a_worker_and_back(no_leaks, start_method):
+    big = torch.arange(1 << 20, dtype=torch.float32).reshape(1024, 1024)
+    sent = [
+        big,
+        big.t(),  # not contiguous
+        big.to(torch.bfloat16),
+        torch.randint(0, 9, (600, 600), dtype=torch.int16),
+        torch.ones(3),  # small: inside the message
+    ]
+    with Queue() as inbox, Queue(maxsize=2) as outbox, \
+            Pool(1, start_method=start_method, cpu_threads=1) as pool:
+        assert isinstance(inbox._transport, TensorTransport)
+        done = pool.apply_async(echo_tensors, (inbox, outbox, len(sent)))
+        for t in sent:
+            inbox.put(t)
+        back = [outbox.get(timeout=60) for _ in sent]
+        assert done.get(timeout=60) == len(sent)
+        for a, b in zip(sent, back):
+            assert b.dtype == a.dtype and b.shape == a.shape
+            assert torch.equal(b, a * 2)
+        del back
+    assert _segments(inbox) == [] and _segments(outbox) == []
