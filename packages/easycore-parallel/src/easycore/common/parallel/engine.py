@@ -770,11 +770,20 @@ class Engine:
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
-        if at is None and self.backend.tracks_items and job.timeout is not None:
-            # Which item was running: the progress slot knows when it tracked it.
+        if at is None and self.backend.tracks_items:
+            # Which item was running: the worker writes its progress slot when
+            # it receives a chunk (item -1) and before each item.
             prog = self.backend.progress(slot)
             if prog is not None and prog[0] == job.id and prog[1] == running.seq:
-                at = prog[2]
+                at = prog[2] if prog[2] >= 0 else None
+            elif prog is not None and what == "died" and not self.fail_fast:
+                # It never received the chunk at the head of its queue: it
+                # died idle (killed from outside) and these were sent before
+                # its death was seen. Nothing of them ran, no item is at
+                # fault: all go to other workers, no death counts.
+                for c in chunks:
+                    self._requeue(c.job, c.first, c.items, c.n)
+                return
         err: BaseException
         if what == "timeout":
             index = running.first + (at or 0)
@@ -866,8 +875,8 @@ class Engine:
 
     def _started(self, w: _Worker, head: _Chunk) -> float:
         prog = self.backend.progress(w.slot)
-        if prog is not None and prog[0] == head.job.id and prog[1] == head.seq:
-            return prog[3]
+        if _runs(prog, head):
+            return prog[3]  # type: ignore[index]
         # Not started yet by the worker's own account: it starts after the
         # chunk before it came back, and not before it was sent.
         return max(head.sent_at, w.last_at)
@@ -882,7 +891,7 @@ class Engine:
                 if head is None or head.job.timeout is None or head.job.done:
                     continue
                 prog = self.backend.progress(w.slot)
-                tracked = prog is not None and prog[0] == head.job.id and prog[1] == head.seq
+                tracked = _runs(prog, head)
                 started = prog[3] if prog is not None and tracked else max(head.sent_at,
                                                                             w.last_at)
                 # Untracked, the whole chunk shares the limit (chunks are small then).
@@ -972,6 +981,12 @@ class Engine:
         except Exception:
             pass
         self.backend.abort()
+
+
+def _runs(prog: Optional[Tuple[int, int, int, float]], head: _Chunk) -> bool:
+    """Whether a progress slot says that an item of ``head`` runs (since ``prog[3]``)."""
+    return (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
+            and prog[2] >= 0)
 
 
 def _pop_chunk(w: _Worker, job: int, seq: int) -> Optional[_Chunk]:

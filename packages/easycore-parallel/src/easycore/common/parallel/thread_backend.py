@@ -21,6 +21,7 @@ What differs from processes, and why:
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import queue
 import threading
@@ -63,6 +64,9 @@ class _ThreadProgress:
 
     def write(self, index: int, job: int, seq: int, item: int, started: float) -> None:
         self._slot.progress[:] = [job, seq, item, started]
+
+    def marker(self, index: int) -> Any:
+        return functools.partial(self._slot.progress.__setitem__, 2)
 
 
 class ThreadBackend(Backend):

@@ -28,6 +28,7 @@ daemonic processes it started.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
@@ -168,26 +169,46 @@ def _call_hook(name: str, hook: Callable, *args: Any) -> Any:
 
 
 class ProgressSlots:
-    """Where each worker says which item it runs since when (for task timeouts).
+    """Where each worker says which item it runs (deaths and task timeouts).
 
     A small shared-memory array, one slot per worker: job, chunk, item index
     and start time (``time.monotonic()``, the same clock in every process of
-    a machine). Workers write their slot only for jobs with a timeout; the
-    caller reads it to tell exactly which item overran, with no messages.
+    a machine). A worker writes its slot when it receives a chunk (item -1)
+    and then the index of every item before running it (one 8-byte store);
+    jobs with a timeout also write each item's start time. The caller reads
+    it, with no messages, to tell which item overran or killed its worker,
+    and whether a chunk was ever received by a worker that died.
     """
 
+    _FIELDS = 4  # job, seq, item (int64), started (float64)
     _FMT = struct.Struct("qqqd")
 
     def __init__(self, buffer: Any) -> None:
         self._buf = buffer
+        view = memoryview(buffer)
+        self._ints = view.cast("q")
+        self._floats = view.cast("d")
 
     def write(self, slot: int, job: int, seq: int, item: int, started: float) -> None:
         """Record that ``slot``'s worker started ``item`` of chunk ``seq`` of ``job``."""
-        self._FMT.pack_into(self._buf, slot * self._FMT.size, job, seq, item, started)
+        base = slot * self._FIELDS
+        ints = self._ints
+        # The item first: a reader that sees the new chunk never pairs it with
+        # the item of the chunk before.
+        ints[base + 2] = item
+        self._floats[base + 3] = started
+        ints[base] = job
+        ints[base + 1] = seq
+
+    def marker(self, slot: int) -> Callable[[int], None]:
+        """A fast ``item -> None`` that records the item ``slot``'s worker starts now."""
+        return functools.partial(self._ints.__setitem__, slot * self._FIELDS + 2)
 
     def read(self, slot: int) -> Tuple[int, int, int, float]:
         """``(job, seq, item, started)`` last written to ``slot``."""
-        return self._FMT.unpack_from(self._buf, slot * self._FMT.size)
+        base = slot * self._FIELDS
+        ints = self._ints
+        return ints[base], ints[base + 1], ints[base + 2], self._floats[base + 3]
 
     @classmethod
     def nbytes(cls, slots: int) -> int:
@@ -286,7 +307,8 @@ class Executor:
             function (bytes or None): the job's function, the first time this
                 worker sees the job.
             items (list): the inputs.
-            track_items (bool): write each item's start to the progress slot.
+            track_items (bool): write each item's start time to the progress
+                slot (task timeouts); its index is written whenever there is one.
 
         Returns:
             tuple: ``(results, failures)``: one result per item (None where it
@@ -297,8 +319,13 @@ class Executor:
         fn, name = self.load(job, function)
         results: List[Any] = []
         failures: List[ItemFailure] = []
-        if track_items and self.progress is not None:
-            self._run_tracked(fn, name, job, seq, items, results, failures)
+        progress = self.progress
+        if progress is not None:
+            if track_items:
+                self._run_tracked(fn, name, job, seq, items, results, failures)
+            else:
+                self._run_marked(fn, name, progress.marker(self.ctx.index), items, results,
+                                 failures)
             return results, failures
         append = results.append
         remaining = items
@@ -314,6 +341,26 @@ class Executor:
                 append(None)
                 failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
                 remaining = items[i + 1 :]
+
+    @staticmethod
+    def _run_marked(fn: Callable, name: str, mark: Callable[[int], None], items: List[Any],
+                    results: List[Any], failures: List[ItemFailure]) -> None:
+        # Each item's index before it runs (one store): if this worker dies,
+        # only that item fails, and its chunk's others run elsewhere.
+        append = results.append
+        i, n = 0, len(items)
+        while i < n:
+            try:
+                while i < n:
+                    mark(i)
+                    append(fn(items[i]))
+                    i += 1
+            except Terminated:
+                raise
+            except BaseException as exc:  # this item fails alone; go on after it
+                append(None)
+                failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
+                i += 1
 
     def _run_tracked(self, fn: Callable, name: str, job: int, seq: int, items: List[Any],
                      results: List[Any], failures: List[ItemFailure]) -> None:
@@ -475,6 +522,9 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             except HookFailed as failed:
                 post(WorkerFailed(message.job, message.seq, failed.report))
                 continue
+        if progress is not None:
+            # Received (no item runs yet): a death from here on is this chunk's.
+            progress.write(spec.slot, message.job, message.seq, -1, time.monotonic())
         try:
             items = transport.decode_items(message.items)
         except Terminated:

@@ -1,0 +1,32 @@
+"""Module-level functions for the engine tests (importable by spawned workers)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def logged_exit_on(x, bad, folder):
+    """Record that ``x`` ran (in this worker's own file), then die on ``bad``."""
+    with open(Path(folder) / str(os.getpid()), "a") as f:
+        f.write(f"{x}\n")
+    if x == bad:
+        os._exit(7)
+    return x
+
+
+def runs(folder):
+    """Item -> how many times it ran, over every worker's log."""
+    counts: dict = {}
+    for path in Path(folder).iterdir():
+        for line in path.read_text().split():
+            counts[int(line)] = counts.get(int(line), 0) + 1
+    return counts
+
+
+def square(x):
+    return x * x
+
+
+def pid(_=None):
+    return os.getpid()
