@@ -39,6 +39,7 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
+from . import interrupts
 from .backend import Backend, ChannelBroken, WorkerExited
 from .chunking import AdaptiveChunker
 from .errors import (
@@ -352,7 +353,9 @@ class Engine:
         """
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"task_timeout must be a positive number of seconds, got {timeout!r}")
-        with self._lock:
+        with interrupts.deferred(), self._lock:
+            # Deferred: a Ctrl-C between reserving a credit and sending the
+            # chunk would keep the credit for a chunk never sent.
             self._check_usable()
             job = Job(
                 self, self._next_job, function, source, sink, ordered=ordered, lazy=lazy,
@@ -391,6 +394,22 @@ class Engine:
                 return
             self._finish(job, error)
 
+    def cancel_unsent(self, job: Job) -> bool:
+        """Cancel ``job`` if none of its items was handed to a worker yet.
+
+        Args:
+            job (Job):
+
+        Returns:
+            bool: True if the job is cancelled and none of it will run; False
+            if it ended already or some of it was sent (it runs on).
+        """
+        with self._lock:
+            if job.done or job.outstanding or job.taken_items:
+                return False
+            self._finish(job, None)
+            return True
+
     def consume(self, job: Job, n: int = 1) -> None:
         """The owner consumed ``n`` of ``job``'s results: its window moves on.
 
@@ -398,7 +417,7 @@ class Engine:
             job (Job): a job made with a ``window``.
             n (int): results consumed.
         """
-        with self._lock:
+        with interrupts.deferred(), self._lock:
             job.consumed_items += n
             self._dispatch()
         self.backend.wakeup()
@@ -442,12 +461,13 @@ class Engine:
                     return True
                 size = self._size_for(job, worker)
             try:
+                # The user's iterator may block: a Ctrl-C here gives the credit back.
                 first, items = job.pull(size, self.linger)
             except BaseException:
                 with self._lock:
                     self._unreserve(worker, job)
                 raise
-            with self._lock:
+            with interrupts.deferred(), self._lock:
                 if not items or job.done:
                     self._unreserve(worker, job)
                     if job.complete():
@@ -554,9 +574,15 @@ class Engine:
         transport = self.transport
         try:
             payload, chunk.in_bytes = transport.encode_items(slot, items)
-        except Exception as exc:
+        except BaseException as exc:
+            # The credit goes back, whatever it was (a Ctrl-C raised from an
+            # item's __reduce__, too): a credit kept for a chunk never sent
+            # wedges the worker's queue.
             self._unreserve(slot, job)
             job.seq -= 1
+            if not isinstance(exc, Exception):
+                self._finish(job, exc)
+                raise
             self._finish(job, _wrap_encode_error(exc, self.devices[slot], slot, first))
             return
         chunk.payload = payload

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from . import lifeline, threads
+from . import interrupts, lifeline, threads
 from .errors import ErrorReport
 from .protocol import (
     ChunkDone,
@@ -425,6 +425,7 @@ def process_main(
     """
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupts.unblock_in_worker()  # blocked by the caller across the start
     signal.signal(signal.SIGTERM, _on_sigterm)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
