@@ -30,3 +30,11 @@ def square(x):
 
 def pid(_=None):
     return os.getpid()
+
+
+class InterruptWhenPickled:
+    """Pickling it raises ``KeyboardInterrupt``: a Ctrl-C landing while items are
+    being sent (after a worker's credit was reserved)."""
+
+    def __reduce__(self):
+        raise KeyboardInterrupt
