@@ -21,7 +21,6 @@ What differs from processes, and why:
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import queue
 import threading
@@ -65,8 +64,8 @@ class _ThreadProgress:
     def write(self, index: int, job: int, seq: int, item: int, started: float) -> None:
         self._slot.progress[:] = [job, seq, item, started]
 
-    def marker(self, index: int) -> Any:
-        return functools.partial(self._slot.progress.__setitem__, 2)
+    def item_cell(self, index: int) -> Tuple[Any, int]:
+        return self._slot.progress, 2
 
 
 class ThreadBackend(Backend):

@@ -28,7 +28,6 @@ daemonic processes it started.
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import signal
@@ -200,9 +199,10 @@ class ProgressSlots:
         ints[base] = job
         ints[base + 1] = seq
 
-    def marker(self, slot: int) -> Callable[[int], None]:
-        """A fast ``item -> None`` that records the item ``slot``'s worker starts now."""
-        return functools.partial(self._ints.__setitem__, slot * self._FIELDS + 2)
+    def item_cell(self, slot: int) -> Tuple[Any, int]:
+        """``(cells, index)``: ``cells[index] = item`` records the item ``slot``'s
+        worker starts now (one store, inlined in the loop that runs items)."""
+        return self._ints, slot * self._FIELDS + 2
 
     def read(self, slot: int) -> Tuple[int, int, int, float]:
         """``(job, seq, item, started)`` last written to ``slot``."""
@@ -324,8 +324,8 @@ class Executor:
             if track_items:
                 self._run_tracked(fn, name, job, seq, items, results, failures)
             else:
-                self._run_marked(fn, name, progress.marker(self.ctx.index), items, results,
-                                 failures)
+                cells, at = progress.item_cell(self.ctx.index)
+                self._run_marked(fn, name, cells, at, items, results, failures)
             return results, failures
         append = results.append
         remaining = items
@@ -343,24 +343,25 @@ class Executor:
                 remaining = items[i + 1 :]
 
     @staticmethod
-    def _run_marked(fn: Callable, name: str, mark: Callable[[int], None], items: List[Any],
+    def _run_marked(fn: Callable, name: str, cells: Any, at: int, items: List[Any],
                     results: List[Any], failures: List[ItemFailure]) -> None:
         # Each item's index before it runs (one store): if this worker dies,
         # only that item fails, and its chunk's others run elsewhere.
         append = results.append
-        i, n = 0, len(items)
-        while i < n:
+        start = 0
+        while True:
             try:
-                while i < n:
-                    mark(i)
-                    append(fn(items[i]))
-                    i += 1
+                for i, item in enumerate(items[start:] if start else items, start):
+                    cells[at] = i
+                    append(fn(item))
+                return
             except Terminated:
                 raise
             except BaseException as exc:  # this item fails alone; go on after it
+                i = len(results)
                 append(None)
                 failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
-                i += 1
+                start = i + 1
 
     def _run_tracked(self, fn: Callable, name: str, job: int, seq: int, items: List[Any],
                      results: List[Any], failures: List[ItemFailure]) -> None:
