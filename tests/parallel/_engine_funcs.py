@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+from easycore.common.parallel import UnorderedRunner
 
 
 def logged_exit_on(x, bad, folder):
@@ -38,3 +41,33 @@ class InterruptWhenPickled:
 
     def __reduce__(self):
         raise KeyboardInterrupt
+
+
+def exit_at(x, bad):
+    """A tiny item; ``bad`` kills its worker."""
+    if x == bad:
+        os._exit(7)
+    return x
+
+
+class SlowDie(UnorderedRunner):
+    """Items of ~0.2 ms (their indices are tracked); item ``cfg.item`` kills its worker."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        time.sleep(0.0002)
+        if data == cfg.item:
+            os._exit(3)
+        return data
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.out = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.out.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.out

@@ -16,7 +16,7 @@ import os
 import signal
 
 import pytest
-from _engine_funcs import logged_exit_on, pid, runs, square
+from _engine_funcs import SlowDie, exit_at, logged_exit_on, pid, runs, square
 
 from easycore.common.parallel import BackgroundTask, Pool, WorkerDiedError
 
@@ -51,17 +51,24 @@ def test_a_death_without_a_timeout_fails_only_the_running_item(method, tmp_path,
 
 
 def test_a_runner_death_names_only_the_running_item(no_leaks):
-    from _parallel_helpers import Die
-
-    from easycore.common.config import CfgNode
-
-    runner = Die(["cpu:0", "cpu:1"], cfg=CfgNode({"item": 700, "how": "exit"}))
+    runner = SlowDie(["cpu:0", "cpu:1"], cfg={"item": 700})
     try:
         with pytest.raises(WorkerDiedError) as info:
-            runner(range(20_000))
+            runner(range(2000))
         assert info.value.items == [700]
     finally:
         runner.close()
+
+
+def test_tiny_items_a_death_still_costs_one_item(no_leaks):
+    # Items of well under 5 us run unmarked (a store each would cost 10-20 %):
+    # a death there runs the chunk again one item at a time, so that the
+    # guilty item fails alone (it kills a second worker doing so).
+    with Pool(2, max_deaths=3) as pool:
+        got = _collect(pool.imap_unordered(functools.partial(exit_at, bad=1500), range(3000)))
+    assert [g for g in got if isinstance(g, tuple)] == [("died", [1500])]
+    assert sorted(g for g in got if not isinstance(g, tuple)) == [
+        x for x in range(3000) if x != 1500]
 
 
 def test_a_background_task_death_costs_one_call(tmp_path, no_leaks):

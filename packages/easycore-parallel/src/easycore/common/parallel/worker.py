@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from . import interrupts, lifeline, threads
 from .errors import ErrorReport
 from .protocol import (
+    TRACK_TIMES,
     ChunkDone,
     ItemFailure,
     RunChunk,
@@ -297,7 +298,7 @@ class Executor:
         seq: int,
         function: Optional[bytes],
         items: List[Any],
-        track_items: bool = False,
+        track_items: int = 0,
     ) -> Tuple[List[Any], List[ItemFailure]]:
         """Run ``items`` with job ``job``'s function, each in turn.
 
@@ -307,8 +308,8 @@ class Executor:
             function (bytes or None): the job's function, the first time this
                 worker sees the job.
             items (list): the inputs.
-            track_items (bool): write each item's start time to the progress
-                slot (task timeouts); its index is written whenever there is one.
+            track_items (int): what to write to the progress slot per item:
+                0 nothing, 1 its index, 2 its index and start time (task timeouts).
 
         Returns:
             tuple: ``(results, failures)``: one result per item (None where it
@@ -320,8 +321,8 @@ class Executor:
         results: List[Any] = []
         failures: List[ItemFailure] = []
         progress = self.progress
-        if progress is not None:
-            if track_items:
+        if progress is not None and track_items:
+            if track_items >= TRACK_TIMES:
                 self._run_tracked(fn, name, job, seq, items, results, failures)
             else:
                 cells, at = progress.item_cell(self.ctx.index)
