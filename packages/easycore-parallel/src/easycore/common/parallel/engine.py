@@ -20,14 +20,15 @@ sink for results) and the engine does the rest:
 * **Failures.** With ``fail_fast`` (the runners) the first error (an item
   that raised, a worker that died) is raised by ``pump``. Otherwise (pools)
   an item that raises fails alone; a worker that dies fails only the item it
-  was running (the chunks queued behind it go to other workers) and is
-  replaced; a task past its ``timeout`` fails with
+  was running, as its progress slot says (the rest of its chunk and the
+  chunks queued behind it go to other workers; work it never received costs
+  nothing) and is replaced; a task past its ``timeout`` fails with
   [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], its worker
   is killed and replaced, and the other jobs go on. A job whose items killed
   ``max_deaths`` workers fails as a whole.
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
-their owner's thread (``Job.feed``); jobs over an in-memory list are fed by
+their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
 whoever pumps.
 """
 
