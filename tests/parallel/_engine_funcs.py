@@ -71,3 +71,15 @@ class SlowDie(UnorderedRunner):
     @staticmethod
     def consumer_end(cfg):
         return cfg.out
+
+
+class DiesWhenLoaded:
+    """Unpickling it ends the process (a job whose function kills the worker
+    while the worker builds it, before any item runs)."""
+
+    def __reduce__(self):
+        return os._exit, (5,)
+
+
+def first(x, _extra):
+    return x

@@ -16,7 +16,16 @@ import os
 import signal
 
 import pytest
-from _engine_funcs import SlowDie, exit_at, logged_exit_on, pid, runs, square
+from _engine_funcs import (
+    DiesWhenLoaded,
+    SlowDie,
+    exit_at,
+    first,
+    logged_exit_on,
+    pid,
+    runs,
+    square,
+)
 
 from easycore.common.parallel import BackgroundTask, Pool, WorkerDiedError
 
@@ -123,3 +132,13 @@ def test_a_broadcast_to_a_dead_unnoticed_worker_runs_on_its_replacement(no_leaks
             engine._pump_lock.release()
         caller.join(WAIT)
         assert out and victim not in out[0] and sorted(out[0]) == sorted(pool.worker_pids)
+
+
+def test_a_function_that_kills_workers_as_it_loads_fails_after_max_deaths(no_leaks):
+    # Its deaths happen after the chunk was received: they count, so the job
+    # fails instead of being sent to fresh workers forever.
+    fn = functools.partial(first, _extra=DiesWhenLoaded())
+    with Pool(2, max_deaths=2) as pool:
+        with pytest.raises(WorkerDiedError):
+            pool.map(fn, range(6), chunksize=1)
+        assert pool.map(square, range(3)) == [0, 1, 4]

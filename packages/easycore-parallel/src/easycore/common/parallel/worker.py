@@ -514,6 +514,10 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             continue
         if type(message) is not RunChunk:  # StopWorker
             break
+        if progress is not None:
+            # Received, before any of its code runs (the job's function is
+            # built next): a death from here on is this chunk's.
+            progress.write(spec.slot, message.job, message.seq, -1, time.monotonic())
         if message.forget:
             executor.forget(message.forget)
         if message.function is not None:
@@ -525,9 +529,6 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             except HookFailed as failed:
                 post(WorkerFailed(message.job, message.seq, failed.report))
                 continue
-        if progress is not None:
-            # Received (no item runs yet): a death from here on is this chunk's.
-            progress.write(spec.slot, message.job, message.seq, -1, time.monotonic())
         try:
             items = transport.decode_items(message.items)
         except Terminated:

@@ -254,7 +254,7 @@ class TorchSharingTransport(PickleTransport):
         path = os.path.join(tempfile.gettempdir(),
                             f"{self.tempdir_prefix}w{worker_index}-{os.getpid():x}")
         os.makedirs(path, mode=0o700, exist_ok=True)
-        process.current_process()._config["tempdir"] = path
+        process.current_process()._config["tempdir"] = path  # type: ignore[attr-defined]
         # As multiprocessing does for its own: removed when the worker exits.
         util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
 
