@@ -9,3 +9,10 @@ class InterruptWhenPickled:
 
     def __reduce__(self):
         raise KeyboardInterrupt
+
+
+class Echo:
+    """A service object."""
+
+    def echo(self, value):
+        return value

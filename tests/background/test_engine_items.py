@@ -95,6 +95,29 @@ def test_an_interrupt_inside_put_loses_no_credit_and_leaves_no_phantom(no_leaks)
         assert [q.get(timeout=WAIT) for _ in range(4)] == [0, 1, 2, 3]
 
 
+def test_a_background_task_whose_arguments_interrupt_leaves_nothing(no_leaks):
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            BackgroundTask(identity, (InterruptWhenPickled(),), workers=1)
+    with BackgroundTask(identity, (5,), workers=1) as bg:
+        assert bg.get(timeout=WAIT) == 5
+
+
+def test_a_service_call_interrupted_while_sending_leaves_the_service_usable(no_leaks):
+    from _engine_targets import Echo
+
+    from easycore.common.parallel.services import Service
+
+    service = Service.start(Echo)
+    try:
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                service.call("echo", InterruptWhenPickled())
+        assert service.call("echo", 7) == 7
+    finally:
+        service.close()
+
+
 def test_random_ctrl_c_during_put_and_get_leaves_the_queue_usable(no_leaks):
     # Real SIGINTs at random moments of put()/get() (main thread): after each,
     # the queue still works and holds only jobs that were put.
