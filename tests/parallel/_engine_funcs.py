@@ -83,3 +83,8 @@ class DiesWhenLoaded:
 
 def first(x, _extra):
     return x
+
+
+def busy(x):
+    """An item of a few microseconds."""
+    return sum(range(1500)) + x

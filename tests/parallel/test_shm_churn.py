@@ -8,6 +8,7 @@ that cannot open a segment says which one vanished.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -48,30 +49,36 @@ def test_opening_a_removed_segment_says_which_one_vanished():
     assert f"owned by pid {os.getpid()}" in message
 
 
-class _RemoveProgressAtBoot:
+class _Owner:
+    """Holds whose progress segments a forked worker removes; while it lives."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+
+def _remove_progress_at_boot(owner: _Owner) -> None:
     """An after-fork hook: the forked worker removes its pool's progress segment
     before it opens it (what another process deleting /dev/shm entries does)."""
-
-    def __init__(self, owner: int) -> None:
-        self.owner = owner
-
-    def __call__(self, _obj) -> None:
-        prefix = f"ecs-{self.owner:x}-"
-        for entry in os.listdir("/dev/shm"):
-            if entry.startswith(prefix):
-                try:
-                    os.unlink(f"/dev/shm/{entry}")
-                except FileNotFoundError:
-                    pass
+    prefix = f"ecs-{owner.pid:x}-"
+    for entry in os.listdir("/dev/shm"):
+        if entry.startswith(prefix):
+            try:
+                os.unlink(f"/dev/shm/{entry}")
+            except FileNotFoundError:
+                pass
 
 
 def test_a_worker_whose_segment_vanished_names_it(no_leaks):
-    hook = _RemoveProgressAtBoot(os.getpid())
-    util.register_after_fork(hook, hook)  # held weakly: gone with `hook`
+    owner = _Owner(os.getpid())
+    # The registry holds `owner` weakly (and the function, a module global,
+    # strongly): the hook is gone with `owner`, for every later fork.
+    util.register_after_fork(owner, _remove_progress_at_boot)
     try:
         with pytest.raises(WorkerError) as info:
             Pool(1, start_method="fork")
     finally:
-        del hook
+        del owner
+        gc.collect()
+    assert not any(f is _remove_progress_at_boot for _, _, f in list(util._afterfork_registry))
     message = str(info.value)
     assert "vanished" in message and "progress slots" in message and "'/ecs-" in message
