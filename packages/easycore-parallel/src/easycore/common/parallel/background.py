@@ -28,6 +28,7 @@ import queue
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from typing import (
     Any,
@@ -169,6 +170,18 @@ def pool_factory(owner: Any, workers: Optional[int],
                           backend=backend, **options)
 
     return make, streams
+
+
+def _no_timeout_if_false(timeout: Any) -> Optional[float]:
+    """``get(timeout=False)`` as elektronn2 meant it (block), with a warning; else ``timeout``."""
+    if timeout is False:
+        warnings.warn(
+            "get(timeout=False) waits without a limit, as in elektronn2; pass timeout=None "
+            "instead (False will be refused in a future release)",
+            DeprecationWarning, stacklevel=3,
+        )
+        return None
+    return timeout
 
 
 # ------------------------------------------------------------------ streams
@@ -409,7 +422,9 @@ class BackgroundTask:
         """The next result.
 
         Args:
-            timeout (float or None): seconds to wait (None: as long as it takes).
+            timeout (float or None): seconds to wait (None: as long as it takes;
+                ``False``, elektronn2's "block", means None too, with a
+                ``DeprecationWarning``).
 
         Returns:
             Any: what one call of the target returned.
@@ -422,6 +437,7 @@ class BackgroundTask:
             TaskTimeoutError: it ran past ``task_timeout``.
             RunnerClosedError: the task is closed.
         """
+        timeout = _no_timeout_if_false(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         start = time.perf_counter()
         try:
@@ -487,6 +503,10 @@ class BackgroundTask:
             stager, self._stager = getattr(self, "_stager", None), None
             if stager is not None:
                 stager.close()
+
+    def shutdown(self) -> None:
+        """Alias of [`close`][easycore.common.parallel.BackgroundTask.close] (elektronn2's name)."""
+        self.close()
 
     def __enter__(self) -> BackgroundTask:
         self._open_stream()

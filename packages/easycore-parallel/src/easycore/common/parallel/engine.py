@@ -20,14 +20,15 @@ sink for results) and the engine does the rest:
 * **Failures.** With ``fail_fast`` (the runners) the first error (an item
   that raised, a worker that died) is raised by ``pump``. Otherwise (pools)
   an item that raises fails alone; a worker that dies fails only the item it
-  was running (the chunks queued behind it go to other workers) and is
-  replaced; a task past its ``timeout`` fails with
+  was running, as its progress slot says (the rest of its chunk and the
+  chunks queued behind it go to other workers; work it never received costs
+  nothing) and is replaced; a task past its ``timeout`` fails with
   [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], its worker
   is killed and replaced, and the other jobs go on. A job whose items killed
   ``max_deaths`` workers fails as a whole.
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
-their owner's thread (``Job.feed``); jobs over an in-memory list are fed by
+their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
 whoever pumps.
 """
 
@@ -39,6 +40,7 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
+from . import interrupts
 from .backend import Backend, ChannelBroken, WorkerExited
 from .chunking import AdaptiveChunker
 from .errors import (
@@ -48,7 +50,16 @@ from .errors import (
     TaskTimeoutError,
     WorkerError,
 )
-from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
+from .protocol import (
+    TRACK_INDEX,
+    TRACK_TIMES,
+    ChunkDone,
+    RunChunk,
+    StopWorker,
+    WorkerEnded,
+    WorkerFailed,
+    WorkerReady,
+)
 
 __all__ = ["Engine", "Job", "JobSink", "ItemError"]
 
@@ -245,6 +256,8 @@ class Engine:
     linger = 0.02
     #: how long one pump waits at most when nothing happens
     tick = 0.25
+    #: seconds per item above which workers write each item's index (see ``_tracking``)
+    mark_items_above = 5e-6
     #: memory an ordered job may hold waiting for a late chunk (each item counts
     #: at least 64 bytes)
     reorder_bytes_default = 64 << 20
@@ -352,7 +365,9 @@ class Engine:
         """
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"task_timeout must be a positive number of seconds, got {timeout!r}")
-        with self._lock:
+        with interrupts.deferred(), self._lock:
+            # Deferred: a Ctrl-C between reserving a credit and sending the
+            # chunk would keep the credit for a chunk never sent.
             self._check_usable()
             job = Job(
                 self, self._next_job, function, source, sink, ordered=ordered, lazy=lazy,
@@ -391,6 +406,22 @@ class Engine:
                 return
             self._finish(job, error)
 
+    def cancel_unsent(self, job: Job) -> bool:
+        """Cancel ``job`` if none of its items was handed to a worker yet.
+
+        Args:
+            job (Job):
+
+        Returns:
+            bool: True if the job is cancelled and none of it will run; False
+            if it ended already or some of it was sent (it runs on).
+        """
+        with self._lock:
+            if job.done or job.outstanding or job.taken_items:
+                return False
+            self._finish(job, None)
+            return True
+
     def consume(self, job: Job, n: int = 1) -> None:
         """The owner consumed ``n`` of ``job``'s results: its window moves on.
 
@@ -398,7 +429,7 @@ class Engine:
             job (Job): a job made with a ``window``.
             n (int): results consumed.
         """
-        with self._lock:
+        with interrupts.deferred(), self._lock:
             job.consumed_items += n
             self._dispatch()
         self.backend.wakeup()
@@ -442,12 +473,13 @@ class Engine:
                     return True
                 size = self._size_for(job, worker)
             try:
+                # The user's iterator may block: a Ctrl-C here gives the credit back.
                 first, items = job.pull(size, self.linger)
             except BaseException:
                 with self._lock:
                     self._unreserve(worker, job)
                 raise
-            with self._lock:
+            with interrupts.deferred(), self._lock:
                 if not items or job.done:
                     self._unreserve(worker, job)
                     if job.complete():
@@ -554,9 +586,15 @@ class Engine:
         transport = self.transport
         try:
             payload, chunk.in_bytes = transport.encode_items(slot, items)
-        except Exception as exc:
+        except BaseException as exc:
+            # The credit goes back, whatever it was (a Ctrl-C raised from an
+            # item's __reduce__, too): a credit kept for a chunk never sent
+            # wedges the worker's queue.
             self._unreserve(slot, job)
             job.seq -= 1
+            if not isinstance(exc, Exception):
+                self._finish(job, exc)
+                raise
             self._finish(job, _wrap_encode_error(exc, self.devices[slot], slot, first))
             return
         chunk.payload = payload
@@ -566,11 +604,25 @@ class Engine:
         idx = w.fifo.index(None)  # type: ignore[arg-type]
         w.fifo[idx] = chunk
         message = RunChunk(job.id, chunk.seq, payload, function, forget,
-                           transport.feedback(slot), job.timeout is not None)
+                           transport.feedback(slot), self._tracking(job, len(items)))
         try:
             self.backend.send(slot, message)
         except ChannelBroken:
             pass  # the worker died: its exit, soon reported, re-routes this chunk
+
+    def _tracking(self, job: Job, n: int) -> int:
+        """What the worker writes per item of a chunk of ``n`` items of ``job``."""
+        if job.timeout is not None:
+            return TRACK_TIMES
+        if n > 1:
+            per_item = job.chunker.seconds_per_item
+            # One store per item costs ~40 ns: nothing next to an item of a
+            # few microseconds, 10-20 % of the tiniest (~0.3 us). Those go
+            # unmarked; a death there is traced by running the chunk again
+            # one item at a time (see _lost_running).
+            if per_item == 0.0 or per_item >= self.mark_items_above:
+                return TRACK_INDEX
+        return 0
 
     # ----------------------------------------------------------------- pump
     def pump(self, timeout: Optional[float] = None) -> None:
@@ -770,11 +822,31 @@ class Engine:
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
-        if at is None and self.backend.tracks_items and job.timeout is not None:
-            # Which item was running: the progress slot knows when it tracked it.
+        if at is None and self.backend.tracks_items:
+            # Which item was running: the worker writes its progress slot when
+            # it receives a chunk (item -1) and before each item.
             prog = self.backend.progress(slot)
             if prog is not None and prog[0] == job.id and prog[1] == running.seq:
-                at = prog[2]
+                at = prog[2] if prog[2] >= 0 else None
+                if (at is None and what == "died" and not self.fail_fast and running.n > 1
+                        and running.items is not None and job.deaths + 1 < self.max_deaths):
+                    # It received the chunk; which item killed it is unknown
+                    # (tiny items go unmarked). The chunk runs again one item
+                    # at a time, elsewhere: the guilty item then fails alone.
+                    job.deaths += 1
+                    for k, item in enumerate(running.items):
+                        self._requeue(job, running.first + k, [item], 1)
+                    for c in queued:
+                        self._requeue(c.job, c.first, c.items, c.n)
+                    return
+            elif prog is not None and what == "died" and not self.fail_fast:
+                # It never received the chunk at the head of its queue: it
+                # died idle (killed from outside) and these were sent before
+                # its death was seen. Nothing of them ran, no item is at
+                # fault: all go to other workers, no death counts.
+                for c in chunks:
+                    self._requeue(c.job, c.first, c.items, c.n)
+                return
         err: BaseException
         if what == "timeout":
             index = running.first + (at or 0)
@@ -866,8 +938,8 @@ class Engine:
 
     def _started(self, w: _Worker, head: _Chunk) -> float:
         prog = self.backend.progress(w.slot)
-        if prog is not None and prog[0] == head.job.id and prog[1] == head.seq:
-            return prog[3]
+        if _runs(prog, head):
+            return prog[3]  # type: ignore[index]
         # Not started yet by the worker's own account: it starts after the
         # chunk before it came back, and not before it was sent.
         return max(head.sent_at, w.last_at)
@@ -882,7 +954,7 @@ class Engine:
                 if head is None or head.job.timeout is None or head.job.done:
                     continue
                 prog = self.backend.progress(w.slot)
-                tracked = prog is not None and prog[0] == head.job.id and prog[1] == head.seq
+                tracked = _runs(prog, head)
                 started = prog[3] if prog is not None and tracked else max(head.sent_at,
                                                                             w.last_at)
                 # Untracked, the whole chunk shares the limit (chunks are small then).
@@ -972,6 +1044,12 @@ class Engine:
         except Exception:
             pass
         self.backend.abort()
+
+
+def _runs(prog: Optional[Tuple[int, int, int, float]], head: _Chunk) -> bool:
+    """Whether a progress slot says that an item of ``head`` runs (since ``prog[3]``)."""
+    return (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
+            and prog[2] >= 0)
 
 
 def _pop_chunk(w: _Worker, job: int, seq: int) -> Optional[_Chunk]:

@@ -24,7 +24,13 @@ import time
 from collections import deque
 from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
-from .background import Stager, close_when_collected, pool_factory
+from .background import (
+    BackgroundStats,
+    Stager,
+    _no_timeout_if_false,
+    close_when_collected,
+    pool_factory,
+)
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
 from .pool import _MAP, Pool
@@ -59,6 +65,27 @@ def _settle(future: concurrent.futures.Future, value: Any,
             future.set_result(value)
     except concurrent.futures.InvalidStateError:
         pass  # cancelled meanwhile
+
+
+class _JobFuture(concurrent.futures.Future):
+    """A job's Future whose ``cancel`` keeps its promise (``concurrent.futures``'):
+    True only if the job will never run (it was not handed to a worker yet),
+    False once it runs."""
+
+    sink: Optional[_QueueSink] = None
+
+    def cancel(self) -> bool:
+        if self.done():
+            return super().cancel()  # True if cancelled already, False if finished
+        job = self.sink.job if self.sink is not None else None
+        if job is None or not job.engine.cancel_unsent(job):
+            return False  # handed to a worker: it runs, its result comes
+        if not super().cancel():
+            return False
+        # Cancelled *and notified*: only then does concurrent.futures.wait()
+        # (get() waits with it) count it as done; nobody else would notify.
+        self.set_running_or_notify_cancel()
+        return True
 
 
 class _QueueSink(JobSink):
@@ -109,6 +136,7 @@ class JobQueue:
     default_workers: ClassVar[int] = 2
     #: a transform of each result, run in a thread of the caller (None: none)
     _stage: Optional[Callable[[Any], Any]] = None
+    _last_busy: List[float] = []
 
     def __init__(
         self,
@@ -162,6 +190,9 @@ class JobQueue:
         self._cond = threading.Condition()  # the FIFO, for put and close
         self._get_lock = threading.Lock()  # one get at a time: FIFO across consumer threads
         self._puts = 0
+        self._started = time.monotonic()
+        self._waited = 0.0
+        self._results = 0
         self._stager: Optional[Stager] = None
         if self._stage is not None:
             self._stager = Stager(self._stage, "easycore-jobqueue-stage")
@@ -202,16 +233,27 @@ class JobQueue:
                 if not block:
                     raise queue.Full(f"the JobQueue holds maxsize={self._maxsize} jobs")
                 self._cond.wait()
-            future: concurrent.futures.Future = concurrent.futures.Future()
+            future = _JobFuture()
             k = self._puts
             self._puts += 1
             # In the FIFO before the job runs: its result cannot overtake it.
             self._futures.append(future)
+        sink = future.sink = _QueueSink(future, self._stager)
         try:
-            pool._submit(_QueueCall(fn, self._streams), _MAP, [(k, args, kwargs)],
-                         _QueueSink(future, self._stager), ordered=False, lazy=False,
-                         chunksize=1, task_timeout=None, pass_context=False)
+            # A Ctrl-C inside is held until the job is either queued whole or
+            # not at all (the engine holds it across handing the job over).
+            pool._submit(_QueueCall(fn, self._streams), _MAP, [(k, args, kwargs)], sink,
+                         ordered=False, lazy=False, chunksize=1, task_timeout=None,
+                         pass_context=False)
         except BaseException as exc:
+            # Not queued: nothing of it stays in the FIFO (a later get() must
+            # not raise this put's error, Ctrl-C included).
+            with self._cond:
+                try:
+                    self._futures.remove(future)
+                except ValueError:
+                    pass  # close() cleared the FIFO
+                self._cond.notify_all()
             if not self._closed:
                 _settle(future, None, exc)
                 raise
@@ -225,7 +267,8 @@ class JobQueue:
 
         Args:
             timeout (float or None): seconds to wait, for a job to be put (by
-                another thread) and for it to finish.
+                another thread) and for it to finish (``False``, elektronn2's
+                "block", means None, with a ``DeprecationWarning``).
 
         Returns:
             Any: what the job returned.
@@ -236,9 +279,14 @@ class JobQueue:
             WorkerDiedError: its worker died (and was replaced).
             TaskTimeoutError: it ran past ``task_timeout``.
             RunnerClosedError: the queue is closed.
+            concurrent.futures.CancelledError: the job's Future was cancelled
+                before it ran (the job leaves the queue, in its turn).
         """
+        timeout = _no_timeout_if_false(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
+        start = time.perf_counter()
         if not self._get_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._waited += time.perf_counter() - start
             raise PoolTimeoutError(f"no result within {timeout} s")
         try:
             with self._cond:
@@ -259,9 +307,12 @@ class JobQueue:
             with self._cond:
                 if self._futures and self._futures[0] is future:
                     self._futures.popleft()
+                    self._results += 1
                 self._cond.notify_all()
         finally:
             self._get_lock.release()
+            self._waited += time.perf_counter() - start
+        # A job whose Future was cancelled raises CancelledError here, in its turn.
         return future.result()
 
     def __len__(self) -> int:
@@ -274,6 +325,7 @@ class JobQueue:
         pool = getattr(self, "_pool", None)
         if pool is None:
             return
+        self._last_busy = pool._engine.worker_seconds()
         self._closed = True
         self._pool = None
         pool.terminate()  # fails every unfinished job: their futures hold the error
@@ -287,6 +339,22 @@ class JobQueue:
         stager, self._stager = getattr(self, "_stager", None), None
         if stager is not None:
             stager.close()
+
+    def shutdown(self) -> None:
+        """Alias of [`close`][easycore.common.parallel.JobQueue.close] (elektronn2's name)."""
+        self.close()
+
+    @property
+    def stats(self) -> BackgroundStats:
+        """BackgroundStats: per-worker busy and idle seconds, and the caller's wait in ``get``
+        (as [`BackgroundTask.stats`][easycore.common.parallel.BackgroundTask.stats];
+        elektronn2's ``SharedQ(profile=True)``)."""
+        seconds = time.monotonic() - self._started
+        pool = self._pool
+        busy = pool._engine.worker_seconds() if pool is not None else list(self._last_busy)
+        self._last_busy = busy
+        return BackgroundStats(seconds, busy, [max(0.0, seconds - b) for b in busy],
+                               self._waited, self._results)
 
     @property
     def closed(self) -> bool:

@@ -11,6 +11,7 @@ with plain ``pickle.loads``. Code is pickled once per job, never per item.
 
 from __future__ import annotations
 
+import io
 import pickle
 import sys
 import types
@@ -24,6 +25,34 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 def _from_main(obj: Any) -> bool:
     module = getattr(obj, "__module__", None)
     return module in ("__main__", "__mp_main__")
+
+
+class _MainFinder(pickle.Pickler):
+    """A pickler that notes whether what it pickles refers to code of ``__main__``.
+
+    easycore's own wrappers (a seeded call, a worker's start, a queued call)
+    pickle by reference, and so would hide a user's ``__main__`` function
+    inside them from the by-value path: a worker started with ``spawn`` or
+    ``forkserver`` then fails to find it.
+    """
+
+    found = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not self.found and (_from_main(obj) or _from_main(type(obj))):
+            self.found = True
+        return NotImplemented  # pickle it as usual
+
+
+def _refers_to_main(obj: Any) -> Optional[bytes]:
+    """``obj`` pickled by reference, or None if that fails or it refers to ``__main__``."""
+    buffer = io.BytesIO()
+    finder = _MainFinder(buffer, protocol=_PROTOCOL)
+    try:
+        finder.dump(obj)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return None
+    return None if finder.found else buffer.getvalue()
 
 
 def dumps_code(obj: Any) -> bytes:
@@ -40,13 +69,10 @@ def dumps_code(obj: Any) -> bytes:
     """
     parts = obj if isinstance(obj, tuple) else (obj,)
     if not any(_from_main(p) or _from_main(getattr(p, "__class__", None)) for p in parts):
-        try:
-            return pickle.dumps(obj, protocol=_PROTOCOL)
-        except (pickle.PicklingError, AttributeError, TypeError):
-            pass  # a lambda or a local function: by value below
-        import cloudpickle
-
-        return cloudpickle.dumps(obj, protocol=_PROTOCOL)
+        # Code of __main__ may also hide inside (a wrapper's attribute).
+        by_reference = _refers_to_main(obj)
+        if by_reference is not None:
+            return by_reference
     return dumps_either(obj)
 
 
@@ -118,9 +144,17 @@ def loads_code(data: bytes) -> Any:
     return _share_main_globals(pickle.loads(data))
 
 
-def _share_main_globals(obj: Any) -> Any:
+def _share_main_globals(obj: Any, depth: int = 0) -> Any:
     if isinstance(obj, tuple):
-        return tuple(_share_main_globals(part) for part in obj)
+        return tuple(_share_main_globals(part, depth) for part in obj)
+    if depth < 2 and _is_wrapper(obj):
+        # easycore's wrappers hold the user's code in attributes (a seeded
+        # call's target, a worker start's initializer): share those too.
+        for name, value in vars(obj).items():
+            shared = _share_main_globals(value, depth + 1)
+            if shared is not value:
+                setattr(obj, name, shared)
+        return obj
     if not isinstance(obj, types.FunctionType) or not _from_main(obj):
         return obj
     main = sys.modules.get("__main__")
@@ -136,3 +170,9 @@ def _share_main_globals(obj: Any) -> Any:
     shared.__qualname__ = obj.__qualname__
     shared.__module__ = obj.__module__
     return shared
+
+
+def _is_wrapper(obj: Any) -> bool:
+    module = getattr(type(obj), "__module__", "") or ""
+    return module.startswith("easycore.") and hasattr(obj, "__dict__") and not isinstance(
+        obj, type)

@@ -24,6 +24,7 @@ interpreter's shutdown, which ends the daemonic processes it started), then
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import select
@@ -36,7 +37,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import lifeline, shm
+from . import interrupts, lifeline, shm
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
 from .pickling import dumps_either
@@ -69,6 +70,13 @@ def _frame(data: bytes) -> bytes:
     if n > 0x7FFFFFFF:
         return struct.pack("!i", -1) + struct.pack("!Q", n) + data
     return struct.pack("!i", n) + data
+
+
+def _start_blocked(process: Any) -> None:
+    # SIGINT blocked (in the thread that forks) until the worker ignores it:
+    # a Ctrl-C now is the caller's, never a death in multiprocessing's bootstrap.
+    with interrupts.blocked_at_start():
+        process.start()
 
 
 class _Handle:
@@ -284,7 +292,7 @@ class ProcessBackend(Backend):
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            lifeline.start_process(process.start)
+            lifeline.start_process(functools.partial(_start_blocked, process))
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, Optional
 __all__ = [
     "AVAILABLE",
     "SharedMemoryFull",
+    "SegmentVanished",
     "create",
     "open_existing",
     "release",
@@ -128,6 +129,21 @@ def _reserve(fd: int, size: int) -> None:
                 raise
 
 
+class SegmentVanished(FileNotFoundError):
+    """A segment's name was removed before this process could open it."""
+
+
+def _what(name: str) -> str:
+    """What a segment of ``name`` holds, from the names easycore gives them."""
+    base = name.lstrip("/")
+    if base.startswith("ecs-") and base.endswith("-p"):
+        return "the workers' progress slots"
+    parts = base.split("-")
+    role = parts[3][:1] if len(parts) > 3 else ""
+    return {"g": "the cfg", "c": "items or results the caller lent",
+            "w": "a worker's results"}.get(role, "data in flight")
+
+
 def open_existing(name: str, size: int, *, private: bool = False) -> mmap.mmap:
     """Map an existing segment.
 
@@ -138,14 +154,38 @@ def open_existing(name: str, size: int, *, private: bool = False) -> mmap.mmap:
 
     Returns:
         mmap.mmap:
+
+    Raises:
+        SegmentVanished: the name is gone (a ``FileNotFoundError`` that says
+            which segment vanished, and what it held).
     """
-    fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+    try:
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+    except FileNotFoundError:
+        owner = name.lstrip("/").split("-")
+        pid = f" (owned by pid {int(owner[1], 16)})" if len(owner) > 2 and _is_hex(
+            owner[1]) else ""
+        raise SegmentVanished(
+            errno.ENOENT,
+            f"shared-memory segment {name!r}{pid}, holding {_what(name)}, vanished before "
+            f"process {os.getpid()} could open it: its name was removed from {_SHM_DIR} "
+            "(by the process that made it, as it closed, or by something that deletes "
+            f"{_SHM_DIR} entries)",
+        ) from None
     try:
         if private:  # no populate: that would copy every page for this process
             return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE)
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
 
 
 def release(name: str, *, free_now: bool = False, registered: bool = True) -> None:
@@ -181,7 +221,10 @@ def _unlink(name: str) -> None:
     try:
         _posixshmem.shm_unlink(name)
     except FileNotFoundError:
-        return
+        # Removed by someone else (something deleting /dev/shm entries): the
+        # tracker must still forget it, or at exit it reports it "leaked"
+        # and fails to unlink it again.
+        pass
     resource_tracker.unregister(name, "shared_memory")
 
 

@@ -64,6 +64,9 @@ class _ThreadProgress:
     def write(self, index: int, job: int, seq: int, item: int, started: float) -> None:
         self._slot.progress[:] = [job, seq, item, started]
 
+    def item_cell(self, index: int) -> Tuple[Any, int]:
+        return self._slot.progress, 2
+
 
 class ThreadBackend(Backend):
     """Runs each device's worker in a thread of this process."""

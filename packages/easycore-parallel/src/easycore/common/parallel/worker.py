@@ -37,9 +37,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from . import lifeline, threads
+from . import interrupts, lifeline, threads
 from .errors import ErrorReport
 from .protocol import (
+    TRACK_TIMES,
     ChunkDone,
     ItemFailure,
     RunChunk,
@@ -168,26 +169,47 @@ def _call_hook(name: str, hook: Callable, *args: Any) -> Any:
 
 
 class ProgressSlots:
-    """Where each worker says which item it runs since when (for task timeouts).
+    """Where each worker says which item it runs (deaths and task timeouts).
 
     A small shared-memory array, one slot per worker: job, chunk, item index
     and start time (``time.monotonic()``, the same clock in every process of
-    a machine). Workers write their slot only for jobs with a timeout; the
-    caller reads it to tell exactly which item overran, with no messages.
+    a machine). A worker writes its slot when it receives a chunk (item -1)
+    and then the index of every item before running it (one 8-byte store);
+    jobs with a timeout also write each item's start time. The caller reads
+    it, with no messages, to tell which item overran or killed its worker,
+    and whether a chunk was ever received by a worker that died.
     """
 
+    _FIELDS = 4  # job, seq, item (int64), started (float64)
     _FMT = struct.Struct("qqqd")
 
     def __init__(self, buffer: Any) -> None:
         self._buf = buffer
+        view = memoryview(buffer)
+        self._ints = view.cast("q")
+        self._floats = view.cast("d")
 
     def write(self, slot: int, job: int, seq: int, item: int, started: float) -> None:
         """Record that ``slot``'s worker started ``item`` of chunk ``seq`` of ``job``."""
-        self._FMT.pack_into(self._buf, slot * self._FMT.size, job, seq, item, started)
+        base = slot * self._FIELDS
+        ints = self._ints
+        # The item first: a reader that sees the new chunk never pairs it with
+        # the item of the chunk before.
+        ints[base + 2] = item
+        self._floats[base + 3] = started
+        ints[base] = job
+        ints[base + 1] = seq
+
+    def item_cell(self, slot: int) -> Tuple[Any, int]:
+        """``(cells, index)``: ``cells[index] = item`` records the item ``slot``'s
+        worker starts now (one store, inlined in the loop that runs items)."""
+        return self._ints, slot * self._FIELDS + 2
 
     def read(self, slot: int) -> Tuple[int, int, int, float]:
         """``(job, seq, item, started)`` last written to ``slot``."""
-        return self._FMT.unpack_from(self._buf, slot * self._FMT.size)
+        base = slot * self._FIELDS
+        ints = self._ints
+        return ints[base], ints[base + 1], ints[base + 2], self._floats[base + 3]
 
     @classmethod
     def nbytes(cls, slots: int) -> int:
@@ -276,7 +298,7 @@ class Executor:
         seq: int,
         function: Optional[bytes],
         items: List[Any],
-        track_items: bool = False,
+        track_items: int = 0,
     ) -> Tuple[List[Any], List[ItemFailure]]:
         """Run ``items`` with job ``job``'s function, each in turn.
 
@@ -286,7 +308,8 @@ class Executor:
             function (bytes or None): the job's function, the first time this
                 worker sees the job.
             items (list): the inputs.
-            track_items (bool): write each item's start to the progress slot.
+            track_items (int): what to write to the progress slot per item:
+                0 nothing, 1 its index, 2 its index and start time (task timeouts).
 
         Returns:
             tuple: ``(results, failures)``: one result per item (None where it
@@ -297,8 +320,13 @@ class Executor:
         fn, name = self.load(job, function)
         results: List[Any] = []
         failures: List[ItemFailure] = []
-        if track_items and self.progress is not None:
-            self._run_tracked(fn, name, job, seq, items, results, failures)
+        progress = self.progress
+        if progress is not None and track_items:
+            if track_items >= TRACK_TIMES:
+                self._run_tracked(fn, name, job, seq, items, results, failures)
+            else:
+                cells, at = progress.item_cell(self.ctx.index)
+                self._run_marked(fn, name, cells, at, items, results, failures)
             return results, failures
         append = results.append
         remaining = items
@@ -314,6 +342,27 @@ class Executor:
                 append(None)
                 failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
                 remaining = items[i + 1 :]
+
+    @staticmethod
+    def _run_marked(fn: Callable, name: str, cells: Any, at: int, items: List[Any],
+                    results: List[Any], failures: List[ItemFailure]) -> None:
+        # Each item's index before it runs (one store): if this worker dies,
+        # only that item fails, and its chunk's others run elsewhere.
+        append = results.append
+        start = 0
+        while True:
+            try:
+                for i, item in enumerate(items[start:] if start else items, start):
+                    cells[at] = i
+                    append(fn(item))
+                return
+            except Terminated:
+                raise
+            except BaseException as exc:  # this item fails alone; go on after it
+                i = len(results)
+                append(None)
+                failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
+                start = i + 1
 
     def _run_tracked(self, fn: Callable, name: str, job: int, seq: int, items: List[Any],
                      results: List[Any], failures: List[ItemFailure]) -> None:
@@ -378,6 +427,7 @@ def process_main(
     """
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupts.unblock_in_worker()  # blocked by the caller across the start
     signal.signal(signal.SIGTERM, _on_sigterm)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
@@ -464,6 +514,10 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             continue
         if type(message) is not RunChunk:  # StopWorker
             break
+        if progress is not None:
+            # Received, before any of its code runs (the job's function is
+            # built next): a death from here on is this chunk's.
+            progress.write(spec.slot, message.job, message.seq, -1, time.monotonic())
         if message.forget:
             executor.forget(message.forget)
         if message.function is not None:

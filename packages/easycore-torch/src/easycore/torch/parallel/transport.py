@@ -55,8 +55,13 @@ from __future__ import annotations
 
 import copyreg
 import ctypes
+import glob
 import io
+import os
 import pickle
+import secrets
+import shutil
+import tempfile
 from typing import Any, List, Tuple
 
 import torch
@@ -208,6 +213,16 @@ def _rebuild_empty(
     return torch.empty_strided(size, stride, dtype=dtype, requires_grad=requires_grad)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class TorchSharingTransport(PickleTransport):
     """Tensors through torch's own sharing (``torch.multiprocessing``'s reductions).
 
@@ -216,6 +231,52 @@ class TorchSharingTransport(PickleTransport):
     receiving process must be on the same machine and keep within torch's
     rules for CUDA IPC). What ``Pool(tensor_sharing="torch")`` uses.
     """
+
+    #: what a worker's temporary directory is called after (its pid, a token)
+    tempdir_tag = "ecpt"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._owner = os.getpid()
+        self.tempdir_prefix = f"{self.tempdir_tag}-{os.getpid():x}-{secrets.token_hex(3)}-"
+
+    # CPU tensors travel as file descriptors that a worker serves from a
+    # listener socket in multiprocessing's temporary directory (pymp-*/
+    # listener-*), removed only by a clean exit. A worker killed (a timeout,
+    # SIGKILL) left it behind: each worker now makes its own, under a name the
+    # caller knows, and the caller removes a dead worker's at once.
+    def bind_worker(self, worker_index: int) -> None:
+        super().bind_worker(worker_index)
+        if os.getpid() == self._owner:
+            return  # a service client's copy, in the caller: its directory is its own
+        from multiprocessing import process, util
+
+        path = os.path.join(tempfile.gettempdir(),
+                            f"{self.tempdir_prefix}w{worker_index}-{os.getpid():x}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        process.current_process()._config["tempdir"] = path  # type: ignore[attr-defined]
+        # As multiprocessing does for its own: removed when the worker exits.
+        util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
+
+    def worker_gone(self, worker: int) -> None:
+        super().worker_gone(worker)
+        self._sweep(f"w{worker}-")
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        self._sweep("w")
+
+    def _sweep(self, tail: str) -> None:
+        pattern = os.path.join(tempfile.gettempdir(), f"{self.tempdir_prefix}{tail}*")
+        for path in glob.glob(pattern):
+            # Only the directories of processes that are gone: a copy of this
+            # transport cleaned up in a live worker (services) keeps its own.
+            try:
+                pid = int(path.rsplit("-", 1)[-1], 16)
+            except ValueError:
+                continue
+            if pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(path, ignore_errors=True)
 
     def _dumps(self, obj: Any) -> Tuple[bytes, int]:
         from multiprocessing.reduction import ForkingPickler

@@ -1,0 +1,81 @@
+"""Ctrl-C around easycore's critical sections.
+
+Python raises ``KeyboardInterrupt`` in the main thread between any two
+bytecodes. Two places must not be cut in half by it:
+
+* **Handing work to a worker** (a credit reserved, items encoded, a frame
+  written to the pipe): cut there, a credit stays taken by a chunk that was
+  never sent, or half a frame sits on the pipe.
+  [`deferred`][easycore.common.parallel.interrupts.deferred] holds a Ctrl-C
+  that lands inside and raises it right after, once the state is whole.
+* **Starting a worker process**: a worker that gets the terminal's SIGINT
+  before it could ignore it (still in multiprocessing's bootstrap) dies, and
+  the caller sees a ``WorkerDiedError`` instead of its own
+  ``KeyboardInterrupt``. [`blocked_at_start`][easycore.common.parallel.interrupts.blocked_at_start]
+  blocks SIGINT in the starting thread, so the child inherits it blocked; the
+  worker unblocks it ([`unblock_in_worker`][easycore.common.parallel.interrupts.unblock_in_worker])
+  once it ignores it. A Ctrl-C meanwhile reaches the caller as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator, List
+
+__all__ = ["deferred", "blocked_at_start", "unblock_in_worker"]
+
+_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that lands inside; raise it on the way out.
+
+    Only the main thread handles signals; elsewhere this does nothing. A
+    handler other than Python's (ignored, default) is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        yield
+        return
+    held: List[Any] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(frame)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            previous(signal.SIGINT, held[0])
+
+
+@contextlib.contextmanager
+def blocked_at_start() -> Iterator[None]:
+    """Block SIGINT in this thread while a worker process is started.
+
+    The child (fork) or the program it runs (spawn, and the fork server's
+    children when the server is started here) inherits the blocked mask.
+    """
+    if not _SIGMASK:
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if signal.SIGINT not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def unblock_in_worker() -> None:
+    """In a worker that now ignores SIGINT: unblock it (a pending one is dropped)."""
+    if _SIGMASK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
