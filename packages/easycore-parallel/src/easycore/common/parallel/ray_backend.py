@@ -247,11 +247,12 @@ def _first_caller_outside_easycore() -> int:
     ``skip_file_prefixes`` does the same but 3.9-3.11 lack it.
     """
     import sys
+    from types import FrameType
 
     import easycore
 
     prefixes = tuple(os.path.join(os.path.abspath(p), "") for p in easycore.__path__)
-    frame = sys._getframe(1)  # the function that calls warnings.warn
+    frame: Optional[FrameType] = sys._getframe(1)  # the function that calls warnings.warn
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(prefixes):
         frame = frame.f_back
