@@ -167,3 +167,15 @@ def test_returns_sections_render_a_type_not_a_name() -> None:
     (item,) = returns.value
     assert not item.name, f"the returned value is named {item.name!r}"
     assert str(item.annotation) == "bool" and item.description == "whether it was done."
+
+
+def test_no_returns_section_names_its_value() -> None:
+    # With returns_named_value off, "Returns: local_path (str): ..." would render its
+    # type as "local_path (str": a Returns entry is "TYPE: description".
+    named = []
+    for source in sorted(DOCS.parent.glob("packages/*/src/**/*.py")):
+        lines = source.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines[:-1]):
+            if line.strip() == "Returns:" and re.match(r"\s+\w+ \([^)]*\):", lines[i + 1]):
+                named.append(f"{source.relative_to(DOCS.parent)}:{i + 2}: {lines[i + 1].strip()}")
+    assert not named, "Returns entries written as 'name (type):':\n" + "\n".join(named)
