@@ -117,7 +117,13 @@ ensure_env() {
     *) echo "unknown environment mode: $mode" >&2; exit 2 ;;
   esac
   echo "==> checking that the installed versions fit together (pip check)"
-  "${pip[@]}" check
+  if ! "${pip[@]}" check; then
+    if [[ "$mode" == locked ]]; then
+      echo "error: requirements/lock/$name.txt no longer satisfies the requirements" >&2
+      echo "       (a pyproject or requirements/$name.txt changed): run scripts/lock and commit it." >&2
+    fi
+    exit 1
+  fi
   echo "$want" > "$stamp"
   echo "==> $rel is ready"
 }
