@@ -1,25 +1,129 @@
-# Sourced by scripts/test, demo, bench and docs: make (or reuse) a local virtual
-# environment with all six distributions installed editable plus the given
-# requirement files. Only Python 3 with pip and venv is needed; nothing is
-# installed outside the repository.
+# Sourced by scripts/test, demo, bench, docs and lock: make (or reuse) a local
+# virtual environment with all six distributions installed editable. Only
+# Python 3 with pip and venv is needed; nothing is installed outside the
+# repository.
+#
+# Three kinds of environment (see scripts/README.md):
+#   locked  the exact, hash-checked versions of requirements/lock/NAME.txt
+#           (what CI runs; regenerate with scripts/lock)
+#   latest  the newest releases that requirements/NAME.txt and the
+#           distributions' own ranges admit (drift found on purpose)
+#   lowest  the oldest versions the distributions' ranges admit
+#           (scripts/lowest_constraints.py turns their floors into pins)
+#
+# EASYCORE_TORCH_INDEX=URL (or --torch-index URL on scripts/test and demo)
+# installs torch from that index first, e.g. the CPU builds at
+# https://download.pytorch.org/whl/cpu, for machines without the CPU wheel at
+# hand: PyPI's torch of the same version is the CUDA build (several GB).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 DISTRIBUTIONS=(easycore-config easycore-registry easycore-path easycore-parallel easycore-torch easycore)
+EASYCORE_TORCH_INDEX="${EASYCORE_TORCH_INDEX:-}"
 
-# ensure_env VENV REQUIREMENTS... : the environment is rebuilt only when a
-# requirement file, a pyproject or this script changed since the last run.
+# distributions_for NAME: the distributions (with the extras the lock resolves)
+# that environment NAME holds. The docs build reads the sources and imports
+# neither torch nor Ray, so its environment leaves out easycore-torch and the extras.
+distributions_for() {
+  if [[ "$1" == docs ]]; then
+    echo easycore-config easycore-registry easycore-path easycore-parallel easycore
+  else
+    echo easycore-config easycore-registry easycore-path "easycore-parallel[ray]" easycore-torch "easycore[all]"
+  fi
+}
+
+# parse_env_options "$@": takes --latest, --lowest and --torch-index URL off the
+# front of the arguments; sets ENV_MODE and EASYCORE_TORCH_INDEX and leaves the
+# rest in ENV_ARGS.
+parse_env_options() {
+  ENV_MODE=locked
+  ENV_ARGS=()
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --latest) ENV_MODE=latest ;;
+      --lowest) ENV_MODE=lowest ;;
+      --torch-index) [[ $# -ge 2 ]] || { echo "--torch-index needs a URL" >&2; exit 2; }
+                     EASYCORE_TORCH_INDEX="$2"; shift ;;
+      --torch-index=*) EASYCORE_TORCH_INDEX="${1#--torch-index=}" ;;
+      *) ENV_ARGS=("$@"); break ;;
+    esac
+    shift
+  done
+}
+
+# venv_for MODE BASE: the environment's folder for a mode (.venv, .venv-latest, ...).
+venv_for() {
+  if [[ "$1" == locked ]]; then echo "$2"; else echo "$2-$1"; fi
+}
+
+# ensure_env VENV NAME [MODE]: NAME is docs, test or bench (requirements/NAME.txt
+# and requirements/lock/NAME.txt). The environment is rebuilt from scratch only
+# when a requirement or lock file, a pyproject, these scripts or the torch index
+# changed since the last run.
 ensure_env() {
-  local venv="$ROOT/$1"; shift
-  local stamp="$venv/.easycore-stamp" want args=() r d
-  want="$(cd "$ROOT" && cat "$@" requirements/*.txt packages/*/pyproject.toml scripts/_env.sh | sha256sum | cut -d' ' -f1)"
+  local venv="$ROOT/$1" name="$2" mode="${3:-locked}"
+  local stamp="$venv/.easycore-stamp" want rel="$1" d
+  local lock="$ROOT/requirements/lock/$name.txt" pip editable=() dists
+  want="$( (cd "$ROOT" && echo "$mode $EASYCORE_TORCH_INDEX" &&
+            cat requirements/*.txt requirements/lock/*.txt packages/*/pyproject.toml \
+                scripts/_env.sh scripts/lowest_constraints.py) | sha256sum | cut -d' ' -f1)"
   if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
-  echo "==> setting up ${venv#"$ROOT"/} (first run or changed requirements; takes a minute or two)"
-  [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv"
-  for d in "${DISTRIBUTIONS[@]}"; do args+=(-e "$ROOT/packages/$d"); done
-  for r in "$@"; do args+=(-r "$ROOT/$r"); done
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
+  read -ra dists <<< "$(distributions_for "$name")"
+  for d in "${dists[@]}"; do editable+=(-e "$ROOT/packages/$d"); done
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+  echo "==> setting up $rel: $mode dependencies for '$name' (first run or changed requirements; a few minutes)"
+  echo "==> [1/4] creating a fresh virtual environment in $rel with $PY"
+  "$PY" -m venv --clear "$venv"
+  if [[ -n "$EASYCORE_TORCH_INDEX" ]]; then
+    local torch_pin
+    if [[ "$mode" == locked ]]; then
+      torch_pin="$(grep -E '^torch==' "$lock" | cut -d' ' -f1)"
+    else
+      torch_pin="$(grep -E '^torch[=<>~! ]' "$ROOT/requirements/test.txt" | head -1)"
+    fi
+    echo "==> [2/4] installing ${torch_pin:-torch} from $EASYCORE_TORCH_INDEX"
+    "${pip[@]}" install --no-deps --index-url "$EASYCORE_TORCH_INDEX" "${torch_pin:-torch}"
+  else
+    echo "==> [2/4] torch comes with the rest (set EASYCORE_TORCH_INDEX to take it from another index)"
+  fi
+  case "$mode" in
+    locked)
+      echo "==> [3/4] installing the pinned, hash-checked versions of requirements/lock/$name.txt"
+      if ! "${pip[@]}" install --require-hashes --no-deps -r "$lock"; then
+        echo "error: installing requirements/lock/$name.txt failed. If pip found no torch==2.13.0+cpu," >&2
+        echo "       this machine has no CPU build of torch at hand: rerun with" >&2
+        echo "       EASYCORE_TORCH_INDEX=https://download.pytorch.org/whl/cpu (see docs/installation.md)." >&2
+        exit 1
+      fi
+      echo "==> [4/4] installing the easycore distributions (editable, no new dependencies)"
+      # built with the lock's hatchling and editables, so nothing unpinned is fetched
+      "${pip[@]}" install --no-deps --no-build-isolation "${editable[@]}"
+      ;;
+    latest)
+      echo "==> [3/4] resolving requirements/$name.txt and the distributions' ranges to their newest releases"
+      echo "==> [4/4] installing them with the easycore distributions (editable)"
+      "${pip[@]}" install --upgrade --upgrade-strategy eager "${editable[@]}" -r "$ROOT/requirements/$name.txt"
+      ;;
+    lowest)
+      local constraints="$venv/lowest-constraints.txt"
+      echo "==> [3/4] pinning each dependency of the distributions to its floor (scripts/lowest_constraints.py):"
+      "$PY" "$ROOT/scripts/lowest_constraints.py" > "$constraints"
+      sed 's/^/      /' "$constraints"
+      echo "==> [4/4] installing them with requirements/$name.txt and the easycore distributions (editable)"
+      "${pip[@]}" install "${editable[@]}" -r "$ROOT/requirements/$name.txt" -c "$constraints"
+      ;;
+    *) echo "unknown environment mode: $mode" >&2; exit 2 ;;
+  esac
+  echo "==> checking that the installed versions fit together (pip check)"
+  if ! "${pip[@]}" check; then
+    if [[ "$mode" == locked ]]; then
+      echo "error: requirements/lock/$name.txt no longer satisfies the requirements" >&2
+      echo "       (a pyproject or requirements/$name.txt changed): run scripts/lock and commit it." >&2
+    fi
+    exit 1
+  fi
   echo "$want" > "$stamp"
+  echo "==> $rel is ready"
 }

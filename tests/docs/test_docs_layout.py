@@ -104,26 +104,39 @@ def test_inline_code_wraps_between_the_parts_of_a_name_only() -> None:
     assert plain == before
 
 
-def test_requires_marker_is_hidden_and_the_block_still_renders() -> None:
+def test_requires_marker_becomes_a_badge_and_the_block_still_renders() -> None:
     hook = _load_hook()
     md = _site_markdown()
     page = (
         "Say `# requires: NAME` in the prose.\n\n"
         "```python\n# requires: torch, cuda\nimport torch\nx = torch.ones(2)  # a comment\n```\n\n"
         "```python\nimport os  # no marker here\n```\n\n"
-        "!!! note\n\n    ```python\n    # requires: ray\n    import ray\n    ```\n"
+        "!!! note\n\n    ```python\n    # requires: network\n    import requests\n    ```\n"
     )
     html = hook.on_page_content(md.convert(page), page=None, config=None, files=None)
-    assert "requires: torch" not in html and "requires: ray" not in html
+    assert "requires: torch" not in html and "requires: network" not in html
     assert "<code># requires: NAME</code>" in html  # the prose keeps it
     blocks = re.findall(r"<pre[^>]*>(?:<span></span>)?<code[^>]*>(.*?)</code>", html, re.S)
     # each block is all there but the marker, and still highlighted by Pygments
     assert [re.sub(r"<[^>]+>", "", code) for code in blocks] == [
         "import torch\nx = torch.ones(2)  # a comment\n",
         "import os  # no marker here\n",
-        "import ray\n",
+        "import requests\n",
     ]
     assert all('<span class="kn">import</span>' in code for code in blocks)
+    # a reader sees what the marked examples need, just above each of them, and only there
+    badges = re.findall(r'<p class="ec-requires">(.*?)</p>\s*<div class="[^"]*highlight', html)
+    assert [re.sub(r"<[^>]+>", "", b) for b in badges] == [
+        "Needs PyTorch, a CUDA GPU",
+        "Needs internet access",
+    ]
+    assert html.count("ec-requires-label") == 2
+
+
+def test_every_requires_name_has_a_reader_label() -> None:
+    from docblocks import REQUIREMENTS
+
+    assert set(REQUIREMENTS) <= set(_load_hook().LABELS)
 
 
 @pytest.mark.parametrize(

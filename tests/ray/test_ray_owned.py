@@ -83,6 +83,9 @@ def test_a_runner_started_ray_that_listens_everywhere_says_so(ray_init_kwargs):
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     if exposed:
         assert any("every network interface" in m and str(exposed[0]) in m for m in messages)
+        # it points at the user's line (the `with Runner(...)` above), not at easycore's
+        (where,) = [w for w in caught if "every network interface" in str(w.message)]
+        assert where.filename == __file__, f"the warning points at {where.filename}:{where.lineno}"
     else:
         assert not any("every network interface" in m for m in messages)
 

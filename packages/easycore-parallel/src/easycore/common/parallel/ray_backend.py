@@ -227,8 +227,30 @@ def _warn_if_exposed() -> None:
             f"to prevent it. On a machine reachable from untrusted networks, firewall those "
             f"ports, or start Ray yourself inside a trusted network and pass address=",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_first_caller_outside_easycore(),
         )
+
+
+def _first_caller_outside_easycore() -> int:
+    """The ``stacklevel`` that points a warning at the user's line, not easycore's.
+
+    Runners, pools and services reach Ray through call chains of different depths,
+    so no fixed number fits; this counts the frames (from the caller of
+    ``warnings.warn``) that live in easycore's own files. Python 3.12's
+    ``skip_file_prefixes`` does the same but 3.9-3.11 lack it.
+    """
+    import sys
+    from types import FrameType
+
+    import easycore
+
+    prefixes = tuple(os.path.join(os.path.abspath(p), "") for p in easycore.__path__)
+    frame: Optional[FrameType] = sys._getframe(1)  # the function that calls warnings.warn
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(prefixes):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> Dict[str, Any]:

@@ -217,65 +217,73 @@ class BaseRunner:
     # ================================================================= hooks
     @staticmethod
     def producer_init(device: str, cfg: CfgNode) -> None:
-        """
-        function for producer initialization.
+        """Set up one producer: runs once in each worker (a replacement too), before its first item.
+
+        Load a model, open a file or seed a generator here, and keep it on
+        ``cfg`` for `producer_work` and `producer_end`.
 
         Args:
-            device (str): device for the this process.
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it to
-                transfer data to `producer_work` and `producer_end` function.
+            device (str): the device this worker serves, e.g. ``"cpu"`` or ``"cuda:0"``.
+            cfg (easycore.common.config.CfgNode): this worker's own copy of the
+                runner's ``cfg``; what you store on it here stays for the
+                worker's lifetime.
         """
         pass
 
     @staticmethod
     def producer_work(device: str, cfg: CfgNode, data: Any) -> Any:
-        """
-        function specify how the producer processes the data.
+        """Process one item: runs in a worker, once for each input item.
 
         Args:
-            device (str): device for this process.
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it to
-                get data from `producer_init` function and transfer data to the next
-                `producer_work` and `producer_end` function.
-            data (Any): data get from input of `__call__` method.
+            device (str): the device this worker serves.
+            cfg (easycore.common.config.CfgNode): this worker's copy of the
+                runner's ``cfg``, with whatever `producer_init` and earlier
+                calls stored on it.
+            data (Any): one item of the iterable passed to `__call__`.
 
         Returns:
-            Any: processed data
+            Any: the result, handed to `consumer_work` in the calling process
+                (so it must be picklable with the process and Ray back-ends).
         """
         return data
 
     @staticmethod
     def producer_end(device: str, cfg: CfgNode) -> None:
-        """
-        function after finishing all of its task and before close the process.
+        """Tear down one producer: runs once in each worker when the runner closes.
+
+        Release what `producer_init` acquired. It runs on `close()`, not after
+        a failure (a worker ended by an error is stopped without it).
 
         Args:
-            device (str): device for this process.
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it to
-                get data from `producer_init` and `producer_work` function.
+            device (str): the device this worker serves.
+            cfg (easycore.common.config.CfgNode): this worker's copy of the
+                runner's ``cfg``, as `producer_init` and `producer_work` left it.
         """
         pass
 
     @staticmethod
     def consumer_init(cfg: CfgNode) -> None:
-        """
-        function for consumer initialization.
+        """Set up the consumer: runs in the calling process at the start of each call.
+
+        Initialise the totals or open the outputs that `consumer_work` fills in.
 
         Args:
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it to
-                transfer data to `consumer_work` and `consumer_end` function.
+            cfg (easycore.common.config.CfgNode): a fresh copy of the runner's
+                ``cfg`` for this call, shared with `consumer_work` and
+                `consumer_end`.
         """
         pass
 
     @staticmethod
     def consumer_work(cfg: CfgNode, data: Any) -> None:
-        """
-        function specify how the consumer processes the data from producers.
+        """Take in one result: runs in the calling process, once for each item.
+
+        An ordered runner delivers the results in input order; an unordered one
+        as they arrive.
 
         Args:
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it to
-                get data from `consumer_init` function and transfer data to the next
-                `consumer_work` and `consumer_end` function.
+            cfg (easycore.common.config.CfgNode): this call's consumer ``cfg``, as
+                `consumer_init` and earlier calls left it.
             data (Any): one result of `producer_work`.
         """
         pass
@@ -299,15 +307,14 @@ class BaseRunner:
 
     @staticmethod
     def consumer_end(cfg: CfgNode) -> Any:
-        """
-        function after receiving all data from producers.
+        """Finish the call: runs in the calling process after the last result.
 
         Args:
-            cfg (easycore.common.config.CfgNode): config of this process, you can use it
-                get data from `consumer_work` function.
+            cfg (easycore.common.config.CfgNode): this call's consumer ``cfg``, as
+                `consumer_work` left it.
 
         Returns:
-            Any: processed data
+            Any: what the call to the runner returns.
         """
         return None
 

@@ -102,7 +102,7 @@ class HTTPURLHandler(PathHandler):
             path (str): A URI supported by this PathHandler.
 
         Returns:
-            local_path (str): a file path which exists on the local file system.
+            str: the path of a file that exists on the local file system.
 
         Raises:
             DownloadError: the download failed (HTTP error, timeout, cut connection).

@@ -37,7 +37,7 @@ class NativePathHandler(PathHandler):
             path (str): A URI supported by this PathHandler.
 
         Returns:
-            local_path (str): the path itself.
+            str: the path itself.
         """
         return os.fspath(path)
 

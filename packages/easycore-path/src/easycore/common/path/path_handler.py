@@ -79,7 +79,7 @@ class PathHandler:
             path (str): A URI supported by this PathHandler.
 
         Returns:
-            local_path (str): a file path which exists on the local file system.
+            str: the path of a file that exists on the local file system.
         """
         raise self._unsupported("get_local_path", path)
 

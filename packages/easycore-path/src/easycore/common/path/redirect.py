@@ -127,7 +127,7 @@ class RedirectPathHandler(PathHandler):
             path (str): A URI supported by this PathHandler.
 
         Returns:
-            local_path (str): a file path which exists on the local file system.
+            str: the path of a file that exists on the local file system.
         """
         with self._redirected(path) as target:
             return PathManager.get_local_path(target)
