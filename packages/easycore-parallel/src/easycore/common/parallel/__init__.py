@@ -61,6 +61,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .insights import Insights, Verdict, WorkerInsights
 from .jobqueue import JobQueue
 from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
@@ -77,6 +78,9 @@ __all__ = [
     "BackgroundTask",
     "BackgroundStats",
     "JobQueue",
+    "Insights",
+    "WorkerInsights",
+    "Verdict",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

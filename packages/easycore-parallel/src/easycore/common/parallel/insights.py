@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["Insights", "WorkerInsights", "Verdict"]
+__all__ = ["Insights", "WorkerInsights", "Verdict", "Recorder"]
 
 # A stage busy this share of the wall time (or more) bounds the run.
 _BOUND = 0.7
@@ -157,21 +158,37 @@ class Insights:
                 f"{moving / busy:.0%} of worker time moves data ({mb:.2f} MB an item): return "
                 "smaller results, send arrays instead of Python objects, or keep data on the GPU",
             )
-        busy_times = [w.busy for w in self.workers]
-        median = statistics.median(busy_times)
-        slowest = max(range(len(busy_times)), key=busy_times.__getitem__)
-        if len(busy_times) > 1 and median > 0 and busy_times[slowest] >= _STRAGGLER * median:
-            ratio = busy_times[slowest] / median
-            return Verdict(
-                "straggler", ratio,
-                f"worker {self.workers[slowest].worker} ({self.workers[slowest].device}) ran "
-                f"{ratio:.1f}x longer than the median: one slow item or a slow device",
-            )
+        straggler = self._straggler()
+        if straggler is not None:
+            return straggler
         return Verdict(
             "workers", busy,
             f"workers are busy {busy:.0%} of the time: the work itself bounds the run; "
             "more workers (or devices) would help",
         )
+
+    def _straggler(self) -> Optional[Verdict]:
+        """A worker far slower than the others: in busy time (one slow item, the
+        others done and waiting) or in seconds per item (a slow device, the load
+        balanced around it). Compared with the median of the *other* workers: with
+        two workers the median of all is their mean, which nothing doubles."""
+        rows = [w for w in self.workers if w.items > 0]
+        if len(rows) < 2:
+            return None
+        for what, unit in ((lambda w: w.busy, "longer"),
+                           (lambda w: w.busy / w.items, "longer per item")):
+            values = [what(w) for w in rows]
+            k = max(range(len(rows)), key=values.__getitem__)
+            others = statistics.median(values[:k] + values[k + 1:])
+            # A straggler also has to matter: busy for a fifth of the run at least.
+            if others > 0 and values[k] >= _STRAGGLER * others and rows[k].busy >= 0.2 * self.wall:
+                ratio = values[k] / others
+                return Verdict(
+                    "straggler", ratio,
+                    f"worker {rows[k].worker} ({rows[k].device}) ran {ratio:.1f}x {unit} than "
+                    "the other workers: one slow item or a slow device",
+                )
+        return None
 
     def _share(self, what: str) -> float:
         """Mean over workers of ``what`` seconds as a share of the wall time."""
@@ -187,6 +204,20 @@ class Insights:
         data = asdict(self)
         data["verdict"] = asdict(self.verdict())
         return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> Insights:
+        """The inverse of `to_dict` (its ``verdict`` is recomputed, not read).
+
+        Args:
+            data (dict): what `to_dict` (or ``json.loads`` of `to_json`) gave.
+
+        Returns:
+            Insights:
+        """
+        fields = {k: v for k, v in data.items() if k not in ("verdict", "workers")}
+        workers = [WorkerInsights(**w) for w in data.get("workers", [])]
+        return cls(workers=workers, **fields)
 
     def to_json(self, **kwargs: Any) -> str:
         """Returns:
@@ -285,3 +316,112 @@ def merge_workers(rows: List[WorkerInsights]) -> Optional[WorkerInsights]:
                      "deaths", "timeouts"):
             setattr(total, name, getattr(total, name) + getattr(row, name))
     return total
+
+
+class Recorder:
+    """Collects a run's seconds and counts while it runs (internal).
+
+    The engine writes the workers' columns (one guarded call per chunk), the
+    client writes the caller's (consumer hooks, waiting, reading the input).
+    Sums are plain ``+=`` under the GIL: a pool's coordinator and a caller
+    thread may both write, and at worst one addition of a statistic is lost.
+    """
+
+    def __init__(self, devices: Sequence[str]) -> None:
+        """
+        Args:
+            devices (list[str]): one per worker slot.
+        """
+        self.devices = list(devices)
+        #: the caller's own code is what runs between its ``get`` calls
+        #: (``BackgroundTask``, ``JobQueue``): consuming = wall - waiting - reading
+        self.between_calls = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting afresh (a new call, or ``reset``)."""
+        n = len(self.devices)
+        self.started = time.perf_counter()
+        self.startup = [0.0] * n
+        self.seconds = [0.0] * n  # per chunk, unpickling inputs to encoding results
+        self.working = [0.0] * n  # of which in user code
+        self.items = [0] * n
+        self.chunks = [0] * n
+        self.bytes = [0] * n
+        self.deaths = [0] * n
+        self.timeouts = [0] * n
+        self.reading_input = 0.0
+        self.consuming = 0.0
+        self.waiting_for_results = 0.0
+        self.chunk_sizes: List[int] = []
+        self.retries = 0
+        self._restarting: Dict[int, float] = {}
+
+    # ----------------------------------------------------------- the engine
+    def chunk_sent(self, n: int) -> None:
+        self.chunk_sizes.append(n)
+
+    def chunk_done(self, slot: int, n_items: int, seconds: float, working: float,
+                   nbytes: int) -> None:
+        self.seconds[slot] += seconds
+        # A back-end that does not time user code apart (working 0) counts all as work.
+        self.working[slot] += working if working > 0 else seconds
+        self.items[slot] += n_items
+        self.chunks[slot] += 1
+        self.bytes[slot] += nbytes
+
+    def started_all(self, seconds: float) -> None:
+        for i in range(len(self.startup)):
+            self.startup[i] += seconds
+
+    def restarting(self, slot: int) -> None:
+        self._restarting[slot] = time.perf_counter()
+
+    def ready(self, slot: int) -> None:
+        since = self._restarting.pop(slot, None)
+        if since is not None:
+            self.startup[slot] += time.perf_counter() - since
+
+    def lost(self, slot: int, timeout: bool) -> None:
+        if timeout:
+            self.timeouts[slot] += 1
+        else:
+            self.deaths[slot] += 1
+
+    # ------------------------------------------------------------- results
+    def snapshot(self, wall: Optional[float] = None) -> Insights:
+        """The insights so far.
+
+        Args:
+            wall (float or None): the run's wall seconds (default: since ``reset``).
+
+        Returns:
+            Insights:
+        """
+        if wall is None:
+            wall = time.perf_counter() - self.started
+        rows = []
+        for i, device in enumerate(self.devices):
+            working = min(self.working[i], self.seconds[i])
+            moving = self.seconds[i] - working
+            startup = min(self.startup[i], wall)
+            rows.append(WorkerInsights(
+                i, device, startup, working, moving,
+                max(0.0, wall - startup - working - moving), self.items[i], self.chunks[i],
+                self.bytes[i], self.deaths[i], self.timeouts[i],
+            ))
+        consuming = self.consuming
+        if self.between_calls:
+            consuming = max(0.0, wall - self.waiting_for_results - self.reading_input)
+        return Insights(
+            wall, rows, self.reading_input, consuming, self.waiting_for_results,
+            sum(self.items), list(self.chunk_sizes), sum(self.deaths), sum(self.timeouts),
+            self.retries,
+        )
+
+    def live(self) -> str:
+        """The bottleneck so far in a few words, for a progress bar (e.g. ``consumer 95%``)."""
+        verdict = self.snapshot().verdict()
+        if verdict.stage == "straggler":
+            return f"straggler {verdict.share:.1f}x"
+        return f"{verdict.stage} {verdict.share:.0%}"

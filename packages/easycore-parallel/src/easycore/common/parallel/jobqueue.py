@@ -24,9 +24,10 @@ import time
 from collections import deque
 from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
-from .background import Stager, close_when_collected, pool_factory
+from .background import Stager, _owner_insights, close_when_collected, pool_factory
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
+from .insights import Insights
 from .pool import _MAP, Pool
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
@@ -237,6 +238,16 @@ class JobQueue:
             TaskTimeoutError: it ran past ``task_timeout``.
             RunnerClosedError: the queue is closed.
         """
+        recorder = self._pool._recorder if self._pool is not None else None
+        if recorder is None:
+            return self._get(timeout)
+        t0 = time.perf_counter()  # insights: the caller waits for a result
+        try:
+            return self._get(timeout)
+        finally:
+            recorder.waiting_for_results += time.perf_counter() - t0
+
+    def _get(self, timeout: Optional[float]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._get_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise PoolTimeoutError(f"no result within {timeout} s")
@@ -263,6 +274,21 @@ class JobQueue:
         finally:
             self._get_lock.release()
         return future.result()
+
+    def insights(self) -> Insights:
+        """Where the time went since the queue started.
+
+        Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
+        option). The caller's ``waiting_for_results`` is the time in ``get``,
+        its ``consuming`` the rest (its own code between ``get`` calls).
+
+        Returns:
+            Insights:
+
+        Raises:
+            RuntimeError: made without ``insights=True``.
+        """
+        return _owner_insights(self._open_pool())
 
     def __len__(self) -> int:
         """Jobs put and not yet got (running, waiting, or finished)."""
