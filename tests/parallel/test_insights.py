@@ -73,6 +73,10 @@ def test_slow_consumer_is_the_verdict(no_leaks):
     assert ins.items == 60 and sum(w.items for w in ins.workers) == 60
     assert ins.consuming > ins.waiting_for_results
     assert "consumer_work_batch" in str(ins)
+    # the timeline: a span per chunk of each worker, and the consumer's
+    assert len([s for s in ins.timeline if s[0] >= 0]) == sum(w.chunks for w in ins.workers)
+    consumer = [s for s in ins.timeline if s[0] == -1]
+    assert sum(s[2] for s in consumer) == pytest.approx(ins.consuming)
 
 
 def test_slow_input_generator_is_the_verdict(no_leaks):
@@ -177,6 +181,7 @@ def _sample() -> Insights:
                  WorkerInsights(1, "cuda:0", 0.1, 1.6, 0.1, 0.2, 50, 5, 1 << 20, deaths=1)],
         reading_input=0.01, consuming=0.1, waiting_for_results=1.8, items=100,
         chunk_sizes=[10] * 10, deaths=1, retries=3,
+        timeline=[[0, 0.1, 0.1, 0.02], [1, 0.1, 0.12, 0.01], [-1, 0.25, 0.01, 0.0]],
     )
 
 

@@ -33,6 +33,8 @@ _BOUND = 0.7
 _STARVED = 0.5
 # A worker whose busy time is this many times the median is a straggler.
 _STRAGGLER = 2.0
+# Spans kept for the timeline of a plot, at most (a long run keeps its start).
+_TIMELINE = 20_000
 
 
 @dataclass
@@ -110,6 +112,9 @@ class Insights:
         deaths (int): worker deaths during the run.
         timeouts (int): items that ran past the task timeout.
         retries (int): items run again after a death or timeout.
+        timeline (list[list]): spans for `plot`'s timeline, as the caller saw
+            them: ``[worker, start, working, moving]`` (seconds from the start of
+            the run; worker -1 is the caller's consumer), the first 20000.
     """
 
     wall: float
@@ -122,6 +127,7 @@ class Insights:
     deaths: int = 0
     timeouts: int = 0
     retries: int = 0
+    timeline: List[List[float]] = field(default_factory=list)
 
     # ----------------------------------------------------------- the verdict
     def verdict(self) -> Verdict:
@@ -256,8 +262,61 @@ class Insights:
         lines.append(f"verdict: {self.verdict()}")
         return "\n".join(lines)
 
+    def _lanes(self) -> List[str]:
+        return [f"worker {w.worker} {w.device}" for w in self.workers] + ["caller"]
+
+    def _plot_timeline(self, ax: Any) -> None:
+        """When each worker worked and moved data, and when the caller consumed."""
+        lanes = self._lanes()
+        row = {w.worker: k for k, w in enumerate(self.workers)}
+        row[-1] = len(self.workers)
+        spans: Dict[Any, List[Any]] = {}
+        for slot, start, working, moving in self.timeline:
+            k = row.get(int(slot))
+            if k is None:
+                continue
+            spans.setdefault((k, "work"), []).append((start, working))
+            if moving > 0:
+                spans.setdefault((k, "move"), []).append((start + working, moving))
+        for (k, what), ranges in sorted(spans.items()):
+            colour = _COLOURS["working"] if what == "work" else _COLOURS["moving"]
+            ax.broken_barh(ranges, (k - 0.35, 0.7), facecolors=colour)
+        ax.set_yticks(range(len(lanes)), lanes, fontsize=8)
+        ax.set_ylim(len(lanes) - 0.5, -0.5)
+        ax.set_xlim(0, max(self.wall, 1e-9))
+        ax.set_facecolor(_COLOURS["waiting"])
+        ax.set_xlabel("seconds since the start (gaps: waiting)", fontsize=8)
+        ax.set_title("timeline", fontsize=9)
+
+    def _plot_breakdown(self, ax: Any) -> None:
+        """Each lane's seconds by stage, stacked."""
+        lanes = self._lanes()
+        parts = {
+            "start-up": [w.startup for w in self.workers] + [0.0],
+            "working / consuming": [w.working for w in self.workers] + [self.consuming],
+            "moving data / reading input": [w.moving for w in self.workers]
+            + [self.reading_input],
+            "waiting": [w.waiting for w in self.workers] + [self.waiting_for_results],
+        }
+        colours = [_COLOURS["startup"], _COLOURS["working"], _COLOURS["moving"],
+                   _COLOURS["waiting"]]
+        left = [0.0] * len(lanes)
+        for (name, values), colour in zip(parts.items(), colours):
+            ax.barh(lanes, values, left=left, color=colour, label=name)
+            left = [a + b for a, b in zip(left, values)]
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlabel("seconds", fontsize=8)
+        ax.set_title("where the time went", fontsize=9)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, fontsize=8,
+                  frameon=False)
+
     def plot(self, path: str) -> str:
-        """Draw the per-worker breakdown (and the caller's) into a picture.
+        """Draw a per-worker timeline and the stage breakdown into a picture.
+
+        The timeline shows when each worker ran user code (blue) and moved
+        data (orange), and when the caller consumed; gaps are waiting. Below
+        it, each worker's (and the caller's) seconds by stage.
 
         With matplotlib (``pip install "easycore-parallel[plot]"``) the picture
         is a PNG (or whatever `path`'s suffix names); without it, `path` gets
@@ -281,29 +340,20 @@ class Insights:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(str(self) + "\n")
             return path
-        labels = [f"worker {w.worker}\n{w.device}" for w in self.workers] + ["caller"]
-        parts = {
-            "start-up": [w.startup for w in self.workers] + [0.0],
-            "working / consuming": [w.working for w in self.workers] + [self.consuming],
-            "moving data / reading input": [w.moving for w in self.workers]
-            + [self.reading_input],
-            "waiting": [w.waiting for w in self.workers] + [self.waiting_for_results],
-        }
-        colours = ["#9e9e9e", "#3f51b5", "#ff9800", "#e0e0e0"]
-        fig, ax = plt.subplots(figsize=(8, 0.6 * len(labels) + 1.6))
-        left = [0.0] * len(labels)
-        for (name, values), colour in zip(parts.items(), colours):
-            ax.barh(labels, values, left=left, color=colour, label=name)
-            left = [a + b for a, b in zip(left, values)]
-        ax.invert_yaxis()
-        ax.set_xlabel("seconds")
-        ax.set_title(str(self.verdict()), fontsize=9, wrap=True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8,
-                  frameon=False)
+        fig, (line, bars) = plt.subplots(
+            2, 1, figsize=(8, 1.2 * len(self.workers) + 3.4),
+            gridspec_kw={"height_ratios": [1.4, 1.0]})
+        self._plot_timeline(line)
+        self._plot_breakdown(bars)
+        fig.suptitle(str(self.verdict()), fontsize=9, wrap=True)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+_COLOURS = {"startup": "#9e9e9e", "working": "#3f51b5", "moving": "#ff9800",
+            "waiting": "#e0e0e0"}
 
 
 def merge_workers(rows: List[WorkerInsights]) -> Optional[WorkerInsights]:
@@ -355,6 +405,7 @@ class Recorder:
         self.waiting_for_results = 0.0
         self.chunk_sizes: List[int] = []
         self.retries = 0
+        self.timeline: List[List[float]] = []
         self._restarting: Dict[int, float] = {}
 
     # ----------------------------------------------------------- the engine
@@ -363,12 +414,24 @@ class Recorder:
 
     def chunk_done(self, slot: int, n_items: int, seconds: float, working: float,
                    nbytes: int) -> None:
+        if len(self.timeline) < _TIMELINE:
+            # Its end as the caller saw it (the result's arrival), its start before that.
+            start = time.perf_counter() - self.started - seconds
+            work = working if working > 0 else seconds
+            self.timeline.append([slot, start, work, max(0.0, seconds - work)])
         self.seconds[slot] += seconds
         # A back-end that does not time user code apart (working 0) counts all as work.
         self.working[slot] += working if working > 0 else seconds
         self.items[slot] += n_items
         self.chunks[slot] += 1
         self.bytes[slot] += nbytes
+
+    def consumed(self, since: float) -> None:
+        """The caller's consumer ran from ``since`` (a ``perf_counter``) until now."""
+        now = time.perf_counter()
+        self.consuming += now - since
+        if len(self.timeline) < _TIMELINE:
+            self.timeline.append([-1, since - self.started, now - since, 0.0])
 
     def started_all(self, seconds: float) -> None:
         for i in range(len(self.startup)):
@@ -416,7 +479,7 @@ class Recorder:
         return Insights(
             wall, rows, self.reading_input, consuming, self.waiting_for_results,
             sum(self.items), list(self.chunk_sizes), sum(self.deaths), sum(self.timeouts),
-            self.retries,
+            self.retries, [list(span) for span in self.timeline],
         )
 
     def live(self) -> str:

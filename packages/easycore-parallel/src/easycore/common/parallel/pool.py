@@ -194,7 +194,7 @@ class AsyncResult:
             traceback.print_exc()  # a callback's error must not stop the pool
         finally:
             if recorder is not None:
-                recorder.consuming += time.perf_counter() - t0
+                recorder.consumed(t0)
             self._event.set()
 
 

@@ -70,7 +70,7 @@ class _ConsumerSink(JobSink):
             try:
                 self._batch(self._cfg, results)
             finally:
-                recorder.consuming += time.perf_counter() - t0
+                recorder.consumed(t0)
         self._progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
@@ -618,7 +618,7 @@ class BaseRunner:
             try:
                 return cls.consumer_end(cfg)
             finally:
-                recorder.consuming += time.perf_counter() - t0
+                recorder.consumed(t0)
                 self._insights = recorder.snapshot()
         except BaseException:
             self._abort(engine)
