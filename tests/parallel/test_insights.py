@@ -210,3 +210,24 @@ def test_plot_falls_back_to_text_without_matplotlib(tmp_path, monkeypatch):
     assert path.endswith("insights.png.txt")
     with open(path, encoding="utf-8") as f:
         assert "verdict:" in f.read()
+
+
+def _two(working, moving, wall=1.0, items=(50, 50), **caller):
+    rows = [WorkerInsights(i, "cpu", 0.0, working[i], moving[i],
+                           wall - working[i] - moving[i], items[i], 5)
+            for i in range(2)]
+    return Insights(wall=wall, workers=rows, items=sum(items), **caller)
+
+
+@pytest.mark.parametrize("ins, stage", [
+    (_two([0.1, 0.1], [0.05, 0.05], caller_moving=0.8, waiting_for_results=0.1),
+     "moving data"),  # tiny items: the caller moves data, the workers wait
+    (_two([0.1, 0.1], [0.0, 0.0], consuming=0.5, caller_moving=0.3), "consumer"),
+    (_two([0.2, 0.2], [0.0, 0.0], waiting_for_results=0.9), "latency"),
+    (_two([0.95, 0.2], [0.0, 0.0]), "straggler"),  # one slow item, the other done
+    (_two([0.9, 0.9], [0.0, 0.0], items=(10, 90)), "straggler"),  # a slow device
+    (_two([0.9, 0.85], [0.0, 0.0]), "workers"),
+    (Insights(wall=1.0), "none"),
+])
+def test_verdict_rules(ins, stage):
+    assert ins.verdict().stage == stage, ins

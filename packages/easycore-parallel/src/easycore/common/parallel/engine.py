@@ -595,7 +595,13 @@ class Engine:
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
-            events = self.backend.poll(timeout)
+            recorder = self.recorder
+            if recorder is not None and recorder.caller_pumps:  # insights
+                t0 = time.perf_counter()
+                events = self.backend.poll(timeout)
+                recorder.waiting_for_results += time.perf_counter() - t0
+            else:
+                events = self.backend.poll(timeout)
             for slot, message in events:
                 self._handle(slot, message)
             self._check_timeouts()

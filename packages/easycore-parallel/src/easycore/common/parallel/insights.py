@@ -31,8 +31,9 @@ __all__ = ["Insights", "WorkerInsights", "Verdict", "Recorder"]
 _BOUND = 0.7
 # Workers waiting this share of their time (or more) are starved.
 _STARVED = 0.5
-# A worker whose busy time is this many times the median is a straggler.
-_STRAGGLER = 2.0
+# A worker whose busy time (or time per item) is this many times the median
+# of the others is a straggler (noise on a loaded machine reaches 2x).
+_STRAGGLER = 3.0
 # Spans kept for the timeline of a plot, at most (a long run keeps its start).
 _TIMELINE = 20_000
 
@@ -81,7 +82,8 @@ class Verdict:
 
     Attributes:
         stage (str): ``"consumer"``, ``"input"``, ``"moving data"``,
-            ``"straggler"``, ``"workers"`` or ``"none"`` (nothing ran).
+            ``"straggler"``, ``"workers"``, ``"latency"`` (no stage is busy
+            most of the time) or ``"none"`` (nothing ran).
         share (float): the share of the wall time (or, for a straggler, the
             ratio to the median worker) that names the stage.
         advice (str): one sentence a person can act on.
@@ -107,6 +109,9 @@ class Insights:
             callbacks (`Pool`) or the code between ``get`` calls
             (`BackgroundTask`, `JobQueue`).
         waiting_for_results (float): caller seconds blocked waiting for a result.
+        caller_moving (float): caller seconds moving data (runners): sending
+            items and receiving results (pickling, shared-memory copies) and
+            the engine's bookkeeping around them.
         items (int): items (or calls) run.
         chunk_sizes (list[int]): the sizes of the chunks sent, in order.
         deaths (int): worker deaths during the run.
@@ -122,6 +127,7 @@ class Insights:
     reading_input: float = 0.0
     consuming: float = 0.0
     waiting_for_results: float = 0.0
+    caller_moving: float = 0.0
     items: int = 0
     chunk_sizes: List[int] = field(default_factory=list)
     deaths: int = 0
@@ -140,24 +146,31 @@ class Insights:
         if wall <= 0 or not self.workers or self.items == 0:
             return Verdict("none", 0.0, "nothing ran: no verdict")
         consumer = self.consuming / wall
-        if consumer >= _BOUND:
-            return Verdict(
-                "consumer", consumer,
-                f"the consumer is busy {consumer:.0%} of the time: consume in batches "
-                "(`consumer_work_batch`) or move work into `producer_work`",
-            )
         reading = self.reading_input / wall
+        caller_moving = self.caller_moving / wall
         waiting = self._share("waiting")
-        if reading >= _BOUND or (waiting >= _STARVED and reading >= _STARVED / 2):
-            return Verdict(
-                "input", reading,
-                f"workers wait for input {waiting:.0%} of the time while reading the input "
-                f"takes {reading:.0%} of it: your input generator is the bottleneck (make "
-                "items cheaper to produce, or produce them in `producer_work`)",
-            )
         moving = self._share("moving")
         busy = self._share("working") + moving
-        if busy > 0 and moving / busy >= 0.5:
+        if consumer >= _BOUND:
+            return self._consumer(consumer)
+        if reading >= _BOUND or (waiting >= _STARVED and reading >= _STARVED / 2):
+            return self._input(reading, waiting)
+        caller = consumer + reading + caller_moving
+        if caller >= _BOUND and waiting >= _STARVED:
+            # The caller's thread is saturated while the workers wait for it:
+            # its biggest part is the stage to change.
+            if consumer >= max(reading, caller_moving):
+                return self._consumer(consumer, caller)
+            if reading >= caller_moving:
+                return self._input(reading, waiting)
+            return Verdict(
+                "moving data", caller_moving,
+                f"the caller spends {caller_moving:.0%} of the time sending items and receiving "
+                f"results while the workers wait {waiting:.0%}: items are too small for what "
+                "each costs to move; give each item more work (batch them), consume with "
+                "`consumer_work_batch`, or return smaller results",
+            )
+        if busy >= 0.3 and moving / busy >= 0.5:
             mb = sum(w.bytes for w in self.workers) / max(1, self.items) / 2**20
             return Verdict(
                 "moving data", moving / busy,
@@ -167,10 +180,35 @@ class Insights:
         straggler = self._straggler()
         if straggler is not None:
             return straggler
+        if busy >= _STARVED:
+            return Verdict(
+                "workers", busy,
+                f"workers are busy {busy:.0%} of the time: the work itself bounds the run; "
+                "more workers (or devices) would help",
+            )
         return Verdict(
-            "workers", busy,
-            f"workers are busy {busy:.0%} of the time: the work itself bounds the run; "
-            "more workers (or devices) would help",
+            "latency", max(busy, caller),
+            f"no stage is busy most of the time (workers {busy:.0%}, the caller {caller:.0%}): "
+            "the run is short or waits on round trips; give it more items per call, or more "
+            "work per item",
+        )
+
+    @staticmethod
+    def _consumer(share: float, caller: Optional[float] = None) -> Verdict:
+        busy = f" (the caller {caller:.0%})" if caller is not None and caller > share else ""
+        return Verdict(
+            "consumer", share,
+            f"the consumer is busy {share:.0%} of the time{busy}: consume in batches "
+            "(`consumer_work_batch`) or move work into `producer_work`",
+        )
+
+    @staticmethod
+    def _input(share: float, waiting: float) -> Verdict:
+        return Verdict(
+            "input", share,
+            f"workers wait for input {waiting:.0%} of the time while reading the input "
+            f"takes {share:.0%} of it: your input generator is the bottleneck (make "
+            "items cheaper to produce, or produce them in `producer_work`)",
         )
 
     def _straggler(self) -> Optional[Verdict]:
@@ -186,8 +224,9 @@ class Insights:
             values = [what(w) for w in rows]
             k = max(range(len(rows)), key=values.__getitem__)
             others = statistics.median(values[:k] + values[k + 1:])
-            # A straggler also has to matter: busy for a fifth of the run at least.
-            if others > 0 and values[k] >= _STRAGGLER * others and rows[k].busy >= 0.2 * self.wall:
+            # A straggler also has to matter: busy half of its time at least.
+            up = max(self.wall - rows[k].startup, 1e-9)
+            if others > 0 and values[k] >= _STRAGGLER * others and rows[k].busy >= 0.5 * up:
                 ratio = values[k] / others
                 return Verdict(
                     "straggler", ratio,
@@ -197,10 +236,12 @@ class Insights:
         return None
 
     def _share(self, what: str) -> float:
-        """Mean over workers of ``what`` seconds as a share of the wall time."""
+        """Mean over workers of ``what`` seconds as a share of the time each was up
+        (the wall time less its start-up)."""
         if not self.workers or self.wall <= 0:
             return 0.0
-        return sum(getattr(w, what) for w in self.workers) / (len(self.workers) * self.wall)
+        return sum(getattr(w, what) / max(self.wall - w.startup, 1e-9)
+                   for w in self.workers) / len(self.workers)
 
     # ---------------------------------------------------------- presentation
     def to_dict(self) -> Dict[str, Any]:
@@ -250,8 +291,8 @@ class Insights:
             )
         lines.append(
             f"  caller: reading input {self.reading_input / wall:.0%}, consuming "
-            f"{self.consuming / wall:.0%}, waiting for results "
-            f"{self.waiting_for_results / wall:.0%}"
+            f"{self.consuming / wall:.0%}, moving data {self.caller_moving / wall:.0%}, "
+            f"waiting for results {self.waiting_for_results / wall:.0%}"
         )
         if self.chunk_sizes:
             sizes = sorted(self.chunk_sizes)
@@ -295,7 +336,7 @@ class Insights:
             "start-up": [w.startup for w in self.workers] + [0.0],
             "working / consuming": [w.working for w in self.workers] + [self.consuming],
             "moving data / reading input": [w.moving for w in self.workers]
-            + [self.reading_input],
+            + [self.reading_input + self.caller_moving],
             "waiting": [w.waiting for w in self.workers] + [self.waiting_for_results],
         }
         colours = [_COLOURS["startup"], _COLOURS["working"], _COLOURS["moving"],
@@ -386,6 +427,9 @@ class Recorder:
         #: the caller's own code is what runs between its ``get`` calls
         #: (``BackgroundTask``, ``JobQueue``): consuming = wall - waiting - reading
         self.between_calls = False
+        #: the caller's thread pumps the engine (runners): its time blocked in
+        #: the back-end's poll is its waiting for results
+        self.caller_pumps = False
         self.reset()
 
     def reset(self) -> None:
@@ -403,6 +447,7 @@ class Recorder:
         self.reading_input = 0.0
         self.consuming = 0.0
         self.waiting_for_results = 0.0
+        self.caller_moving = 0.0
         self.chunk_sizes: List[int] = []
         self.retries = 0
         self.timeline: List[List[float]] = []
@@ -478,8 +523,8 @@ class Recorder:
             consuming = max(0.0, wall - self.waiting_for_results - self.reading_input)
         return Insights(
             wall, rows, self.reading_input, consuming, self.waiting_for_results,
-            sum(self.items), list(self.chunk_sizes), sum(self.deaths), sum(self.timeouts),
-            self.retries, [list(span) for span in self.timeline],
+            self.caller_moving, sum(self.items), list(self.chunk_sizes), sum(self.deaths),
+            sum(self.timeouts), self.retries, [list(span) for span in self.timeline],
         )
 
     def live(self) -> str:

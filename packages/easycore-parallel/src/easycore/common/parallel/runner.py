@@ -466,6 +466,8 @@ class BaseRunner:
                 return
             engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
             engine.recorder = self._recorder
+            if self._recorder is not None:
+                self._recorder.caller_pumps = True
             engine.start()  # cleans up after itself if it raises
             self._engine = engine
 
@@ -577,15 +579,16 @@ class BaseRunner:
             job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
                                     timeout=timeout, chunker=self._chunker)
             while not job.done:
+                if recorder is not None:  # insights: what is not a stage is moving data
+                    t0 = time.perf_counter()
+                    before = recorder.consuming + recorder.reading_input \
+                        + recorder.waiting_for_results
                 feeding = lazy and engine.feed(job)
-                wait = 0.0 if feeding and engine.has_credit() else None
-                if recorder is None:
-                    engine.pump(wait)
-                else:  # insights: time in pump is waiting for results, less the consumer's
-                    t0, consumed = time.perf_counter(), recorder.consuming
-                    engine.pump(wait)
-                    recorder.waiting_for_results += (time.perf_counter() - t0
-                                                     - (recorder.consuming - consumed))
+                engine.pump(0.0 if feeding and engine.has_credit() else None)
+                if recorder is not None:
+                    recorder.caller_moving += time.perf_counter() - t0 - (
+                        recorder.consuming + recorder.reading_input
+                        + recorder.waiting_for_results - before)
                 if engine.closing:
                     raise RunnerClosedError(
                         f"{cls.__name__} was closed while this call ran")
