@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -291,8 +292,8 @@ class Insights:
             )
         lines.append(
             f"  caller: reading input {self.reading_input / wall:.0%}, consuming "
-            f"{self.consuming / wall:.0%}, moving data {self.caller_moving / wall:.0%}, "
-            f"waiting for results {self.waiting_for_results / wall:.0%}"
+            f"{self.consuming / wall:.0%}, moving {self.caller_moving / wall:.0%}, "
+            f"waiting {self.waiting_for_results / wall:.0%}"
         )
         if self.chunk_sizes:
             sizes = sorted(self.chunk_sizes)
@@ -300,7 +301,8 @@ class Insights:
                 f"  chunks: {len(sizes)}, items per chunk {sizes[0]}..{sizes[-1]} "
                 f"(median {statistics.median(sizes):g})"
             )
-        lines.append(f"verdict: {self.verdict()}")
+        # Under 80 columns: a terminal shows it without wrapping it badly.
+        lines += textwrap.wrap(f"verdict: {self.verdict()}", 79, subsequent_indent="  ")
         return "\n".join(lines)
 
     def _lanes(self) -> List[str]:
@@ -386,7 +388,7 @@ class Insights:
             gridspec_kw={"height_ratios": [1.4, 1.0]})
         self._plot_timeline(line)
         self._plot_breakdown(bars)
-        fig.suptitle(str(self.verdict()), fontsize=9, wrap=True)
+        fig.suptitle("\n".join(textwrap.wrap(str(self.verdict()), 90)), fontsize=9)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
