@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from _pool_funcs import exit_on
 
 from easycore.common.parallel import (
     BackgroundTask,
@@ -19,8 +20,10 @@ from easycore.common.parallel import (
     JobQueue,
     OrderedRunner,
     Pool,
+    TaskTimeoutError,
     UnorderedRunner,
     Verdict,
+    WorkerDiedError,
     WorkerInsights,
 )
 from easycore.common.parallel.progress import Progress
@@ -232,3 +235,19 @@ def _two(working, moving, wall=1.0, items=(50, 50), **caller):
 ])
 def test_verdict_rules(ins, stage):
     assert ins.verdict().stage == stage, ins
+
+
+def test_deaths_timeouts_and_retries_are_counted(no_leaks):
+    with Pool(2, insights=True) as pool:
+        before = pool.insights().workers
+        with pytest.raises(TaskTimeoutError):
+            pool.apply(time.sleep, (30,), task_timeout=0.3)
+        # a death in a chunk of several items: the others are sent again
+        with pytest.raises(WorkerDiedError):
+            pool.map(exit_on, range(40), chunksize=10)
+        pool.apply(abs, (-1,))  # the replacements are ready
+        ins = pool.insights()
+    assert ins.timeouts == 1 and ins.deaths == 1, ins
+    assert ins.retries >= 1
+    # a replacement's start-up counts on its slot
+    assert sum(w.startup for w in ins.workers) > sum(w.startup for w in before)
