@@ -127,6 +127,7 @@ def test_pool_callbacks_are_the_callers_stage(no_leaks):
         pool.apply_async(abs, (-1,), callback=slow_callback).get(timeout=30)
         ins = pool.insights(reset=True)
         assert ins.consuming >= 0.4
+        assert ins.waiting_for_results >= 0.4  # get() waited for the callback
         assert [w.startup for w in ins.workers] == pytest.approx([ins.workers[0].startup] * 2)
         assert ins.workers[0].startup > 0  # the constructor's start counts
         assert pool.insights().items == 0  # counted afresh after reset

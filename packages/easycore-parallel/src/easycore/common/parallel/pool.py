@@ -169,7 +169,14 @@ class AsyncResult:
         Raises:
             TimeoutError: no result in time (``multiprocessing.TimeoutError`` too).
         """
-        if not self._event.wait(timeout):
+        recorder = self._recorder
+        if recorder is None:
+            ready = self._event.wait(timeout)
+        else:  # insights: the caller waits for a result
+            t0 = time.perf_counter()
+            ready = self._event.wait(timeout)
+            recorder.waiting_for_results += time.perf_counter() - t0
+        if not ready:
             raise TimeoutError(f"no result within {timeout} s")
         if self._error is not None:
             raise self._error
@@ -809,7 +816,9 @@ class Pool:
 
         Counted only with ``insights=True``. The workers' columns cover every
         job; the caller's ``consuming`` is the time in ``callback`` and
-        ``error_callback``, ``reading_input`` the time reading lazy inputs
+        ``error_callback``, ``waiting_for_results`` the time in ``get`` of an
+        ``AsyncResult`` (``apply``, ``map`` and their ``_async`` forms; not the
+        ``imap`` iterators), ``reading_input`` the time reading lazy inputs
         (``imap`` of a generator). The start-up of the workers counts (the
         constructor's and replacements').
 
