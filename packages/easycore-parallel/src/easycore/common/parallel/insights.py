@@ -499,11 +499,12 @@ class Recorder:
             self.deaths[slot] += 1
 
     # ------------------------------------------------------------- results
-    def snapshot(self, wall: Optional[float] = None) -> Insights:
+    def snapshot(self, wall: Optional[float] = None, timeline: bool = True) -> Insights:
         """The insights so far.
 
         Args:
             wall (float or None): the run's wall seconds (default: since ``reset``).
+            timeline (bool): copy the timeline too (not for a live verdict).
 
         Returns:
             Insights:
@@ -526,12 +527,13 @@ class Recorder:
         return Insights(
             wall, rows, self.reading_input, consuming, self.waiting_for_results,
             self.caller_moving, sum(self.items), list(self.chunk_sizes), sum(self.deaths),
-            sum(self.timeouts), self.retries, [list(span) for span in self.timeline],
+            sum(self.timeouts), self.retries,
+            [list(span) for span in self.timeline] if timeline else [],
         )
 
     def live(self) -> str:
         """The bottleneck so far in a few words, for a progress bar (e.g. ``consumer 95%``)."""
-        verdict = self.snapshot().verdict()
+        verdict = self.snapshot(timeline=False).verdict()
         if verdict.stage == "straggler":
             return f"straggler {verdict.share:.1f}x"
         return f"{verdict.stage} {verdict.share:.0%}"
