@@ -46,7 +46,7 @@ from typing import (
 
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights
+from .insights import Insights, owner_insights
 from .pool import _MAP, Pool
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams, SeededCall, WorkerStart, check_seed
@@ -170,16 +170,6 @@ def pool_factory(owner: Any, workers: Optional[int],
                           backend=backend, **options)
 
     return make, streams
-
-
-def _owner_insights(pool: Pool) -> Insights:
-    """A ``BackgroundTask``'s or ``JobQueue``'s insights: its pool's, the caller's
-    own code being what runs between ``get`` calls."""
-    recorder = pool._recorder
-    if recorder is None:
-        raise RuntimeError("insights are off: pass insights=True")
-    recorder.between_calls = True
-    return pool.insights()
 
 
 # ------------------------------------------------------------------ streams
@@ -538,7 +528,7 @@ class BackgroundTask:
         Raises:
             RuntimeError: made without ``insights=True``.
         """
-        return _owner_insights(self._open_pool())
+        return owner_insights(self._open_pool())
 
     @property
     def workers(self) -> int:

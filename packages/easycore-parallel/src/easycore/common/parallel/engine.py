@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 from collections import deque
 from itertools import islice
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
@@ -48,10 +49,12 @@ from .errors import (
     TaskTimeoutError,
     WorkerError,
 )
-from .insights import Recorder
 from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 
 __all__ = ["Engine", "Job", "JobSink", "ItemError"]
+
+if typing.TYPE_CHECKING:
+    from .insights import Recorder
 
 
 class ItemError:

@@ -24,10 +24,10 @@ import time
 from collections import deque
 from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
-from .background import Stager, _owner_insights, close_when_collected, pool_factory
+from .background import Stager, close_when_collected, pool_factory
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights
+from .insights import Insights, owner_insights
 from .pool import _MAP, Pool
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
@@ -238,16 +238,6 @@ class JobQueue:
             TaskTimeoutError: it ran past ``task_timeout``.
             RunnerClosedError: the queue is closed.
         """
-        recorder = self._pool._recorder if self._pool is not None else None
-        if recorder is None:
-            return self._get(timeout)
-        t0 = time.perf_counter()  # insights: the caller waits for a result
-        try:
-            return self._get(timeout)
-        finally:
-            recorder.waiting_for_results += time.perf_counter() - t0
-
-    def _get(self, timeout: Optional[float]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._get_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise PoolTimeoutError(f"no result within {timeout} s")
@@ -263,7 +253,11 @@ class JobQueue:
                 future = self._futures[0]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # wait(), not result(timeout): a job's own TimeoutError is no wait timeout.
+            recorder = self._pool._recorder if self._pool is not None else None
+            waited = time.perf_counter()
             done, _ = concurrent.futures.wait([future], remaining)
+            if recorder is not None:  # insights: the caller waited for a result
+                recorder.waiting_for_results += time.perf_counter() - waited
             if not done:
                 self._open_pool()
                 raise PoolTimeoutError(f"the oldest job did not finish within {timeout} s")
@@ -288,7 +282,7 @@ class JobQueue:
         Raises:
             RuntimeError: made without ``insights=True``.
         """
-        return _owner_insights(self._open_pool())
+        return owner_insights(self._open_pool())
 
     def __len__(self) -> int:
         """Jobs put and not yet got (running, waiting, or finished)."""
