@@ -23,6 +23,9 @@ best of the rounds with the spread of the rounds, every result checked:
   ``Pool.apply`` and ``Pool.map`` on the same inputs. Goal: faster.
 * ``startup``: a runner's start until its first result, and its close,
   against a ``Pool``'s.
+* ``insights``: the same runner with ``insights=True`` and without, taking
+  turns, on tiny items (``x * x``, ``consumer_work`` per result) and on
+  ~1 ms items, at 2 workers. Goal: insights cost under 3% (0.97x or more).
 * ``ordered``: an ``OrderedRunner`` over fast items with one slow item among
   them (sleeps: independent of cores): time against the ideal and against
   ``Pool.imap``.
@@ -486,6 +489,35 @@ def section_ordered(cfg):
                  / got["OrderedRunner"].best, 1.0)]
 
 
+def section_insights(cfg):
+    """``insights=True`` against the same runner without, on tiny and ~1 ms items."""
+    workers = min(2, cfg.cpus)
+    print(f"\n[insights] insights=True vs off, {workers} workers, best of {cfg.rounds} rounds")
+    flush()
+    goals = []
+    for label, runner_cls, n, expected in [
+        ("tiny items (x * x)", TutorialSum, cfg.n_tiny,
+         sum(x * x for x in range(cfg.n_tiny))),
+        ("~1 ms items", SpinSum, cfg.cpu_items_per_worker * workers,
+         sum(spin(x) for x in range(cfg.cpu_items_per_worker * workers))),
+    ]:
+        items = range(n)
+        with runner_cls(workers) as off, runner_cls(workers, insights=True) as on:
+            got = take_turns([
+                Contender("insights off", lambda off=off, items=items: off(items),
+                          expect(expected)),
+                Contender("insights=True", lambda on=on, items=items: on(items),
+                          expect(expected)),
+            ], cfg.rounds)
+            verdict = on.insights().verdict()
+        print_rows(f"  {label}, {n:,} items", got, "insights off", n, "items")
+        print(f"  (the verdict of the last run: {verdict.stage}: {verdict})")
+        goals.append(goal(f"insights=True, {label}: off / on",
+                          got["insights off"].best / got["insights=True"].best, 0.97))
+        flush()
+    return goals
+
+
 class Config:
     def __init__(self, args):
         self.cpus = available_cpus()
@@ -505,6 +537,7 @@ SECTIONS = {
     "latency": section_latency,
     "startup": section_startup,
     "ordered": section_ordered,
+    "insights": section_insights,
 }
 
 

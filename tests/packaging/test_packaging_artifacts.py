@@ -49,6 +49,7 @@ REQUIRES = {
     "easycore-parallel": {
         "": {"easycore-config", "tqdm", "cloudpickle", "psutil", "threadpoolctl"},
         "ray": {"ray"},
+        "plot": {"matplotlib"},
     },
     "easycore-torch": {"": {"easycore-parallel", "torch"}},
     "easycore": {

@@ -61,6 +61,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .insights import Insights, Verdict, WorkerInsights
 from .jobqueue import JobQueue
 from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
@@ -84,6 +85,9 @@ __all__ = [
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",
+    "Insights",
+    "WorkerInsights",
+    "Verdict",
     "WorkerContext",
     "ParallelError",
     "RunnerClosedError",

@@ -47,6 +47,7 @@ from typing import (
 
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RunnerClosedError
+from .insights import Insights, owner_insights
 from .pool import _MAP, Pool
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams, SeededCall, WorkerStart, check_seed
@@ -452,7 +453,11 @@ class BackgroundTask:
             self._engine().consume(stream.job, 1)  # type: ignore[arg-type]
             self._results += 1
         finally:
-            self._waited += time.perf_counter() - start
+            waited = time.perf_counter() - start
+            self._waited += waited
+            recorder = self._pool._recorder if self._pool is not None else None
+            if recorder is not None:  # insights: the caller waited for a result
+                recorder.waiting_for_results += waited
         if error is not None:
             raise error
         return value
@@ -527,6 +532,23 @@ class BackgroundTask:
         busy = [b + (now[i] if i < len(now) else 0.0) for i, b in enumerate(self._busy_before)]
         return BackgroundStats(seconds, busy, [max(0.0, seconds - b) for b in busy],
                                self._waited, self._results)
+
+    def insights(self) -> Insights:
+        """Where the time went since the task started (or the last ``reset``).
+
+        Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
+        option). The caller's ``waiting_for_results`` is the time in ``get``,
+        its ``consuming`` the rest: the caller's own code between ``get``
+        calls. Workers that wait most of the time mean the caller is the
+        bottleneck (the verdict says "consumer").
+
+        Returns:
+            Insights:
+
+        Raises:
+            RuntimeError: made without ``insights=True``.
+        """
+        return owner_insights(self._open_pool())
 
     @property
     def workers(self) -> int:

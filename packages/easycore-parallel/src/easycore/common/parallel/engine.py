@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 from collections import deque
 from itertools import islice
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
@@ -62,6 +63,9 @@ from .protocol import (
 )
 
 __all__ = ["Engine", "Job", "JobSink", "ItemError"]
+
+if typing.TYPE_CHECKING:
+    from .insights import Recorder
 
 
 class ItemError:
@@ -205,6 +209,9 @@ class Job:
         t0 = time.perf_counter()
         items = list(islice(self._iterator, size))
         elapsed = time.perf_counter() - t0
+        recorder = self.engine.recorder
+        if recorder is not None:  # insights
+            recorder.reading_input += elapsed
         if elapsed > 0 and items:
             # A slow input must not hold finished items back: cap the chunk at
             # what the input makes in ``linger`` seconds.
@@ -308,11 +315,16 @@ class Engine:
         self._rr = 0
         self._on_idle = on_idle
         self._busy = [0.0] * len(backend.devices)
+        #: insights: set by a client that asked for them (None: nothing is counted)
+        self.recorder: Optional[Recorder] = None
 
     # ---------------------------------------------------------------- start
     def start(self) -> None:
         """Start the back-end; every worker is ready when this returns."""
+        t0 = time.perf_counter()
         self.backend.start()
+        if self.recorder is not None:
+            self.recorder.started_all(time.perf_counter() - t0)
         for w in self._workers:
             w.ready = True
 
@@ -603,6 +615,8 @@ class Engine:
         # Replace the reserved place: the fifo is in the order the worker runs.
         idx = w.fifo.index(None)  # type: ignore[arg-type]
         w.fifo[idx] = chunk
+        if self.recorder is not None:
+            self.recorder.chunk_sent(len(items))
         message = RunChunk(job.id, chunk.seq, payload, function, forget,
                            transport.feedback(slot), self._tracking(job, len(items)))
         try:
@@ -636,7 +650,13 @@ class Engine:
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
-            events = self.backend.poll(timeout)
+            recorder = self.recorder
+            if recorder is not None and recorder.caller_pumps:  # insights
+                t0 = time.perf_counter()
+                events = self.backend.poll(timeout)
+                recorder.waiting_for_results += time.perf_counter() - t0
+            else:
+                events = self.backend.poll(timeout)
             for slot, message in events:
                 self._handle(slot, message)
             self._check_timeouts()
@@ -669,6 +689,8 @@ class Engine:
         elif kind is WorkerReady:
             w = self._workers[slot]
             w.ready, w.alive = True, True
+            if self.recorder is not None:
+                self.recorder.ready(slot)
         elif kind is WorkerEnded:
             pass
 
@@ -679,6 +701,10 @@ class Engine:
             w.last_at = time.monotonic()
             w.items_done += msg.n_items
             self._busy[slot] += msg.seconds
+            recorder = self.recorder
+            if recorder is not None:  # insights: one test per chunk when off
+                recorder.chunk_done(slot, msg.n_items, msg.seconds, msg.working,
+                                    msg.nbytes + (chunk.in_bytes if chunk is not None else 0))
             job = chunk.job if chunk is not None else self._jobs.get(msg.job)
             # No item_payload_done here: the worker releases an input segment
             # when its last view dies (in this message's feedback, or later if
@@ -816,6 +842,8 @@ class Engine:
         """A worker is gone with ``chunks``: fail what it ran, re-route the rest (lock held)."""
         slot, device = w.slot, self.devices[w.slot]
         what, at = reason
+        if self.recorder is not None:
+            self.recorder.lost(slot, what == "timeout")
         if not chunks:
             if what == "died":
                 self._died(w, self.backend.death_error(slot, msg))
@@ -907,6 +935,8 @@ class Engine:
             self._fail(job, ParallelError(f"items {first}..{first + n - 1} were lost"))
             return
         job.requeue(first, items)
+        if self.recorder is not None:
+            self.recorder.retries += len(items)
         if job not in self._active:
             self._active.append(job)
 
@@ -914,6 +944,8 @@ class Engine:
         w.retiring = False
         w.items_done = 0  # the replacement's own count (maxtasksperchild)
         w.restarts += 1
+        if self.recorder is not None:
+            self.recorder.restarting(w.slot)
         try:
             self.backend.restart(w.slot)
             w.alive = True

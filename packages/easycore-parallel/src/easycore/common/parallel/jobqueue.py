@@ -33,6 +33,7 @@ from .background import (
 )
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
+from .insights import Insights, owner_insights
 from .pool import _MAP, Pool
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
@@ -300,7 +301,11 @@ class JobQueue:
                 future = self._futures[0]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # wait(), not result(timeout): a job's own TimeoutError is no wait timeout.
+            recorder = self._pool._recorder if self._pool is not None else None
+            waited = time.perf_counter()
             done, _ = concurrent.futures.wait([future], remaining)
+            if recorder is not None:  # insights: the caller waited for a result
+                recorder.waiting_for_results += time.perf_counter() - waited
             if not done:
                 self._open_pool()
                 raise PoolTimeoutError(f"the oldest job did not finish within {timeout} s")
@@ -314,6 +319,21 @@ class JobQueue:
             self._waited += time.perf_counter() - start
         # A job whose Future was cancelled raises CancelledError here, in its turn.
         return future.result()
+
+    def insights(self) -> Insights:
+        """Where the time went since the queue started.
+
+        Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
+        option). The caller's ``waiting_for_results`` is the time in ``get``,
+        its ``consuming`` the rest (its own code between ``get`` calls).
+
+        Returns:
+            Insights:
+
+        Raises:
+            RuntimeError: made without ``insights=True``.
+        """
+        return owner_insights(self._open_pool())
 
     def __len__(self) -> int:
         """Jobs put and not yet got (running, waiting, or finished)."""

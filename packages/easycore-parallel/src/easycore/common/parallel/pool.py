@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from collections import deque
 from typing import (
     Any,
@@ -52,6 +53,7 @@ from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, RunnerClosedError, WorkerError
+from .insights import Insights, Recorder
 from .pickling import dumps_code, loads_code
 from .policy import DevicePolicy
 from .process_backend import ProcessBackend
@@ -142,6 +144,7 @@ class AsyncResult:
         self._callback = callback
         self._error_callback = error_callback
         self._job: Optional[Job] = None
+        self._recorder: Optional[Recorder] = None  # insights: callbacks are the caller's stage
 
     def ready(self) -> bool:
         """Whether the call has completed."""
@@ -166,7 +169,14 @@ class AsyncResult:
         Raises:
             TimeoutError: no result in time (``multiprocessing.TimeoutError`` too).
         """
-        if not self._event.wait(timeout):
+        recorder = self._recorder
+        if recorder is None:
+            ready = self._event.wait(timeout)
+        else:  # insights: the caller waits for a result
+            t0 = time.perf_counter()
+            ready = self._event.wait(timeout)
+            recorder.waiting_for_results += time.perf_counter() - t0
+        if not ready:
             raise TimeoutError(f"no result within {timeout} s")
         if self._error is not None:
             raise self._error
@@ -178,6 +188,8 @@ class AsyncResult:
             return
         self._value, self._error = value, error
         # As the stdlib: the callback has run by the time get() returns.
+        recorder = self._recorder
+        t0 = time.perf_counter() if recorder is not None else 0.0
         try:
             if error is None and self._callback is not None:
                 self._callback(value)
@@ -188,6 +200,8 @@ class AsyncResult:
 
             traceback.print_exc()  # a callback's error must not stop the pool
         finally:
+            if recorder is not None:
+                recorder.consumed(t0)
             self._event.set()
 
 
@@ -425,6 +439,7 @@ class Pool:
         cpu_threads: ThreadsOption = "auto",
         queue_scale: float = 3.0,
         max_deaths: int = 3,
+        insights: bool = False,
         **backend_options: Any,
     ) -> None:
         """
@@ -454,6 +469,8 @@ class Pool:
                 for the runners (``"auto"``: ``cpus // workers``).
             queue_scale (float): chunks each worker holds at once (``ceil``).
             max_deaths (int): worker deaths one job may cause before it fails.
+            insights (bool): count where the time goes, from the start (see
+                [`insights`][easycore.common.parallel.Pool.insights]); off by default.
             **backend_options: for ``backend="ray"``: ``address``, ``ray_init_kwargs``.
         """
         if devices is not None:
@@ -518,6 +535,8 @@ class Pool:
         self._backend = self._make_backend(spec, backend, backend_options)
         self._engine = Engine(self._backend, credits=math.ceil(queue_scale), fail_fast=False,
                               max_deaths=max_deaths, maxtasksperchild=maxtasksperchild)
+        self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
+        self._engine.recorder = self._recorder  # before start: start-up counts
         self._engine.start()
         self._stop = threading.Event()
         # The thread holds the engine, not the pool: a pool nobody references
@@ -602,7 +621,7 @@ class Pool:
             raise
 
     def _progress_bar(self, total: Optional[int], func: Callable) -> Progress:
-        return Progress(self._progress, total, getattr(func, "__name__", "Pool"))
+        return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
 
     # ------------------------------------------------------- the stdlib's API
     def apply(self, func: Callable, args: Sequence[Any] = (),
@@ -636,6 +655,7 @@ class Pool:
             AsyncResult:
         """
         result = ApplyResult(callback, error_callback)
+        result._recorder = self._recorder
         item = (tuple(args), dict(kwds or {}))
         result._job = self._submit(func, _APPLY, [item], _ApplySink(result), ordered=False,
                                    lazy=False, chunksize=1, task_timeout=task_timeout,
@@ -710,6 +730,7 @@ class Pool:
                    pass_context: bool) -> MapResult:
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result = MapResult(callback, error_callback)
+        result._recorder = self._recorder
         sink = _MapSink(result, len(items), self._engine, self._progress_bar(len(items), func))
         job = self._submit(func, mode, items, sink, ordered=False, lazy=False,
                            chunksize=chunksize, task_timeout=task_timeout,
@@ -790,6 +811,34 @@ class Pool:
         return list(self._backend.pids)
 
     # ------------------------------------------------------------- lifecycle
+    def insights(self, reset: bool = False) -> Insights:
+        """Where the time went since the pool started (or the last reset).
+
+        Counted only with ``insights=True``. The workers' columns cover every
+        job; the caller's ``consuming`` is the time in ``callback`` and
+        ``error_callback``, ``waiting_for_results`` the time in ``get`` of an
+        ``AsyncResult`` (``apply``, ``map`` and their ``_async`` forms; not the
+        ``imap`` iterators), ``reading_input`` the time reading lazy inputs
+        (``imap`` of a generator). The start-up of the workers counts (the
+        constructor's and replacements').
+
+        Args:
+            reset (bool): start counting afresh after taking these.
+
+        Returns:
+            Insights:
+
+        Raises:
+            RuntimeError: the pool was made without ``insights=True``.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError(f"{type(self).__name__} counts no insights: pass insights=True")
+        result = recorder.snapshot()
+        if reset:
+            recorder.reset()
+        return result
+
     def close(self) -> None:
         """Accept no more tasks; the workers exit once the submitted ones are done."""
         if self._state == "RUN":

@@ -6,6 +6,7 @@ item. tqdm is imported only when a bar is asked for.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Optional, Union
 
 __all__ = ["Progress", "ProgressOption"]
@@ -17,15 +18,23 @@ ProgressOption = Union[bool, Mapping[str, Any]]
 class Progress:
     """A tqdm bar counting consumed items, or nothing at all."""
 
-    def __init__(self, option: ProgressOption, total: Optional[int], desc: str) -> None:
+    #: seconds between two updates of the live bottleneck (insights)
+    postfix_interval = 0.5
+
+    def __init__(self, option: ProgressOption, total: Optional[int], desc: str,
+                 insights: Optional[Any] = None) -> None:
         """
         Args:
             option (bool or dict): False for no bar, True for the default bar,
                 or tqdm keyword arguments (``file``, ``desc``, ``mininterval`` ...).
             total (int or None): number of items when the input has a length.
             desc (str): default label, the runner's class name.
+            insights (Recorder or None): with insights on, the bar's postfix
+                shows the live bottleneck (e.g. ``consumer 95%``).
         """
         self._bar = None
+        self._insights = insights
+        self._postfix_at = 0.0
         if not option:
             return
         from tqdm import tqdm
@@ -44,6 +53,11 @@ class Progress:
         """Count ``n`` more consumed items."""
         if self._bar is not None:
             self._bar.update(n)
+            if self._insights is not None:
+                now = time.perf_counter()
+                if now - self._postfix_at >= self.postfix_interval:
+                    self._postfix_at = now
+                    self._bar.set_postfix_str(self._insights.live(), refresh=False)
 
     def close(self) -> None:
         """Finish the bar (idempotent)."""

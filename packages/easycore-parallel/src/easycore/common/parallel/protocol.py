@@ -97,6 +97,9 @@ class ChunkDone(NamedTuple):
     nbytes: int  #: bytes moved (inputs and results), for the chunker
     failures: List[ItemFailure]
     feedback: Any  #: transport data for the caller (e.g. segments released)
+    #: of ``seconds``, the time in the job's function (user code); the rest
+    #: moved data (insights). 0.0: not measured apart (all counts as work).
+    working: float = 0.0
 
 
 class WorkerFailed(NamedTuple):

@@ -32,6 +32,7 @@ from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
+from .insights import Insights, Recorder
 from .policy import DevicePolicy
 from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
@@ -49,17 +50,27 @@ _IN_MEMORY = (list, tuple, range)
 class _ConsumerSink(JobSink):
     """Delivers a call's results to the runner's consumer hooks."""
 
-    def __init__(self, runner_cls: Any, cfg: CfgNode, progress: Progress) -> None:
+    def __init__(self, runner_cls: Any, cfg: CfgNode, progress: Progress,
+                 recorder: Optional[Recorder] = None) -> None:
         self._batch = runner_cls.consumer_work_batch
         self._cfg = cfg
         self._progress = progress
+        self._recorder = recorder
         self.error: Optional[BaseException] = None
         self.finished = False
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
         if failed:  # a fail-fast job fails before delivering; kept for safety
             raise failed[min(failed)].exc
-        self._batch(self._cfg, results)
+        recorder = self._recorder
+        if recorder is None:
+            self._batch(self._cfg, results)
+        else:  # insights: the consumer's hooks are the caller's own stage
+            t0 = time.perf_counter()
+            try:
+                self._batch(self._cfg, results)
+            finally:
+                recorder.consumed(t0)
         self._progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
@@ -122,6 +133,7 @@ class BaseRunner:
         backend: str = "process",
         cpu_threads: ThreadsOption = "auto",
         task_timeout: Optional[float] = None,
+        insights: bool = False,
         **backend_options: Any,
     ) -> None:
         """
@@ -159,6 +171,11 @@ class BaseRunner:
                 worker; an item running longer makes the call raise
                 [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError],
                 its worker is killed and replaced. A call can override it.
+            insights (bool): count where each call's time goes (workers' user
+                code, moving data and waiting; the consumer's hooks, waiting
+                for results and reading the input): see
+                [`insights`][easycore.common.parallel.BaseRunner.insights]. Off
+                by default; on, it costs a few timer reads per chunk.
             **backend_options: extra keyword arguments for the back-end class.
                 With ``backend="ray"``: ``address`` (str or None, default
                 None), passed to ``ray.init``: None connects to a running local
@@ -196,6 +213,8 @@ class BaseRunner:
         self._backend_options = dict(backend_options)
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
+        self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
+        self._insights: Optional[Insights] = None
         self._busy = threading.Lock()
         self._lifecycle = threading.Lock()
         self.activate()
@@ -453,8 +472,30 @@ class BaseRunner:
             if self._engine is not None:
                 return
             engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
+            engine.recorder = self._recorder
+            if self._recorder is not None:
+                self._recorder.caller_pumps = True
             engine.start()  # cleans up after itself if it raises
             self._engine = engine
+
+    def insights(self) -> Optional[Insights]:
+        """Where the last call's time went, and which stage bounded it.
+
+        Counted only with ``insights=True``. The wall time is the call's
+        (``consumer_init`` to ``consumer_end``); a worker's start-up counts only
+        when it was (re)started during the call (after a death or a timeout):
+        the first start is the constructor's (or ``activate``'s). A call that
+        failed has insights too (up to its failure).
+
+        Returns:
+            Insights or None: None before the first call.
+
+        Raises:
+            RuntimeError: the runner was made without ``insights=True``.
+        """
+        if self._recorder is None:
+            raise RuntimeError(f"{type(self).__name__} counts no insights: pass insights=True")
+        return self._insights
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Shutdown all processes if this runner is alive.
@@ -534,16 +575,27 @@ class BaseRunner:
         timeout = self._task_timeout if task_timeout is None else task_timeout
         bar = None
         job = None
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.reset()
         try:
             cls.consumer_init(cfg)
             bar = Progress(self._progress if progress is None else progress, _length(data),
-                           cls.__name__)
-            sink = _ConsumerSink(cls, cfg, bar)
+                           cls.__name__, recorder)
+            sink = _ConsumerSink(cls, cfg, bar, recorder)
             job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
                                     timeout=timeout, chunker=self._chunker)
             while not job.done:
+                if recorder is not None:  # insights: what is not a stage is moving data
+                    t0 = time.perf_counter()
+                    before = recorder.consuming + recorder.reading_input \
+                        + recorder.waiting_for_results
                 feeding = lazy and engine.feed(job)
                 engine.pump(0.0 if feeding and engine.has_credit() else None)
+                if recorder is not None:
+                    recorder.caller_moving += time.perf_counter() - t0 - (
+                        recorder.consuming + recorder.reading_input
+                        + recorder.waiting_for_results - before)
                 if engine.closing:
                     raise RunnerClosedError(
                         f"{cls.__name__} was closed while this call ran")
@@ -565,8 +617,19 @@ class BaseRunner:
         finally:
             if bar is not None:
                 bar.close()
+            if recorder is None:
+                pass
+            elif not (job is not None and job.done and job.error is None):
+                self._insights = recorder.snapshot()  # a failed call: up to its failure
         try:
-            return cls.consumer_end(cfg)
+            if recorder is None:
+                return cls.consumer_end(cfg)
+            t0 = time.perf_counter()
+            try:
+                return cls.consumer_end(cfg)
+            finally:
+                recorder.consumed(t0)
+                self._insights = recorder.snapshot()
         except BaseException:
             self._abort(engine)
             raise

@@ -147,9 +147,11 @@ class ThreadBackend(Backend):
             start = time.perf_counter()
             if message.forget:
                 executor.forget(message.forget)
+            working = time.perf_counter()  # insights: items travel by reference here
             try:
                 out, failures = executor.run_chunk(message.job, message.seq, message.function,
                                                    message.items, message.track_items)
+                working = time.perf_counter() - working
             except HookFailed as failed:
                 if slot.token is token:
                     post((index, WorkerFailed(message.job, message.seq, failed.report)))
@@ -157,7 +159,7 @@ class ThreadBackend(Backend):
             if slot.token is not token:
                 return  # timed out and replaced: its results are nobody's
             post((index, ChunkDone(message.job, message.seq, out, len(message.items),
-                                   time.perf_counter() - start, 0, failures, None)))
+                                   time.perf_counter() - start, 0, failures, None, working)))
         try:
             executor.end()
         except HookFailed as failed:

@@ -538,10 +538,12 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
             post(WorkerFailed(message.job, message.seq, report))
             continue
         n_items = len(items)
+        working = time.perf_counter()  # insights: user code vs moving data
         try:
             out, failures = executor.run_chunk(
                 message.job, message.seq, message.function, items, message.track_items
             )
+            working = time.perf_counter() - working
         except HookFailed as failed:
             del items
             post(WorkerFailed(message.job, message.seq, failed.report))
@@ -559,7 +561,7 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
         del out  # results are copied out: free the originals now
         elapsed = time.perf_counter() - start
         post(ChunkDone(message.job, message.seq, payload, n_items, elapsed,
-                       nbytes + len(data), failures, transport.worker_feedback()))
+                       nbytes + len(data), failures, transport.worker_feedback(), working))
     try:
         executor.end()
     except HookFailed as failed:
