@@ -297,8 +297,18 @@ class Engine:
         self._busy = [0.0] * len(backend.devices)
 
     # ---------------------------------------------------------------- start
-    def start(self) -> None:
-        """Start the back-end; every worker is ready when this returns."""
+    def start(self, first_only: bool = False) -> None:
+        """Start the back-end; every worker is ready when this returns.
+
+        Args:
+            first_only (bool): return once one worker is ready; the others get
+                work as their ``WorkerReady`` comes in (what a pool does: its
+                first result need not wait for the slowest start).
+        """
+        if first_only:
+            for w, ready in zip(self._workers, self.backend.start_first()):
+                w.ready = ready
+            return
         self.backend.start()
         for w in self._workers:
             w.ready = True
@@ -736,6 +746,13 @@ class Engine:
     def _on_exit(self, slot: int, msg: WorkerExited) -> None:
         w = self._workers[slot]
         with self._lock:
+            if not (w.ready or w.retiring or msg.expected or self._closing or w.fifo):
+                # Died before its init hooks returned: a replacement would die
+                # the same way, forever. As an init hook's error does, this
+                # ends the engine (what a start that waited for it raised).
+                w.alive = False
+                self._break(self.backend.death_error(slot, msg))
+                return
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
             chunks = [c for c in w.fifo if c is not None]

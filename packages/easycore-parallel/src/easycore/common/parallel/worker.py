@@ -358,7 +358,7 @@ class WorkerSpec(NamedTuple):
 
 
 def process_main(
-    spec_bytes: bytes,
+    spec_bytes: Optional[bytes],
     n_threads: Optional[int],
     owner_pid: int,
     start_method: str,
@@ -368,8 +368,10 @@ def process_main(
     """Entry point of a worker process.
 
     Args:
-        spec_bytes (bytes): the pickled [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec],
-            unpickled only after the thread limits are set.
+        spec_bytes (bytes or None): the pickled
+            [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec], unpickled
+            only after the thread limits are set (None: it is the first message
+            on ``tasks``).
         n_threads (int or None): the thread budget (None: leave it alone).
         owner_pid (int): the process that made the runner.
         start_method (str): how this process was started.
@@ -412,7 +414,13 @@ def _start_watchdog(expected_ppid: int) -> None:
     threading.Thread(target=watch, name="easycore-lifeline", daemon=True).start()
 
 
-def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callable) -> None:
+def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
+           post: Callable) -> None:
+    if spec_bytes is None:
+        try:
+            spec_bytes = tasks.recv_bytes()  # sent right after the start (spawn, forkserver)
+        except (EOFError, OSError):
+            os._exit(EXIT_PARENT_GONE)
     try:
         spec: WorkerSpec = pickle.loads(spec_bytes)
     except Terminated:
