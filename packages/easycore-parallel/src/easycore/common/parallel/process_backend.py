@@ -298,7 +298,7 @@ class ProcessBackend(Backend):
         task_r, task_w = self._ctx.Pipe(duplex=False)
         res_r, res_w = self._ctx.Pipe(duplex=False)
         context = spec.contexts[slot] if spec.contexts is not None else None
-        program = spec.program if self._program_ref is None else self._program_ref
+        program: Any = spec.program if self._program_ref is None else self._program_ref
         worker_spec = WorkerSpec(
             program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._progress_name,

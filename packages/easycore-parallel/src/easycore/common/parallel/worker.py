@@ -453,7 +453,11 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
         post(WorkerFailed(None, None, failed.report))
         return
     post(WorkerReady(os.getpid()))
+    data = message = None
     while True:
+        # The last message (a job's function may be a big pickle) must not
+        # stay alive while this worker waits for the next one.
+        data = message = None
         try:
             data = tasks.recv_bytes()
         except (EOFError, OSError):
