@@ -28,11 +28,11 @@ daemonic processes it started.
 
 from __future__ import annotations
 
+import _thread
 import os
 import pickle
 import signal
 import struct
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -411,7 +411,10 @@ def _start_watchdog(expected_ppid: int) -> None:
             if lifeline.parent_gone(expected_ppid):
                 os._exit(EXIT_PARENT_GONE)
 
-    threading.Thread(target=watch, name="easycore-lifeline", daemon=True).start()
+    # Not threading.Thread: its start() waits until the new thread has run,
+    # which on a busy machine held every worker's start up by up to tens of
+    # milliseconds. A raw thread is daemonic: it never holds up the exit.
+    _thread.start_new_thread(watch, ())
 
 
 def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
