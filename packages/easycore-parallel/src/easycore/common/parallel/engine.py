@@ -221,7 +221,7 @@ class _Worker:
     """The engine's view of one worker slot."""
 
     __slots__ = ("slot", "ready", "fifo", "jobs", "forget", "items_done", "retiring", "last_at",
-                 "kill_reason", "alive", "restarts", "lock")
+                 "kill_reason", "alive", "restarts", "lock", "start_deaths")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
@@ -235,6 +235,7 @@ class _Worker:
         self.kill_reason: Optional[Tuple[str, Any]] = None
         self.alive = True
         self.restarts = 0
+        self.start_deaths = 0  # deaths in a row before the init hooks returned
         self.lock = threading.Lock()
 
 
@@ -747,12 +748,17 @@ class Engine:
         w = self._workers[slot]
         with self._lock:
             if not (w.ready or w.retiring or msg.expected or self._closing or w.fifo):
-                # Died before its init hooks returned: a replacement would die
-                # the same way, forever. As an init hook's error does, this
-                # ends the engine (what a start that waited for it raised).
-                w.alive = False
-                self._break(self.backend.death_error(slot, msg))
-                return
+                # Died before its init hooks returned. Once may be bad luck (a
+                # kill); again and again, every replacement would die the same
+                # way, forever: as an init hook's error does, that ends the
+                # engine (what a start that waited for it raised).
+                w.start_deaths += 1
+                if w.start_deaths >= self.max_deaths:
+                    w.alive = False
+                    self._break(self.backend.death_error(slot, msg))
+                    return
+            elif w.ready:
+                w.start_deaths = 0
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
             chunks = [c for c in w.fifo if c is not None]

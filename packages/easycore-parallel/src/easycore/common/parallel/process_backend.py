@@ -71,6 +71,26 @@ def _frame(data: bytes) -> bytes:
     return struct.pack("!i", n) + data
 
 
+def _start_shielded(process: Any) -> None:
+    """``process.start()`` with SIGINT blocked in the starting thread.
+
+    A terminal's Ctrl-C goes to the whole process group. A worker ignores
+    SIGINT from its first line on, but a fork (and, through exec, a spawned
+    interpreter while it boots) could be hit before that line, and a pool
+    hands out work before all its workers are up. The child inherits the
+    blocked mask; ``process_main`` sets SIGINT to ignored, which discards one
+    that is pending, then unblocks it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        process.start()
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class _Handle:
     """The caller's side of one worker process."""
 
@@ -321,7 +341,7 @@ class ProcessBackend(Backend):
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            lifeline.start_process(process.start)
+            lifeline.start_process(lambda: _start_shielded(process))
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.

@@ -380,6 +380,10 @@ def process_main(
     """
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        # Started with SIGINT blocked (process_backend._start_shielded): one
+        # that came meanwhile was discarded by ignoring it just above.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _on_sigterm)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
