@@ -369,7 +369,13 @@ def test_an_initializer_error_is_raised_by_the_constructor(no_leaks):
 def test_an_initializer_runs_in_every_worker(no_leaks, tmp_path):
     marks = tmp_path / "marks"
     with BackgroundTask(pid, workers=2, initializer=count_call, initargs=(str(marks),)) as bg:
-        bg.get(timeout=WAIT)
+        # The first result need not wait for the other worker's start: take
+        # results until every worker has made one (so has run its initializer).
+        seen = {bg.get(timeout=WAIT)}
+        for _ in range(1000):
+            if seen == set(bg.worker_pids):
+                break
+            seen.add(bg.get(timeout=WAIT))
         assert sorted(map(int, marks.read_text().split())) == sorted(bg.worker_pids)
 
 

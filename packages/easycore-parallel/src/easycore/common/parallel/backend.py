@@ -15,7 +15,8 @@ All methods are called in the caller's process:
 * ``start()``: start every worker and wait until each ran its init hooks;
   raise [`WorkerError`][easycore.common.parallel.WorkerError] /
   [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError] (after
-  cleaning up) if one fails.
+  cleaning up) if one fails. ``start_first()``: the same, but return once
+  one worker is ready (pools hand it work while the others start).
 * ``send(worker, message)``: hand a [`RunChunk`][easycore.common.parallel.protocol.RunChunk]
   to a worker. Never blocks on a busy worker (what the pipe cannot take yet
   is buffered); raises [`ChannelBroken`][easycore.common.parallel.ChannelBroken]
@@ -77,6 +78,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def start(self) -> None:
         """Start the workers and wait until each one's init hooks returned."""
+
+    def start_first(self) -> List[bool]:
+        """Start the workers; return once one is ready (this default: once all are).
+
+        A back-end that can hand work to its first ready worker while the
+        others still start says so here; the others report ``WorkerReady``
+        through ``poll``.
+
+        Returns:
+            list[bool]: per slot, whether that worker is ready now.
+        """
+        self.start()
+        return [True] * len(self.devices)
 
     @abc.abstractmethod
     def send(self, worker: int, message: Any) -> None:

@@ -45,6 +45,7 @@ from typing import (
     Tuple,
 )
 
+from . import inherit
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RunnerClosedError
 from .insights import Insights, owner_insights
@@ -396,10 +397,21 @@ class BackgroundTask:
             self, workers, initializer, initargs, seed, task_timeout, start_method, backend,
             dict(options),
         )
-        self._pool: Optional[Pool] = self._make_pool()
-        self._closed = False
-        n = len(self._pool.devices)
         self._call = SeededCall(target, tuple(args), dict(kwargs or {}), self._streams)
+        # Registered before the workers are forked, so that they inherit the
+        # target (and a bound method's object) instead of unpickling a copy
+        # each; released below if they are not forked (see ``inherit``).
+        self._inherited: Optional[inherit.Inherited] = inherit.keep(self._call)
+        try:
+            self._pool: Optional[Pool] = self._make_pool()
+        except BaseException:
+            inherit.release(self._inherited)
+            raise
+        self._closed = False
+        if not inherit.forked(self._pool._engine.backend):
+            inherit.release(self._inherited)
+            self._inherited = None
+        n = len(self._pool.devices)
         self._ordered = bool(ordered)
         self._prefetch = prefetch
         self._window = n * prefetch
@@ -508,6 +520,7 @@ class BackgroundTask:
             stager, self._stager = getattr(self, "_stager", None), None
             if stager is not None:
                 stager.close()
+            inherit.release(getattr(self, "_inherited", None))
 
     def shutdown(self) -> None:
         """Alias of [`close`][easycore.common.parallel.BackgroundTask.close] (elektronn2's name)."""
@@ -587,8 +600,10 @@ class BackgroundTask:
         stream = _Stream(self._next_call, self._stager)
         # Call numbers go on across resets, so a reset never replays a seed.
         source = range(self._next_call, sys.maxsize)
+        # A forked pool's workers take the target from what they inherited.
+        call = self._inherited if self._inherited is not None else self._call
         stream.job = self._open_pool()._submit(
-            self._call, _MAP, source, stream, ordered=self._ordered, lazy=False, chunksize=1,
+            call, _MAP, source, stream, ordered=self._ordered, lazy=False, chunksize=1,
             task_timeout=None, pass_context=False, window=self._window,
         )
         return stream

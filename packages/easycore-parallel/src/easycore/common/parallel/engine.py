@@ -239,7 +239,7 @@ class _Worker:
     """The engine's view of one worker slot."""
 
     __slots__ = ("slot", "ready", "fifo", "jobs", "forget", "items_done", "retiring", "last_at",
-                 "kill_reason", "alive", "restarts", "lock")
+                 "kill_reason", "alive", "restarts", "lock", "start_deaths")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
@@ -253,6 +253,7 @@ class _Worker:
         self.kill_reason: Optional[Tuple[str, Any]] = None
         self.alive = True
         self.restarts = 0
+        self.start_deaths = 0  # deaths in a row before the init hooks returned
         self.lock = threading.Lock()
 
 
@@ -319,9 +320,21 @@ class Engine:
         self.recorder: Optional[Recorder] = None
 
     # ---------------------------------------------------------------- start
-    def start(self) -> None:
-        """Start the back-end; every worker is ready when this returns."""
+    def start(self, first_only: bool = False) -> None:
+        """Start the back-end; every worker is ready when this returns.
+
+        Args:
+            first_only (bool): return once one worker is ready; the others get
+                work as their ``WorkerReady`` comes in (what a pool does: its
+                first result need not wait for the slowest start).
+        """
         t0 = time.perf_counter()
+        if first_only:
+            for w, ready in zip(self._workers, self.backend.start_first()):
+                w.ready = ready
+            if self.recorder is not None:
+                self.recorder.started_all(time.perf_counter() - t0)
+            return
         self.backend.start()
         if self.recorder is not None:
             self.recorder.started_all(time.perf_counter() - t0)
@@ -814,6 +827,18 @@ class Engine:
     def _on_exit(self, slot: int, msg: WorkerExited) -> None:
         w = self._workers[slot]
         with self._lock:
+            if not (w.ready or w.retiring or msg.expected or self._closing or w.fifo):
+                # Died before its init hooks returned. Once may be bad luck (a
+                # kill); again and again, every replacement would die the same
+                # way, forever: as an init hook's error does, that ends the
+                # engine (what a start that waited for it raised).
+                w.start_deaths += 1
+                if w.start_deaths >= self.max_deaths:
+                    w.alive = False
+                    self._break(self.backend.death_error(slot, msg))
+                    return
+            elif w.ready:
+                w.start_deaths = 0
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
             chunks = [c for c in w.fifo if c is not None]

@@ -75,15 +75,24 @@ _MAP, _STAR, _APPLY = "map", "star", "apply"
 class PoolProgram(WorkerProgram):
     """A pool worker: device set-up, then ``initializer(*initargs)``; jobs are functions."""
 
-    def __init__(self, policy: DevicePolicy, initializer: Optional[bytes]) -> None:
+    def __init__(self, policy: DevicePolicy, initializer: Any) -> None:
         """
         Args:
             policy (DevicePolicy): prepares the worker for its device.
-            initializer (bytes or None): ``(initializer, initargs)`` as
-                [`dumps_code`][easycore.common.parallel.pickling.dumps_code] made it.
+            initializer (tuple or bytes or None): ``(initializer, initargs)``,
+                or that as [`dumps_code`][easycore.common.parallel.pickling.dumps_code]
+                made it.
         """
         self.policy = policy
         self.initializer = initializer
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Code goes by value where it must (dumps_code), made once however
+        # many workers it is pickled for. A forked worker inherits the program
+        # unpickled (see ``inherit``): the initializer's arguments stay shared.
+        if self.initializer is not None and not isinstance(self.initializer, bytes):
+            self.initializer = dumps_code(self.initializer)
+        return self.__dict__.copy()
 
     def init(self, ctx: WorkerContext) -> None:
         self.policy.setup_worker(ctx.device)
@@ -523,9 +532,7 @@ class Pool:
         is_thread = backend == "thread"
         init_blob: Any = None
         if initializer is not None:
-            init_blob = (initializer, tuple(initargs))
-            if not is_thread:
-                init_blob = dumps_code(init_blob)
+            init_blob = (initializer, tuple(initargs))  # pickled only for spawned workers
         self._pickle_code = not is_thread
         cfg_node = cfg if isinstance(cfg, CfgNode) else CfgNode(cfg or {})
         spec = BackendSpec(
@@ -537,7 +544,8 @@ class Pool:
                               max_deaths=max_deaths, maxtasksperchild=maxtasksperchild)
         self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
         self._engine.recorder = self._recorder  # before start: start-up counts
-        self._engine.start()
+        # Work goes to the first worker ready; the others join as they are.
+        self._engine.start(first_only=True)
         self._stop = threading.Event()
         # The thread holds the engine, not the pool: a pool nobody references
         # is collected, and its __del__ stops the workers.

@@ -37,7 +37,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import interrupts, lifeline, shm
+from . import inherit, interrupts, lifeline, shm
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
 from .pickling import dumps_either
@@ -130,8 +130,9 @@ class _Handle:
 
 
 def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
-              grace: float = 2.0) -> None:
+              inherited: Optional[inherit.Inherited] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
+    inherit.release(inherited)  # no later fork needs it: let the program go
     below: List[tuple] = []
     for h in handles:
         # Expected: an engine still pumping (a pool's coordinator at
@@ -207,6 +208,9 @@ class ProcessBackend(Backend):
         self._progress: Optional[ProgressSlots] = None
         self._finalizer: Any = None
         self._closed = False
+        # Under fork the program (and what it holds: a target's object, an
+        # initializer's arguments) is inherited, not pickled: see ``inherit``.
+        self._program_ref: Optional[inherit.Inherited] = None
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
@@ -224,9 +228,31 @@ class ProcessBackend(Backend):
         method = policy.start_method(spec.devices, spec.start_method, spec.threads)
         return cls(spec, policy.mp_context(method), policy.make_transport())
 
+    @property
+    def start_method(self) -> str:
+        """str: how the workers are started ("fork", "spawn" or "forkserver")."""
+        return self._method
+
     # ----------------------------------------------------------------- start
     def start(self) -> None:
+        self._start(len(self.devices))
+
+    def start_first(self) -> List[bool]:
+        """Start every worker, but return once one is ready (or raise if one fails first).
+
+        The others report ``WorkerReady`` through [`poll`][easycore.common.parallel.Backend.poll]
+        when their init hooks return: work can go to the first one meanwhile.
+
+        Returns:
+            list[bool]: per slot, whether that worker is ready now.
+        """
+        self._start(1)
+        return [self._by_slot[s].ready for s in range(len(self.devices))]
+
+    def _start(self, wait_for: int) -> None:
         self.transport.prepare()
+        if self._method == "fork":
+            self._program_ref = inherit.keep(self._spec.program)
         self._sel = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -234,7 +260,8 @@ class ProcessBackend(Backend):
         self._wake_r, self._wake_w = wake_r, wake_w
         self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
         self._finalizer = util.Finalize(
-            self, _kill_all, args=(self._handles, self.transport, None), exitpriority=10
+            self, _kill_all, args=(self._handles, self.transport, None, self._program_ref),
+            exitpriority=10
         )
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
@@ -251,13 +278,15 @@ class ProcessBackend(Backend):
                     self._progress.write(slot, -1, -1, -1, 0.0)
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
-                    self, _kill_all, args=(self._handles, self.transport, name), exitpriority=10
+                    self, _kill_all, args=(self._handles, self.transport, name,
+                                           self._program_ref), exitpriority=10
                 )
             for slot in range(len(self.devices)):
                 self._start_one(slot)
-            deadline = None
-            while not all(h.ready for h in self._by_slot.values()):
-                for slot, message in self.poll(deadline):
+            # A whole batch is handled each time: what came with the awaited
+            # WorkerReady (another's failure) is not left unread.
+            while sum(h.ready for h in self._by_slot.values()) < wait_for:
+                for slot, message in self.poll(None):
                     self._startup_message(slot, message)
         except BaseException:
             self.abort()
@@ -277,14 +306,22 @@ class ProcessBackend(Backend):
         task_r, task_w = self._ctx.Pipe(duplex=False)
         res_r, res_w = self._ctx.Pipe(duplex=False)
         context = spec.contexts[slot] if spec.contexts is not None else None
+        program: Any = spec.program if self._program_ref is None else self._program_ref
         worker_spec = WorkerSpec(
-            spec.program, slot, self.devices[slot], self._cfg_payload, context,
+            program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._progress_name,
         )
+        spec_bytes = _dump_spec(worker_spec)
+        # Under fork the worker inherits the bytes with the Process object. A
+        # spawned one would get them inside its start, written by
+        # Process.start() while the caller waits for the child to boot and
+        # read them: sent through the task pipe instead (non-blocking,
+        # flushed by poll), every worker boots at once.
+        inherited = self._method == "fork"
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
-            args=(_dump_spec(worker_spec), spec.threads, os.getpid(), self._method, task_r,
-                  res_w),
+            args=(spec_bytes if inherited else None, spec.threads, os.getpid(), self._method,
+                  task_r, res_w),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
@@ -304,10 +341,17 @@ class ProcessBackend(Backend):
             assert self._sel is not None
             self._sel.register(res_r.fileno(), selectors.EVENT_READ, ("result", slot))
             self._sel.register(process.sentinel, selectors.EVENT_READ, ("exit", slot))
+        if not inherited:
+            try:
+                self._send_frame(slot, _frame(spec_bytes))
+            except ChannelBroken:
+                pass  # it died at once: poll reports its exit
 
     # ------------------------------------------------------------- messages
     def send(self, worker: int, message: Any) -> None:
-        frame = _frame(pickle.dumps(message, protocol=_DUMP))
+        self._send_frame(worker, _frame(pickle.dumps(message, protocol=_DUMP)))
+
+    def _send_frame(self, worker: int, frame: bytes) -> None:
         h = self._by_slot.get(worker)
         if h is None:
             raise ChannelBroken(f"worker {worker} does not exist")
@@ -570,6 +614,7 @@ class ProcessBackend(Backend):
             if self._finalizer is not None:
                 self._finalizer()  # kills what is left, cleans up the transport
                 self._finalizer = None
+            inherit.release(self._program_ref)  # the finalizer did, unless it was never made
 
     def _discard_pending(self, h: _Handle) -> None:
         if h.closed:

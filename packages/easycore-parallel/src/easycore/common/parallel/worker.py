@@ -28,11 +28,11 @@ daemonic processes it started.
 
 from __future__ import annotations
 
+import _thread
 import os
 import pickle
 import signal
 import struct
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -407,7 +407,7 @@ class WorkerSpec(NamedTuple):
 
 
 def process_main(
-    spec_bytes: bytes,
+    spec_bytes: Optional[bytes],
     n_threads: Optional[int],
     owner_pid: int,
     start_method: str,
@@ -417,8 +417,10 @@ def process_main(
     """Entry point of a worker process.
 
     Args:
-        spec_bytes (bytes): the pickled [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec],
-            unpickled only after the thread limits are set.
+        spec_bytes (bytes or None): the pickled
+            [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec], unpickled
+            only after the thread limits are set (None: it is the first message
+            on ``tasks``).
         n_threads (int or None): the thread budget (None: leave it alone).
         owner_pid (int): the process that made the runner.
         start_method (str): how this process was started.
@@ -459,10 +461,19 @@ def _start_watchdog(expected_ppid: int) -> None:
             if lifeline.parent_gone(expected_ppid):
                 os._exit(EXIT_PARENT_GONE)
 
-    threading.Thread(target=watch, name="easycore-lifeline", daemon=True).start()
+    # Not threading.Thread: its start() waits until the new thread has run,
+    # which on a busy machine held every worker's start up by up to tens of
+    # milliseconds. A raw thread is daemonic: it never holds up the exit.
+    _thread.start_new_thread(watch, ())
 
 
-def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callable) -> None:
+def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
+           post: Callable) -> None:
+    if spec_bytes is None:
+        try:
+            spec_bytes = tasks.recv_bytes()  # sent right after the start (spawn, forkserver)
+        except (EOFError, OSError):
+            os._exit(EXIT_PARENT_GONE)
     try:
         spec: WorkerSpec = pickle.loads(spec_bytes)
     except Terminated:
@@ -495,7 +506,11 @@ def _serve(spec_bytes: bytes, n_threads: Optional[int], tasks: Any, post: Callab
         post(WorkerFailed(None, None, failed.report))
         return
     post(WorkerReady(os.getpid()))
+    data = message = None
     while True:
+        # The last message (a job's function may be a big pickle) must not
+        # stay alive while this worker waits for the next one.
+        data = message = None
         try:
             data = tasks.recv_bytes()
         except (EOFError, OSError):
