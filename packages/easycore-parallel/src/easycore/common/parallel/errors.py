@@ -13,6 +13,7 @@ as its ``__cause__``.
 
 from __future__ import annotations
 
+import multiprocessing.pool
 import pickle
 import signal
 import traceback
@@ -26,6 +27,7 @@ __all__ = [
     "TaskTimeoutError",
     "ErrorReport",
     "RemoteTraceback",
+    "ResultEncodingError",
 ]
 
 
@@ -264,6 +266,44 @@ class RemoteTraceback(Exception):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
+        #: the stdlib's name for the same text (``multiprocessing.pool.RemoteTraceback.tb``)
+        self.tb = text
 
     def __str__(self) -> str:
         return self.text
+
+
+class ResultEncodingError(multiprocessing.pool.MaybeEncodingError):
+    """A task's result could not be sent back to the caller (it does not pickle).
+
+    Only that item fails (the stdlib's ``MaybeEncodingError``, which this is);
+    the other results of its chunk are delivered. ``exc`` and ``value`` are
+    the ``repr`` of the pickling error and of the result, as the stdlib's;
+    ``item`` is the item's index in its call's input, once the caller knows it.
+    """
+
+    def __init__(self, exc: str, value: str, item: Optional[int] = None) -> None:
+        # (strings, not objects: the result could not travel, its repr can)
+        Exception.__init__(self, exc, value)
+        self.exc = exc
+        self.value = value
+        self.item = item
+
+    @classmethod
+    def of(cls, exc: BaseException, value: object) -> ResultEncodingError:
+        """The error for ``value``, which raised ``exc`` when pickled."""
+        try:
+            text = repr(value)
+        except Exception:
+            text = f"<{type(value).__name__} object>"
+        if len(text) > 200:
+            text = text[:200] + "..."
+        return cls(f"{type(exc).__name__}: {exc}", text)
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.exc, self.value, self.item))
+
+    def __str__(self) -> str:
+        where = f" of item {self.item}" if self.item is not None else ""
+        return (f"Error sending result{where}: {self.value}. Reason: {self.exc} "
+                f"(results are pickled to reach the caller)")
