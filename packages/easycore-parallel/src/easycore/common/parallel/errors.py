@@ -255,12 +255,22 @@ class TaskTimeoutError(ParallelError, TimeoutError):
         return (type(self), args)
 
 
-class RemoteTraceback(Exception):
+class _RemoteTracebackType(type):
+    # isinstance(cause, RemoteTraceback) holds for the stdlib's class that
+    # pools raise from (see RemoteTraceback.of).
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, multiprocessing.pool.RemoteTraceback) and hasattr(obj, "text")
+
+
+class RemoteTraceback(multiprocessing.pool.RemoteTraceback, metaclass=_RemoteTracebackType):
     """The traceback of an exception raised in a worker, as its ``__cause__``.
 
     Pools re-raise the task's own exception (a ``ValueError`` stays a
     ``ValueError``, as with ``multiprocessing.Pool``); this cause carries where
-    it happened.
+    it happened, as ``text`` and as the stdlib's ``tb``. The cause a pool
+    raises from is the stdlib's own ``multiprocessing.pool.RemoteTraceback``
+    (code that compares ``type(err.__cause__)`` with it keeps working), with
+    ``text`` too; ``isinstance(cause, RemoteTraceback)`` holds for it.
     """
 
     def __init__(self, text: str) -> None:
@@ -271,6 +281,20 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.text
+
+    @staticmethod
+    def of(text: str) -> multiprocessing.pool.RemoteTraceback:
+        """The cause pools raise from: the stdlib's class, with ``tb`` and ``text``.
+
+        Args:
+            text (str): the worker's formatted traceback.
+
+        Returns:
+            multiprocessing.pool.RemoteTraceback:
+        """
+        cause = multiprocessing.pool.RemoteTraceback(text)
+        cause.text = text  # type: ignore[attr-defined]
+        return cause
 
 
 class ResultEncodingError(multiprocessing.pool.MaybeEncodingError):

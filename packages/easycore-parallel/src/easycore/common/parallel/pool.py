@@ -129,7 +129,7 @@ def _raise_item(error: ItemError) -> None:
             original.item = getattr(exc, "item", None)
         if isinstance(original, Exception):
             # A fresh copy each time it is raised, with the worker's traceback.
-            raise original.with_traceback(None) from RemoteTraceback(exc.remote_traceback)
+            raise original.with_traceback(None) from RemoteTraceback.of(exc.remote_traceback)
     raise exc
 
 
@@ -1043,7 +1043,7 @@ class Pool:
         state = getattr(self, "_state", "TERMINATED")
         if state == "RUN":
             # As the stdlib's: a pool nobody closed is most likely leaked.
-            warnings.warn(f"unclosed running {type(self).__name__} pool {self!r}",
+            warnings.warn(f"unclosed running multiprocessing pool {self!r}",
                           ResourceWarning, source=self, stacklevel=2)
         if state != "TERMINATED":
             try:
