@@ -44,9 +44,11 @@ def _thread_pool(*args, **kwargs):
 def _torch_pool(*args, **kwargs):
     from easycore.torch.parallel import Pool as TorchPool
 
-    # (forkserver: easycore-torch refuses fork with several torch threads a worker)
-    method = "forkserver" if "forkserver" in METHODS else "spawn"
-    return TorchPool(*args, start_method=method, **kwargs)
+    if "fork" in METHODS:
+        # fork (fast to start), with one torch thread a worker: easycore-torch
+        # refuses fork with more (OpenMP does not survive fork)
+        return TorchPool(*args, start_method="fork", cpu_threads=1, **kwargs)
+    return TorchPool(*args, **kwargs)
 
 
 #: kind -> (CPython's TYPE, what self.Pool builds, pytest marks)

@@ -626,7 +626,8 @@ class Pool:
                 raise ValueError("Number of processes must be at least 1")
             devices = ["cpu"] * n
         if worker_contexts is not None and len(worker_contexts) != n:
-            raise ValueError(f"worker_contexts has {len(worker_contexts)} entries for {n} workers")
+            raise ValueError(f"worker_contexts has {len(worker_contexts)} entries, not equal to "
+                             f"the number of workers ({n})")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if maxtasksperchild is not None and (
