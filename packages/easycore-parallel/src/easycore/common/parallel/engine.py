@@ -27,8 +27,10 @@ sink for results) and the engine does the rest:
   ``max_deaths`` workers fails as a whole.
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
-their owner's thread (``Job.feed``); jobs over an in-memory list are fed by
-whoever pumps.
+their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
+whoever pumps. A lazy source may offer ``take(n) -> (items, ended)``, which
+never blocks (``Pool.imap``'s input, read ahead by a thread of its own): then
+feeding never waits in the user's iterator.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import multiprocessing.pool
 import pickle
 import signal
 import traceback
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 __all__ = [
     "ParallelError",
@@ -255,14 +255,20 @@ class TaskTimeoutError(ParallelError, TimeoutError):
         return (type(self), args)
 
 
+# (typeshed does not list these two of multiprocessing.pool)
+_mp_pool: Any = multiprocessing.pool
+_StdRemoteTraceback: Any = _mp_pool.RemoteTraceback
+_StdMaybeEncodingError: Any = _mp_pool.MaybeEncodingError
+
+
 class _RemoteTracebackType(type):
     # isinstance(cause, RemoteTraceback) holds for the stdlib's class that
     # pools raise from (see RemoteTraceback.of).
     def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, multiprocessing.pool.RemoteTraceback) and hasattr(obj, "text")
+        return isinstance(obj, _StdRemoteTraceback) and hasattr(obj, "text")
 
 
-class RemoteTraceback(multiprocessing.pool.RemoteTraceback, metaclass=_RemoteTracebackType):
+class RemoteTraceback(_StdRemoteTraceback, metaclass=_RemoteTracebackType):
     """The traceback of an exception raised in a worker, as its ``__cause__``.
 
     Pools re-raise the task's own exception (a ``ValueError`` stays a
@@ -283,7 +289,7 @@ class RemoteTraceback(multiprocessing.pool.RemoteTraceback, metaclass=_RemoteTra
         return self.text
 
     @staticmethod
-    def of(text: str) -> multiprocessing.pool.RemoteTraceback:
+    def of(text: str) -> BaseException:
         """The cause pools raise from: the stdlib's class, with ``tb`` and ``text``.
 
         Args:
@@ -292,12 +298,12 @@ class RemoteTraceback(multiprocessing.pool.RemoteTraceback, metaclass=_RemoteTra
         Returns:
             multiprocessing.pool.RemoteTraceback:
         """
-        cause = multiprocessing.pool.RemoteTraceback(text)
-        cause.text = text  # type: ignore[attr-defined]
+        cause = _StdRemoteTraceback(text)
+        cause.text = text
         return cause
 
 
-class ResultEncodingError(multiprocessing.pool.MaybeEncodingError):
+class ResultEncodingError(_StdMaybeEncodingError):
     """A task's result could not be sent back to the caller (it does not pickle).
 
     Only that item fails (the stdlib's ``MaybeEncodingError``, which this is);

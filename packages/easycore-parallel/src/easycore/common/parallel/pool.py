@@ -898,8 +898,13 @@ class Pool:
              task_timeout: Optional[float] = None, pass_context: bool = False) -> IMapIterator:
         """Lazy ``map``: an iterator of results in input order.
 
-        The input is read as results are consumed, never further ahead than the
-        workers' queues (unlike the stdlib, which reads it all at once).
+        A lazy input (not a list, tuple or range) is read by a thread of its
+        own, a bounded distance ahead of the results consumed (the stdlib reads
+        it all at once); a result already there is handed over before the input
+        runs again. An exception from the input is raised by ``next()`` in its
+        place, after the results of the items read before it. An iterator that
+        is dropped cancels its job; ``join()`` reads the input of one still
+        referenced to its end (see "Safety and guarantees").
 
         Returns:
             IMapIterator:
