@@ -531,7 +531,7 @@ def _drop_unencodable(results: List[Any]) -> List[ItemFailure]:
         except Exception as exc:
             results[i] = None
             failures.append(ItemFailure(i, ErrorReport.capture(
-                "sending its result", ResultEncodingError.of(exc, value))))
+                "sending results", ResultEncodingError.of(exc, value))))
     return failures
 
 
