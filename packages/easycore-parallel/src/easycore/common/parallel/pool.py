@@ -451,9 +451,12 @@ class IMapUnorderedIterator(IMapIterator):
     """The stdlib's name for the iterator of ``imap_unordered``."""
 
 
-def _cancel_abandoned(job: Job) -> None:
-    # An imap iterator was collected: its job has no reader any more.
-    if not job.done:
+def _cancel_abandoned(ref: weakref.ReferenceType) -> None:
+    # An imap iterator was collected: its job has no reader any more. (A weak
+    # reference: a running job is held by its engine; a finished one, with its
+    # results, must not be kept by this finalizer.)
+    job = ref()
+    if job is not None and not job.done:
         try:
             job.engine.cancel(job)
         except Exception:  # the pool is gone already
@@ -939,7 +942,7 @@ class Pool:
                            lazy=lazy, chunksize=chunksize, task_timeout=task_timeout,
                            pass_context=pass_context, window=window)
         it._job, it._lazy = job, lazy
-        weakref.finalize(it, _cancel_abandoned, job)
+        weakref.finalize(it, _cancel_abandoned, weakref.ref(job))
         if lazy and not job.done:
             reader = threading.Thread(target=source.read, args=(self._engine, job, it._state),
                                       name="easycore-pool-input", daemon=True)
