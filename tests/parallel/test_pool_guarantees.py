@@ -16,6 +16,8 @@ import multiprocessing.pool
 import os
 import pickle
 import queue
+import select
+import signal
 import threading
 import warnings
 import weakref
@@ -271,12 +273,16 @@ def test_a_pool_inherited_by_os_fork_raises_in_the_child(no_leaks, kind):
             os.write(w, bytes([code]))
             os._exit(0)
         os.close(w)
+        got = b""
         try:
-            with os.fdopen(r, "rb") as reader:
-                got = reader.read(1)
+            ready, _, _ = select.select([r], [], [], WAIT)
+            got = os.read(r, 1) if ready else b""
         finally:
+            os.close(r)
+            if not got:
+                os.kill(pid, signal.SIGKILL)  # the child hangs: this is the bug
             os.waitpid(pid, 0)
-        assert got == b"\x00"
+        assert got == b"\x00", "the child's map did not raise RuntimeError at once"
         assert pool.map(square, [3]) == [9]  # the parent's pool is untouched
 
 
