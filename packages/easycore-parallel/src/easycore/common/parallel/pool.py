@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections import deque
@@ -294,6 +295,10 @@ class _ReadAhead:
         self.ended = False
         self.error: Optional[BaseException] = None
         self.thread: Optional[threading.Thread] = None
+        # One thread feeds at a time (the reader, or a caller waiting in next()).
+        self._feeding = threading.Lock()
+        self._oldest = 0.0  # when the oldest item not yet taken was buffered
+        self.reading_since = 0.0  # when the reader entered the input's __next__ (0: not in it)
 
     def __iter__(self) -> _ReadAhead:
         return self
@@ -306,38 +311,67 @@ class _ReadAhead:
 
     def take(self, n: int) -> Tuple[List[Any], bool]:
         """Up to ``n`` buffered items, never blocking; and whether the input ended."""
-        with self._lock:
-            k = min(n, len(self._buffer))
-            items = [self._buffer.popleft() for _ in range(k)]
-            return items, self.ended and not self._buffer
+        ended = self.ended  # read first: once True, every item is in the buffer
+        buffer = self._buffer
+        items = []
+        pop = buffer.popleft
+        try:
+            for _ in range(n):
+                items.append(pop())
+        except IndexError:
+            pass
+        self._oldest = time.perf_counter()
+        return items, ended and not buffer
 
-    def room(self, limit: int) -> bool:
-        return len(self._buffer) < limit
+    def stalled(self, linger: float) -> bool:
+        """Whether items wait in the buffer while the reader is stuck in the input."""
+        since = self.reading_since
+        return bool(self._buffer) and (
+            (since and time.perf_counter() - since > linger)
+            or time.perf_counter() - self._oldest > linger)
 
     def read(self, engine: Engine, job: Job, state: _IMapState) -> None:
         """The reader thread's loop: read, buffer, feed; ends with the input or the job."""
         pending: List[Any] = []
         chunk = self._chunksize
+        linger = engine.linger
+        buffer, iterator, clock = self._buffer, self._iterator, time.perf_counter
+        # (deque appends and pops are atomic: no lock per item; ``take`` reads
+        # ``ended`` only after the last items are in)
+        size = max(1, job.next_size())
         try:
             while not job.done:
-                if not self.room(max(1, job.next_size())):
-                    self._feed(engine, job, state, wait=True)
+                if len(buffer) >= size:  # a chunk ahead: no more reading until it goes
+                    self._feed(engine, job, state, wait=False)
+                    size = max(1, job.next_size())
+                    if len(buffer) >= size:
+                        self._wait(job, state)
                     continue
+                self.reading_since = now = clock()
                 try:
-                    item = next(self._iterator)
+                    item = next(iterator)
                 except StopIteration:
                     break
-                if chunk is None:
-                    with self._lock:
-                        self._buffer.append(item)
-                else:
+                finally:
+                    self.reading_since = 0.0
+                if chunk is not None:
                     pending.append(item)
                     if len(pending) < chunk:
                         continue
-                    with self._lock:
-                        self._buffer.extend(pending)
+                    if not buffer:
+                        self._oldest = now
+                    buffer.extend(pending)
                     pending = []
-                self._feed(engine, job, state, wait=False)
+                else:
+                    if not buffer:
+                        self._oldest = now
+                    buffer.append(item)
+                # Send a full chunk; less only when the input is slow (items wait
+                # no longer than ``linger``). While this thread is blocked in the
+                # input, a caller waiting in next() sends what it read (``stalled``).
+                if len(buffer) >= size or now - self._oldest > linger:
+                    self._feed(engine, job, state, wait=False)
+                    size = max(1, job.next_size())
         except BaseException as exc:  # the input failed: raised in its place
             self.error = exc
             pending = []
@@ -350,17 +384,25 @@ class _ReadAhead:
         self._iterator = None  # the user's input is not kept past its end
 
     def _feed(self, engine: Engine, job: Job, state: _IMapState, wait: bool) -> None:
-        try:
-            engine.feed(job)
-        except BaseException as exc:  # the pool broke or closed: the job failed with it
-            if not job.done:
-                engine.cancel(job, exc)
-            return
-        if wait:
-            # Woken by every delivery of this job (credits came back), or soon.
-            with state.cond:
+        if self._feeding.acquire(blocking=False):
+            try:
+                engine.feed(job)
+            except BaseException as exc:  # the pool broke or closed: the job failed with it
                 if not job.done:
-                    state.cond.wait(0.05)
+                    engine.cancel(job, exc)
+                return
+            finally:
+                self._feeding.release()
+        if wait:
+            self._wait(job, state)
+
+    @staticmethod
+    def _wait(job: Job, state: _IMapState) -> None:
+        # Woken by every delivery of this job (credits came back), or soon
+        # (credits freed by other jobs, results consumed: no event for those).
+        with state.cond:
+            if not job.done:
+                state.cond.wait(0.05)
 
 
 class IMapIterator:
@@ -402,14 +444,15 @@ class IMapIterator:
         else:
             if self._lazy:
                 self._consumed += 1
-                if self._consumed >= 64:
+                if self._consumed >= 256:
                     self._move_window()
             if error is not None:
                 _raise_item(error)
             return value
+        state = self._state
+        source, job = state.input, self._job
         if self._lazy:
             self._move_window()
-        state = self._state
         with state.cond:
             deadline = None if timeout is None else _now() + timeout
             while not self._items:
@@ -421,7 +464,20 @@ class IMapIterator:
                 remaining = None if deadline is None else deadline - _now()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no result within {timeout} s")
-                state.cond.wait(0.5 if remaining is None else min(0.5, remaining))
+                if (source is not None and job is not None and not job.done
+                        and source.stalled(job.engine.linger)):
+                    # The reader is stuck in the input (it may wait for the
+                    # very result this caller waits for: a feedback loop):
+                    # what it read goes out now. Runs no user code.
+                    state.cond.release()
+                    try:
+                        source._feed(job.engine, job, state, wait=False)
+                    finally:
+                        state.cond.acquire()
+                    if self._items or state.done:
+                        continue
+                wait = job.engine.linger if source is not None and job else 0.5
+                state.cond.wait(wait if remaining is None else min(wait, remaining))
             value, error = self._items.popleft()
         if self._lazy:
             self._consumed += 1
