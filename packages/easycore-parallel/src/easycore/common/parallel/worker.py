@@ -527,7 +527,7 @@ def _drop_unencodable(results: List[Any]) -> List[ItemFailure]:
     for i, value in enumerate(results):
         try:
             # Out-of-band buffers (arrays) are not copied: only whether it pickles counts.
-            pickle.dumps(value, protocol=5, buffer_callback=lambda _: False)
+            pickle.dumps(value, protocol=5, buffer_callback=lambda _: True)
         except Exception as exc:
             results[i] = None
             failures.append(ItemFailure(i, ErrorReport.capture(
