@@ -150,20 +150,25 @@ def test_imap_hands_over_a_result_before_running_the_input_again(kind_pool):
 
 
 # --- 3: the last job's results and inputs are not kept -------------------------
-def test_the_last_jobs_results_and_inputs_are_released(kind_pool):
+def test_the_last_jobs_results_are_released(kind_pool):
     _, pool = kind_pool
-    results = pool.map(boxed, range(10))
+    # The last job of all: nothing submitted after it (200 chunks: still running
+    # when submit returns, so that the pool would keep it).
+    results = pool.map(boxed, range(200), 1)
     refs = [weakref.ref(r) for r in results]
     del results
-    inputs = [Box(i) for i in range(10)]
-    in_refs = [weakref.ref(b) for b in inputs]
-    assert [b.value for b in pool.map(identity, inputs)] == list(range(10))
-    del inputs
-    apply_result = pool.apply_async(boxed, (3,))
-    apply_ref = weakref.ref(apply_result.get(WAIT))
-    del apply_result
     gc.collect()
-    assert [r() for r in refs + in_refs + [apply_ref]] == [None] * 21
+    assert [r() for r in refs] == [None] * 200
+
+
+def test_the_last_jobs_inputs_are_released(kind_pool):
+    _, pool = kind_pool
+    inputs = [Box(i) for i in range(200)]
+    refs = [weakref.ref(b) for b in inputs]
+    assert [b.value for b in pool.map(identity, inputs, 1)] == list(range(200))
+    del inputs
+    gc.collect()
+    assert [r() for r in refs] == [None] * 200
 
 
 # --- 4 and 25: one unpicklable result fails alone, naming its item -------------
