@@ -158,3 +158,40 @@ class CountedFunction:
 
 def unpickled_count(_=None):
     return UNPICKLED[0]
+
+
+# --- issue 20: inputs that fail, results that cannot travel, tasks that exit
+class SayWhenError(ValueError):
+    """Raised by ``failing_input`` where it was told to."""
+
+
+def failing_input(total, when):
+    """Items ``0..total-1``, raising ``SayWhenError`` instead of item ``when``."""
+    for i in range(total):
+        if i == when:
+            raise SayWhenError(f"input failed at {i}")
+        yield i
+
+
+def unpicklable_on(x, bad=7):
+    """``x``, except for item ``bad``: a result no pickler can send."""
+    import threading
+
+    return threading.Lock() if x == bad else x
+
+
+def exit_zero(x=None):
+    import sys
+
+    sys.exit(0)
+
+
+class Box:
+    """A result whose lifetime the tests watch with weak references."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def boxed(x):
+    return Box(x)

@@ -29,7 +29,9 @@ sink for results) and the engine does the rest:
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
 their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
-whoever pumps.
+whoever pumps. A lazy source may offer ``take(n) -> (items, ended)``, which
+never blocks (``Pool.imap``'s input, read ahead by a thread of its own): then
+feeding never waits in the user's iterator.
 """
 
 from __future__ import annotations
@@ -97,6 +99,15 @@ class JobSink:
 
     def finish(self, error: Optional[BaseException]) -> None:
         """The job ended: every item delivered (error None), or it failed."""
+
+    def claim(self) -> bool:
+        """The job's first chunk is about to be sent (engine lock held).
+
+        Returns:
+            bool: False to drop the job instead (it was cancelled before any
+            worker got it: it ends with no error and nothing runs).
+        """
+        return True
 
 
 class _Chunk:
@@ -207,16 +218,24 @@ class Job:
         assert self._iterator is not None
         start = self._next_index
         t0 = time.perf_counter()
-        items = list(islice(self._iterator, size))
+        take = getattr(self._iterator, "take", None)
+        if take is not None:
+            # A source read ahead by a thread of its own (``Pool.imap``'s):
+            # ``take(n)`` never blocks, so feeding never waits in the user's
+            # iterator; it returns what is there and whether the input ended.
+            items, ended = take(size)
+        else:
+            items = list(islice(self._iterator, size))
+            ended = len(items) < size
         elapsed = time.perf_counter() - t0
         recorder = self.engine.recorder
         if recorder is not None:  # insights
             recorder.reading_input += elapsed
-        if elapsed > 0 and items:
+        if elapsed > 0 and items and take is None:
             # A slow input must not hold finished items back: cap the chunk at
             # what the input makes in ``linger`` seconds.
             self.pull_cap = max(1, int(linger / (elapsed / len(items))))
-        if len(items) < size:
+        if ended:
             self.exhausted = True
         self._next_index += len(items)
         self.taken_items += len(items)
@@ -507,8 +526,10 @@ class Engine:
             with interrupts.deferred(), self._lock:
                 if not items or job.done:
                     self._unreserve(worker, job)
-                    if job.complete():
+                    if not job.done and job.complete():
                         self._finish(job, None)
+                    if not items and not job.exhausted and not job.done:
+                        return True  # a read-ahead source has nothing for now
                     continue
                 self._send(job, worker, first, items)
         return False
@@ -601,6 +622,10 @@ class Engine:
     def _send(self, job: Job, slot: int, first: int, items: List[Any]) -> None:
         """Encode and send a chunk to a worker whose credit is reserved (lock held)."""
         w = self._workers[slot]
+        if job.seq == 0 and not job.sink.claim():
+            self._unreserve(slot, job)
+            self._finish(job, None)
+            return
         chunk = _Chunk(job, job.seq, first, items if job.retry else None, len(items))
         job.seq += 1
         function = None

@@ -30,6 +30,8 @@ import os
 import sys
 import threading
 import time
+import warnings
+import weakref
 from collections import deque
 from typing import (
     Any,
@@ -52,7 +54,7 @@ from . import threads as _threads
 from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
-from .errors import RemoteTraceback, RunnerClosedError, WorkerError
+from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
 from .insights import Insights, Recorder
 from .pickling import dumps_code, loads_code
 from .policy import DevicePolicy
@@ -124,13 +126,21 @@ def _load(blob: Any) -> Any:
 
 # ------------------------------------------------------------------ results
 def _raise_item(error: ItemError) -> None:
-    """Raise an item's error as the stdlib would: the task's own exception."""
+    """Raise an item's error as the stdlib would: the task's own exception.
+
+    Except where the task left its process (``SystemExit``, ``KeyboardInterrupt``
+    raised by the task): raised in the caller they would end the caller, so
+    they come as the [`WorkerError`][easycore.common.parallel.WorkerError]
+    that reports them, as from the runners.
+    """
     exc = error.exc
     if isinstance(exc, WorkerError):
         original = exc.__cause__
-        if isinstance(original, BaseException):
+        if isinstance(original, ResultEncodingError):
+            original.item = getattr(exc, "item", None)
+        if isinstance(original, Exception):
             # A fresh copy each time it is raised, with the worker's traceback.
-            raise original.with_traceback(None) from RemoteTraceback(exc.remote_traceback)
+            raise original.with_traceback(None) from RemoteTraceback.of(exc.remote_traceback)
     raise exc
 
 
@@ -196,6 +206,7 @@ class AsyncResult:
         if self._event.is_set():
             return
         self._value, self._error = value, error
+        self._job = None  # done: the job (and its sink's results) is not kept by this
         # As the stdlib: the callback has run by the time get() returns.
         recorder = self._recorder
         t0 = time.perf_counter() if recorder is not None else 0.0
@@ -204,10 +215,12 @@ class AsyncResult:
                 self._callback(value)
             elif error is not None and self._error_callback is not None:
                 self._error_callback(error)
-        except Exception:
+        except BaseException:
+            # A callback runs in the coordinator: whatever it raises, even
+            # SystemExit or KeyboardInterrupt, must not stop it for every job.
             import traceback
 
-            traceback.print_exc()  # a callback's error must not stop the pool
+            traceback.print_exc()
         finally:
             if recorder is not None:
                 recorder.consumed(t0)
@@ -263,17 +276,172 @@ class _MapSink(JobSink):
             self.result._set(self.values[0] if self.unpack_one else self.values, None)
 
 
+class _IMapState:
+    """What an ``imap``'s sink fills and its iterator empties.
+
+    Apart from the iterator: a job (its sink, its read-ahead thread) never
+    holds the iterator, so an iterator its caller dropped is collected, and its
+    job cancelled (see ``IMapIterator``).
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.items: Deque[Tuple[Any, Optional[ItemError]]] = deque()
+        self.error: Optional[BaseException] = None
+        self.done = False
+        self.input: Optional[_ReadAhead] = None
+
+
+class _ReadAhead:
+    """A lazy ``imap`` input, read by a thread of its own into a small buffer.
+
+    The user's iterator may block (a generator waiting on a queue, on the
+    network, or on a result of this very ``imap``), so it is never run by the
+    thread that hands results over, nor by the coordinator: this reader runs
+    it, one item at a time, and feeds the engine, which takes from the buffer
+    without blocking (``take``). The reader reads at most a chunk ahead of
+    what the engine took, and the engine takes at most ``window`` items ahead
+    of what the caller consumed: the input is read a bounded distance ahead.
+
+    With an explicit ``chunksize`` items are buffered a whole chunk at a time,
+    as the stdlib's task handler reads them: an input that raises loses the
+    items of the chunk it broke, and the error is raised in its place. With
+    the automatic chunk size every item read before the error runs.
+    """
+
+    def __init__(self, iterator: Any, chunksize: Optional[int]) -> None:
+        self._iterator = iterator
+        self._chunksize = chunksize
+        self._buffer: Deque[Any] = deque()
+        self._lock = threading.Lock()
+        self.ended = False
+        self.error: Optional[BaseException] = None
+        self.thread: Optional[threading.Thread] = None
+        # One thread feeds at a time (the reader, or a caller waiting in next()).
+        self._feeding = threading.Lock()
+        self._oldest = 0.0  # when the oldest item not yet taken was buffered
+        self.reading_since = 0.0  # when the reader entered the input's __next__ (0: not in it)
+
+    def __iter__(self) -> _ReadAhead:
+        return self
+
+    def __next__(self) -> Any:  # (the engine uses take; a plain iterator for anyone else)
+        items, ended = self.take(1)
+        if items:
+            return items[0]
+        raise StopIteration
+
+    def take(self, n: int) -> Tuple[List[Any], bool]:
+        """Up to ``n`` buffered items, never blocking; and whether the input ended."""
+        ended = self.ended  # read first: once True, every item is in the buffer
+        buffer = self._buffer
+        items = []
+        pop = buffer.popleft
+        try:
+            for _ in range(n):
+                items.append(pop())
+        except IndexError:
+            pass
+        self._oldest = time.perf_counter()
+        return items, ended and not buffer
+
+    def stalled(self, linger: float) -> bool:
+        """Whether items wait in the buffer while the reader is stuck in the input."""
+        since = self.reading_since
+        return bool(self._buffer) and (
+            (since and time.perf_counter() - since > linger)
+            or time.perf_counter() - self._oldest > linger)
+
+    def read(self, engine: Engine, job: Job, state: _IMapState) -> None:
+        """The reader thread's loop: read, buffer, feed; ends with the input or the job."""
+        pending: List[Any] = []
+        chunk = self._chunksize
+        linger = engine.linger
+        buffer, iterator, clock = self._buffer, self._iterator, time.perf_counter
+        # (deque appends and pops are atomic: no lock per item; ``take`` reads
+        # ``ended`` only after the last items are in)
+        size = max(1, job.next_size())
+        try:
+            while not job.done:
+                if len(buffer) >= size:  # a chunk ahead: no more reading until it goes
+                    self._feed(engine, job, state, wait=False)
+                    size = max(1, job.next_size())
+                    if len(buffer) >= size:
+                        self._wait(job, state)
+                    continue
+                self.reading_since = now = clock()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                finally:
+                    self.reading_since = 0.0
+                if chunk is not None:
+                    pending.append(item)
+                    if len(pending) < chunk:
+                        continue
+                    if not buffer:
+                        self._oldest = now
+                    buffer.extend(pending)
+                    pending = []
+                else:
+                    if not buffer:
+                        self._oldest = now
+                    buffer.append(item)
+                # Send a full chunk; less only when the input is slow (items wait
+                # no longer than ``linger``). While this thread is blocked in the
+                # input, a caller waiting in next() sends what it read (``stalled``).
+                if len(buffer) >= size or now - self._oldest > linger:
+                    self._feed(engine, job, state, wait=False)
+                    size = max(1, job.next_size())
+        except BaseException as exc:  # the input failed: raised in its place
+            self.error = exc
+            pending = []
+        with self._lock:
+            self._buffer.extend(pending)
+            self.ended = True
+        # The engine sees the end only when it takes again: feed until it did.
+        while not job.done and not job.exhausted:
+            self._feed(engine, job, state, wait=True)
+        self._iterator = None  # the user's input is not kept past its end
+
+    def _feed(self, engine: Engine, job: Job, state: _IMapState, wait: bool) -> None:
+        if self._feeding.acquire(blocking=False):
+            try:
+                engine.feed(job)
+            except BaseException as exc:  # the pool broke or closed: the job failed with it
+                if not job.done:
+                    engine.cancel(job, exc)
+                return
+            finally:
+                self._feeding.release()
+        if wait:
+            self._wait(job, state)
+
+    @staticmethod
+    def _wait(job: Job, state: _IMapState) -> None:
+        # Woken by every delivery of this job (credits came back), or soon
+        # (credits freed by other jobs, results consumed: no event for those).
+        with state.cond:
+            if not job.done:
+                state.cond.wait(0.05)
+
+
 class IMapIterator:
-    """Iterates over ``imap`` / ``imap_unordered`` results; ``next(timeout)`` as the stdlib's."""
+    """Iterates over ``imap`` / ``imap_unordered`` results; ``next(timeout)`` as the stdlib's.
+
+    An iterator its caller dropped (collected) cancels its job: nothing more of
+    its input is read. One still referenced when its pool is joined is read to
+    the end of its input, its results kept for it (as the stdlib's).
+    """
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
-        self._cond = threading.Condition()
-        self._items: Deque[Tuple[Any, Optional[ItemError]]] = deque()
-        self._error: Optional[BaseException] = None
-        self._done = False
+        self._state = _IMapState()
+        self._items = self._state.items
         self._job: Optional[Job] = None
         self._lazy = False
+        self._consumed = 0
 
     def __iter__(self) -> IMapIterator:
         return self
@@ -288,46 +456,68 @@ class IMapIterator:
             TimeoutError: nothing arrived in time.
             StopIteration: no results left.
         """
-        if not self._lazy:
-            # Results come in chunks; while some wait, take one without the
-            # lock (deque operations are atomic): ~0.2 us an item instead of ~1.5.
-            try:
-                value, error = self._items.popleft()
-            except IndexError:
-                pass
-            else:
-                if error is not None:
-                    _raise_item(error)
-                return value
-        job = self._job
-        if self._lazy and job is not None and not job.done:
-            self._pool._engine_or_raise().feed(job)
-        with self._cond:
+        # Results come in chunks; while some wait, take one without the
+        # lock (deque operations are atomic): ~0.2 us an item instead of ~1.5.
+        # A result already there is handed over first, whatever the input does.
+        try:
+            value, error = self._items.popleft()
+        except IndexError:
+            pass
+        else:
+            if self._lazy:
+                self._consumed += 1
+                if self._consumed >= 256:
+                    self._move_window()
+            if error is not None:
+                _raise_item(error)
+            return value
+        state = self._state
+        source, job = state.input, self._job
+        if self._lazy:
+            self._move_window()
+        with state.cond:
             deadline = None if timeout is None else _now() + timeout
             while not self._items:
-                if self._done:
-                    if self._error is not None:
-                        job_error, self._error = self._error, None
+                if state.done:
+                    if state.error is not None:
+                        job_error, state.error = state.error, None
                         raise job_error
                     raise StopIteration
                 remaining = None if deadline is None else deadline - _now()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no result within {timeout} s")
-                # Wake up regularly: a lazy input is fed from this thread.
-                wait = 0.05 if self._lazy else 0.5
-                self._cond.wait(wait if remaining is None else min(wait, remaining))
-                if self._lazy and job is not None and not job.done:
-                    self._cond.release()
+                if (source is not None and job is not None and not job.done
+                        and source.stalled(job.engine.linger)):
+                    # The reader is stuck in the input (it may wait for the
+                    # very result this caller waits for: a feedback loop):
+                    # what it read goes out now. Runs no user code.
+                    state.cond.release()
                     try:
-                        self._pool._engine_or_raise().feed(job)
+                        source._feed(job.engine, job, state, wait=False)
                     finally:
-                        self._cond.acquire()
+                        state.cond.acquire()
+                    if self._items or state.done:
+                        continue
+                wait = job.engine.linger if source is not None and job else 0.5
+                state.cond.wait(wait if remaining is None else min(wait, remaining))
             value, error = self._items.popleft()
+        if self._lazy:
+            self._consumed += 1
         if error is not None:
             _raise_item(error)
         return value
 
     __next__ = next
+
+    def _move_window(self) -> None:
+        # The read-ahead goes on as results are consumed (in batches: cheap).
+        job, n = self._job, self._consumed
+        self._consumed = 0
+        if job is not None and not job.done:
+            if n:
+                job.engine.consume(job, n)
+            with self._state.cond:
+                self._state.cond.notify_all()
 
     def close(self) -> None:
         """Stop the job: nothing more is sent, results still in flight are dropped."""
@@ -339,29 +529,44 @@ class IMapUnorderedIterator(IMapIterator):
     """The stdlib's name for the iterator of ``imap_unordered``."""
 
 
+def _cancel_abandoned(ref: weakref.ReferenceType) -> None:
+    # An imap iterator was collected: its job has no reader any more. (A weak
+    # reference: a running job is held by its engine; a finished one, with its
+    # results, must not be kept by this finalizer.)
+    job = ref()
+    if job is not None and not job.done:
+        try:
+            job.engine.cancel(job)
+        except Exception:  # the pool is gone already
+            pass
+
+
 class _IMapSink(JobSink):
-    def __init__(self, it: IMapIterator, progress: Progress) -> None:
-        self.it = it
+    def __init__(self, state: _IMapState, progress: Progress) -> None:
+        self.state = state
         self.progress = progress
 
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
-        it = self.it
-        with it._cond:
+        state = self.state
+        with state.cond:
             if failed:
-                it._items.extend((r, failed.get(k)) for k, r in enumerate(results))
+                state.items.extend((r, failed.get(k)) for k, r in enumerate(results))
             else:
-                it._items.extend((r, None) for r in results)
-            it._cond.notify_all()
+                state.items.extend((r, None) for r in results)
+            state.cond.notify_all()
         self.progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
         self.progress.close()
-        it = self.it
-        with it._cond:
-            it._done = True
+        state = self.state
+        source = state.input
+        if error is None and source is not None and source.error is not None:
+            error = source.error  # the input failed: after every result read before it
+        with state.cond:
+            state.done = True
             if error is not None and not isinstance(error, _Cancelled):
-                it._error = error
-            it._cond.notify_all()
+                state.error = error
+            state.cond.notify_all()
 
 
 class _Cancelled(RunnerClosedError):
@@ -369,11 +574,17 @@ class _Cancelled(RunnerClosedError):
 
 
 class _FutureSink(JobSink):
+    """``submit``'s Future: running once handed to a worker (then ``cancel()`` is False)."""
+
     def __init__(self, future: concurrent.futures.Future) -> None:
         self.future = future
 
+    def claim(self) -> bool:
+        # Engine lock held, just before sending: a cancelled future never runs.
+        return self.future.set_running_or_notify_cancel()
+
     def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
-        if not self.future.set_running_or_notify_cancel():
+        if self.future.done():
             return
         if failed:
             self.future.set_exception(_task_exception(failed[0]))
@@ -381,9 +592,11 @@ class _FutureSink(JobSink):
             self.future.set_result(results[0])
 
     def finish(self, error: Optional[BaseException]) -> None:
-        if error is not None and not self.future.done():
-            if self.future.set_running_or_notify_cancel():
-                self.future.set_exception(error)
+        future = self.future
+        if error is None or future.done():
+            return
+        if future.running() or future.set_running_or_notify_cancel():
+            future.set_exception(error)
 
 
 def _coordinate(engine: Engine, stop: threading.Event) -> None:
@@ -391,7 +604,7 @@ def _coordinate(engine: Engine, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             engine.pump(None)
-        except Exception:  # pragma: no cover - a bug; keep serving other jobs
+        except BaseException:  # pragma: no cover - a bug; keep serving other jobs
             import traceback
 
             traceback.print_exc()
@@ -484,6 +697,10 @@ class Pool:
         """
         if devices is not None:
             devices = list(devices)
+            if not devices:
+                # (as Pool(0) and the runners: an empty pool would wait forever)
+                raise ValueError("devices is empty: a pool needs at least one device "
+                                 "(e.g. fall back to ['cpu'] where no GPU is found)")
             if processes is not None and processes != len(devices):
                 raise ValueError(f"processes={processes} but {len(devices)} devices were given")
             n = len(devices)
@@ -493,7 +710,8 @@ class Pool:
                 raise ValueError("Number of processes must be at least 1")
             devices = ["cpu"] * n
         if worker_contexts is not None and len(worker_contexts) != n:
-            raise ValueError(f"worker_contexts has {len(worker_contexts)} entries for {n} workers")
+            raise ValueError(f"worker_contexts has {len(worker_contexts)} entries, not equal to "
+                             f"the number of workers ({n})")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if maxtasksperchild is not None and (
@@ -528,7 +746,10 @@ class Pool:
         self._owner = os.getpid()
         self._chunkers: Dict[Any, AdaptiveChunker] = {}
         self._lock = threading.Lock()
-        self._jobs: List[Job] = []
+        # Jobs not finished yet (the engine holds those): a finished job, with
+        # its sink and results, is not kept by the pool.
+        self._jobs: weakref.WeakSet = weakref.WeakSet()
+        self._readers: List[threading.Thread] = []
         is_thread = backend == "thread"
         init_blob: Any = None
         if initializer is not None:
@@ -569,11 +790,25 @@ class Pool:
         return backend_cls.from_spec(spec, **options)  # type: ignore[union-attr]
 
     def _engine_or_raise(self) -> Engine:
+        self._check_owner()
         return self._engine
 
+    def _check_owner(self) -> None:
+        if os.getpid() != self._owner:
+            # The child of an os.fork() has the pool's objects but not its
+            # coordinator thread nor its workers: it would wait forever.
+            raise RuntimeError(
+                f"this {type(self).__name__} belongs to process {self._owner}; it cannot be "
+                f"used in process {os.getpid()}, a child made by os.fork() (make a new pool "
+                f"in the child)")
+
     def _check_running(self) -> None:
+        self._check_owner()
         if self._state != "RUN":
             raise ValueError("Pool not running")
+
+    def __reduce__(self) -> Any:
+        raise NotImplementedError("pool objects cannot be passed between processes or pickled")
 
     # ------------------------------------------------------------ job making
     def _code(self, func: Callable, mode: str, pass_context: bool) -> Any:
@@ -614,9 +849,8 @@ class Pool:
             chunk_size=chunksize, targets=targets, window=window,
         )
         with self._lock:
-            self._jobs = [j for j in self._jobs if not j.done]
             if not job.done:
-                self._jobs.append(job)
+                self._jobs.add(job)
         return job
 
     def _wait(self, result: AsyncResult) -> Any:
@@ -751,8 +985,13 @@ class Pool:
              task_timeout: Optional[float] = None, pass_context: bool = False) -> IMapIterator:
         """Lazy ``map``: an iterator of results in input order.
 
-        The input is read as results are consumed, never further ahead than the
-        workers' queues (unlike the stdlib, which reads it all at once).
+        A lazy input (not a list, tuple or range) is read by a thread of its
+        own, a bounded distance ahead of the results consumed (the stdlib reads
+        it all at once); a result already there is handed over before the input
+        runs again. An exception from the input is raised by ``next()`` in its
+        place, after the results of the items read before it. An iterator that
+        is dropped cancels its job; ``join()`` reads the input of one still
+        referenced to its end (see "Safety and guarantees").
 
         Returns:
             IMapIterator:
@@ -774,14 +1013,28 @@ class Pool:
               task_timeout: Optional[float], pass_context: bool) -> IMapIterator:
         it = IMapIterator(self) if ordered else IMapUnorderedIterator(self)
         lazy = not isinstance(iterable, (list, tuple, range))
-        source = iter(iterable) if lazy else iterable
-        bar = self._progress_bar(None if lazy else len(iterable), func)  # type: ignore[arg-type]
-        job = self._submit(func, _MAP, source, _IMapSink(it, bar), ordered=ordered, lazy=lazy,
-                           chunksize=chunksize, task_timeout=task_timeout,
-                           pass_context=pass_context)
-        it._job, it._lazy = job, lazy
+        source: Any = iterable
+        window = None
         if lazy:
-            self._engine.feed(job)
+            source = it._state.input = _ReadAhead(iter(iterable), chunksize)
+            # Taken, not yet consumed, at most: a couple of rounds of every
+            # worker's queue, at the largest chunk size (the read-ahead bound).
+            window = 2 * (self._engine.credits + 1) * len(self._devices) * (
+                chunksize or AdaptiveChunker().max_items)
+        bar = self._progress_bar(None if lazy else len(iterable), func)  # type: ignore[arg-type]
+        job = self._submit(func, _MAP, source, _IMapSink(it._state, bar), ordered=ordered,
+                           lazy=lazy, chunksize=chunksize, task_timeout=task_timeout,
+                           pass_context=pass_context, window=window)
+        it._job, it._lazy = job, lazy
+        weakref.finalize(it, _cancel_abandoned, weakref.ref(job))
+        if lazy and not job.done:
+            reader = threading.Thread(target=source.read, args=(self._engine, job, it._state),
+                                      name="easycore-pool-input", daemon=True)
+            source.thread = reader
+            with self._lock:
+                self._readers = [t for t in self._readers if t.is_alive()]
+                self._readers.append(reader)
+            reader.start()
         return it
 
     # ------------------------------------------------------------ the extras
@@ -866,6 +1119,16 @@ class Pool:
         self._engine.abort()
         if threading.current_thread() is not self._coordinator:
             self._coordinator.join(5.0)
+        self._join_readers(5.0)
+
+    def _join_readers(self, timeout: Optional[float]) -> None:
+        # A reader ends with its input or its job; one blocked in the user's
+        # iterator ends when that yields (it is a daemon thread).
+        with self._lock:
+            readers, self._readers = self._readers, []
+        for reader in readers:
+            if reader is not threading.current_thread():
+                reader.join(timeout)
 
     def join(self, timeout: Optional[float] = None) -> None:
         """Wait for the submitted tasks and the workers (after ``close`` or ``terminate``)."""
@@ -873,8 +1136,13 @@ class Pool:
             raise ValueError("Pool is still running")
         if self._state == "TERMINATED":
             return
+        self._check_owner()
         for job in list(self._jobs):
+            # A lazy imap still referenced: its input is read to the end now,
+            # whether or not its iterator is being read (as the stdlib's).
+            job.window = None
             job.finished.wait()
+        self._join_readers(None)
         self._stop.set()
         self._coordinator.join()
         self._state = "TERMINATED"
@@ -893,7 +1161,12 @@ class Pool:
         if getattr(self, "_owner", None) != os.getpid():
             return
         # (At interpreter shutdown terminate() only marks the pool: see there.)
-        if getattr(self, "_state", "TERMINATED") != "TERMINATED":
+        state = getattr(self, "_state", "TERMINATED")
+        if state == "RUN":
+            # As the stdlib's: a pool nobody closed is most likely leaked.
+            warnings.warn(f"unclosed running multiprocessing pool {self!r}",
+                          ResourceWarning, source=self, stacklevel=2)
+        if state != "TERMINATED":
             try:
                 self.terminate()
             except Exception:

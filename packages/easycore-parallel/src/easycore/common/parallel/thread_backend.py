@@ -160,6 +160,9 @@ class ThreadBackend(Backend):
                 return  # timed out and replaced: its results are nobody's
             post((index, ChunkDone(message.job, message.seq, out, len(message.items),
                                    time.perf_counter() - start, 0, failures, None, working)))
+            # Not kept while this worker waits for its next chunk: the caller
+            # may have dropped these inputs and results already (bpo-29861).
+            del message, out, failures
         try:
             executor.end()
         except HookFailed as failed:

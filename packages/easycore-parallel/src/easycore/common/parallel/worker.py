@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import interrupts, lifeline, threads
-from .errors import ErrorReport
+from .errors import ErrorReport, ResultEncodingError
 from .protocol import (
     TRACK_TIMES,
     ChunkDone,
@@ -565,7 +565,14 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
             continue
         del items  # input arrays free their segments now
         try:
-            payload, nbytes = transport.encode_results(out)
+            try:
+                payload, nbytes = transport.encode_results(out)
+            except Terminated:
+                raise
+            except Exception:
+                # Some result does not pickle: it fails alone, the others go.
+                failures = failures + _drop_unencodable(out)
+                payload, nbytes = transport.encode_results(out)
         except Terminated:
             raise  # SIGTERM: go now, whatever was being received or sent
         except BaseException as exc:
@@ -583,6 +590,20 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
         post(WorkerFailed(None, None, failed.report))
         return
     post(WorkerEnded(transport.worker_feedback()))
+
+
+def _drop_unencodable(results: List[Any]) -> List[ItemFailure]:
+    """Replace each result that does not pickle by None; the failures of those items."""
+    failures = []
+    for i, value in enumerate(results):
+        try:
+            # Out-of-band buffers (arrays) are not copied: only whether it pickles counts.
+            pickle.dumps(value, protocol=5, buffer_callback=lambda _: True)
+        except Exception as exc:
+            results[i] = None
+            failures.append(ItemFailure(i, ErrorReport.capture(
+                "sending results", ResultEncodingError.of(exc, value))))
+    return failures
 
 
 def _unpickling_report(exc: BaseException) -> ErrorReport:
