@@ -95,11 +95,14 @@ def test_an_interrupt_inside_put_loses_no_credit_and_leaves_no_phantom(no_leaks)
         assert [q.get(timeout=WAIT) for _ in range(4)] == [0, 1, 2, 3]
 
 
-def test_a_background_task_whose_arguments_interrupt_leaves_nothing(no_leaks):
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_background_task_whose_arguments_interrupt_leaves_nothing(method, no_leaks):
+    # Under spawn and forkserver the target and its arguments are pickled for
+    # the workers (under fork they are inherited, never pickled: nothing to interrupt).
     for _ in range(2):
         with pytest.raises(KeyboardInterrupt):
-            BackgroundTask(identity, (InterruptWhenPickled(),), workers=1)
-    with BackgroundTask(identity, (5,), workers=1) as bg:
+            BackgroundTask(identity, (InterruptWhenPickled(),), workers=1, start_method=method)
+    with BackgroundTask(identity, (5,), workers=1, start_method=method) as bg:
         assert bg.get(timeout=WAIT) == 5
 
 
