@@ -214,6 +214,10 @@ def _settle(probe: Callable[[], list], grace: float) -> list:
 
 def _describe_process(proc: psutil.Process) -> tuple:
     try:
-        return proc.pid, proc.status(), " ".join(proc.cmdline())[:200]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        status = proc.status()
+    except psutil.Error:
         return proc.pid, "gone"
+    try:
+        return proc.pid, status, " ".join(proc.cmdline())[:200]
+    except psutil.Error:  # a zombie has no command line left
+        return proc.pid, status
