@@ -1,2 +1,31 @@
 """Suite-wide: this folder is on sys.path, so every test folder can import
-the helpers beside this file (e.g. :mod:`processes`)."""
+the helpers beside this file (e.g. :mod:`processes`, :mod:`leaks`); and the
+``slow`` marker is applied here (see :mod:`markers`)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from markers import mark_slow
+
+HERE = Path(__file__).resolve().parent
+
+
+def _hide_folders_named_like(*libraries: str) -> None:
+    """tests/torch and tests/ray are folders on sys.path, so where the library of that
+    name is not installed (``scripts/test-dist parallel``), ``import torch`` would find
+    the folder as a namespace package and ``pytest.importorskip("torch")`` would not
+    skip. Mark such a library as missing instead, so its tests skip cleanly."""
+    for name in libraries:
+        spec = importlib.util.find_spec(name) if name not in sys.modules else None
+        if spec is not None and spec.origin is None and all(
+            Path(p).resolve().parent == HERE for p in spec.submodule_search_locations or ()
+        ):
+            sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+
+
+_hide_folders_named_like("torch", "ray")
+
+
+def pytest_collection_modifyitems(config, items):
+    mark_slow(items)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 
+import leaks
 import torch
-
-SHM_DIR = "/dev/shm"
 
 
 def gpu_count() -> int:
@@ -18,17 +16,10 @@ def gpu_count() -> int:
 def shm_segments() -> list:
     """Shared-memory segments of this process's transports (other processes' are
     theirs: /dev/shm is shared with whatever else runs on the machine)."""
-    if not os.path.isdir(SHM_DIR):
-        return []
-    mine = tuple(f"{kind}-{os.getpid():x}-" for kind in ("ect", "ecp"))
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(mine))
+    return leaks.shm_segments(("ect-{pid:x}-", "ecp-{pid:x}-"))
 
 
-def open_fds() -> set:
-    try:
-        return set(os.listdir("/proc/self/fd"))
-    except OSError:
-        return set()
+open_fds = leaks.open_fds
 
 
 def read_pids(folder) -> list:

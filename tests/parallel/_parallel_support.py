@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import leaks
 from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "ecp-"
+SHM_PATTERN = SHM_PREFIX + "{pid:x}-"
 METHODS = [
     m for m in ("fork", "forkserver", "spawn")
     if m in multiprocessing.get_all_start_methods()
@@ -26,10 +28,7 @@ def shm_segments(pid: int = None) -> list:
     Names start with ``ecp-<pid in hex>-``; filtering by pid keeps other test
     sessions running on the same machine out of our leak checks.
     """
-    if not os.path.isdir(SHM_DIR):
-        return []
-    prefix = f"{SHM_PREFIX}{os.getpid() if pid is None else pid:x}-"
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefix))
+    return leaks.shm_segments((SHM_PATTERN,), None if pid is None else [pid])
 
 
 def shm_named(prefix: str) -> list:

@@ -10,6 +10,9 @@ import pytest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
+# The tutorial downloads in a runner: it needs easycore-parallel, which easycore-path
+# alone (scripts/test-dist path) does not install.
+pytest.importorskip("easycore.common.parallel")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -10,17 +10,13 @@ import signal
 import time
 from typing import Iterable, List
 
+import leaks
 from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
-
-SHM_DIR = "/dev/shm"
 
 
 def shm_of(pids: Iterable[int]) -> List[str]:
     """easycore shared-memory segments named after any of ``pids``."""
-    if not os.path.isdir(SHM_DIR):
-        return []
-    prefixes = tuple(f"{kind}-{pid:x}-" for pid in pids for kind in ("ecp", "ect"))
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefixes))
+    return leaks.shm_segments(leaks.EASYCORE_SHM, pids)
 
 
 class Tool:

@@ -16,11 +16,8 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 # Read by Ray at import (as in tests/ray): Ray's processes use 127.0.0.1.
@@ -29,7 +26,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # spawned workers import the helpers by name
     sys.path.insert(0, _HERE)
 
-from _services_support import shm_of, stray_children  # noqa: E402
+from leaks import Leaks, check_leaks  # noqa: E402, F401  (Leaks: re-exported)
 
 from easycore.common.parallel.services.naming import ENV_DIR  # noqa: E402
 
@@ -43,39 +40,14 @@ def services_dir(monkeypatch):
     shutil.rmtree(path, ignore_errors=True)
 
 
-class Leaks:
-    def __init__(self) -> None:
-        self.pids = {os.getpid()}
-
-    def track(self, *pids) -> None:
-        """Also check shared memory named after these processes (services, pool workers)."""
-        self.pids.update(p for p in pids if p is not None)
-
-
 @pytest.fixture
 def no_leaks(services_dir):
-    """Fail the test if it leaves processes, threads, sockets, names or shared memory."""
-    leaks = Leaks()
-    threads_before = set(threading.enumerate())
-    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
-    shm_before = set(shm_of(leaks.pids))
-    yield leaks
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and stray_children(children_before):
-        time.sleep(0.05)
-    strays = stray_children(children_before)
-    assert not strays, f"leaked processes: {[(p.pid, p.status()) for p in strays]}"
-    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-    assert not new_threads, f"leaked threads: {new_threads}"
-    files = [os.path.relpath(os.path.join(d, f), services_dir)
-             for d, _, names in os.walk(services_dir) for f in names]
-    assert not files, f"leaked socket files or registry entries: {files}"
-    # A service sweeps a dead client's segments when it sees the EOF: allow a moment.
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and set(shm_of(leaks.pids)) - shm_before:
-        time.sleep(0.05)
-    leaked = sorted(set(shm_of(leaks.pids)) - shm_before)
-    assert not leaked, f"leaked shared memory: {leaked}"
+    """Fail the test if it leaves processes, threads, sockets, names or shared memory.
+
+    Yields a :class:`leaks.Leaks`: ``no_leaks.track(pid)`` adds processes whose
+    shared memory is checked too."""
+    with check_leaks(empty_dir=services_dir, process_grace=5.0, shm_grace=5.0) as leaks:
+        yield leaks
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import leaks
 import torch
 from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
 
@@ -14,8 +15,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = HERE / "scripts"
-SHM_DIR = "/dev/shm"
-SHM_TAGS = ("ect", "ecp", "ecs")  # torch runners', plain runners', progress slots
+# torch runners', plain runners', progress slots', and torch's own (file_system strategy)
+SHM_PATTERNS = ("ect-{pid:x}-", "ecp-{pid:x}-", "ecs-{pid:x}-", "torch_{pid}_")
 
 
 def gpu_count() -> int:
@@ -30,19 +31,7 @@ def shm_segments() -> list:
     torch's own ``torch_<pid>_...``): other test sessions on the same machine
     stay out of our leak checks.
     """
-    if not os.path.isdir(SHM_DIR):
-        return []
-    pid = os.getpid()
-    prefixes = tuple(f"{tag}-{pid:x}-" for tag in SHM_TAGS) + (f"torch_{pid}_",)
-    return sorted(f for f in os.listdir(SHM_DIR) if f.startswith(prefixes))
-
-
-def open_fds() -> set:
-    """This process's open file descriptors (Linux), for leak checks."""
-    try:
-        return set(os.listdir("/proc/self/fd"))
-    except OSError:
-        return set()
+    return leaks.shm_segments(SHM_PATTERNS)
 
 
 def run_python(
