@@ -70,7 +70,7 @@ from .process_backend import ProcessBackend
 from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import PickleTransport, SharedMemoryTransport, Transport
-from .worker import Executor, ProducerWorker, WorkerContext, WorkerProgram
+from .worker import Executor, WorkerContext, WorkerProgram
 
 __all__ = [
     "Pool",
@@ -105,7 +105,6 @@ __all__ = [
     "DevicePolicy",
     "ProcessBackend",
     "Executor",
-    "ProducerWorker",
     "WorkerProgram",
     "Transport",
     "PickleTransport",

@@ -36,12 +36,13 @@ feeding never waits in the user's iterator.
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 import typing
 from collections import deque
 from itertools import islice
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Iterator, List, Optional, Tuple, Union
 
 from . import interrupts
 from .backend import Backend, ChannelBroken, WorkerExited
@@ -254,6 +255,17 @@ class Job:
         return self.exhausted and not self._retry and self.outstanding == 0 and not self._pending
 
 
+class _Reserved(enum.Enum):
+    """A place in a worker's fifo whose credit is taken for a chunk not yet sent."""
+
+    PLACE = 0
+
+
+#: Holds a worker's credit while its chunk is taken and encoded (see ``_reserve``);
+#: ``_send`` puts the chunk in its place, ``_unreserve`` gives it back.
+_RESERVED: Final = _Reserved.PLACE
+
+
 class _Worker:
     """The engine's view of one worker slot."""
 
@@ -263,7 +275,8 @@ class _Worker:
     def __init__(self, slot: int) -> None:
         self.slot = slot
         self.ready = False
-        self.fifo: Deque[_Chunk] = deque()  # chunks sent, in the order it runs them
+        # chunks sent (and places reserved), in the order it runs them
+        self.fifo: Deque[Union[_Chunk, _Reserved]] = deque()
         self.jobs: set = set()  # jobs whose function it has
         self.forget: List[int] = []
         self.items_done = 0
@@ -390,7 +403,7 @@ class Engine:
         Args:
             function (bytes or None): the job's function as the workers' program reads it.
             source (Sequence or Iterable): the items (``lazy``: any iterable,
-                fed by the owner's thread through ``Job.feed``).
+                fed by the owner's thread through ``Engine.feed``).
             sink (JobSink): receives the results.
             ordered (bool): deliver in input order.
             lazy (bool): ``source`` is an iterator that may block.
@@ -541,7 +554,7 @@ class Engine:
         if self.maxtasksperchild is not None:
             # Never more in flight than the worker may still run: queued
             # chunks would run past maxtasksperchild before it retires.
-            queued = sum(1 if c is None else c.n for c in w.fifo)
+            queued = sum(1 if c is _RESERVED else c.n for c in w.fifo)
             return w.items_done + queued < self.maxtasksperchild
         return True
 
@@ -561,7 +574,7 @@ class Engine:
             w = self._workers[job.targets[index]]
             if self._usable(w) and len(w.fifo) < self.credits:
                 job.outstanding += 1
-                w.fifo.append(None)  # type: ignore[arg-type]  # a reserved place
+                w.fifo.append(_RESERVED)
                 return w.slot
             return None
         best = None
@@ -575,7 +588,7 @@ class Engine:
             return None
         self._rr = (best.slot + 1) % n
         job.outstanding += 1
-        best.fifo.append(None)  # type: ignore[arg-type]
+        best.fifo.append(_RESERVED)
         return best.slot
 
     def _size_for(self, job: Job, slot: int) -> int:
@@ -583,14 +596,14 @@ class Engine:
         size = job.next_size()
         if self.maxtasksperchild is not None:
             w = self._workers[slot]
-            queued = sum(1 if c is None else c.n for c in w.fifo) - 1  # less this credit
+            queued = sum(1 if c is _RESERVED else c.n for c in w.fifo) - 1  # less this credit
             size = max(1, min(size, self.maxtasksperchild - w.items_done - queued))
         return size
 
     def _unreserve(self, slot: int, job: Job) -> None:
         w = self._workers[slot]
         try:
-            w.fifo.remove(None)  # type: ignore[arg-type]
+            w.fifo.remove(_RESERVED)
         except ValueError:
             pass
         job.outstanding -= 1
@@ -651,7 +664,7 @@ class Engine:
         chunk.worker = slot
         chunk.sent_at = time.monotonic()
         # Replace the reserved place: the fifo is in the order the worker runs.
-        idx = w.fifo.index(None)  # type: ignore[arg-type]
+        idx = w.fifo.index(_RESERVED)
         w.fifo[idx] = chunk
         if self.recorder is not None:
             self.recorder.chunk_sent(len(items))
@@ -866,7 +879,7 @@ class Engine:
                 w.start_deaths = 0
             w.alive, w.ready = False, False
             reason, w.kill_reason = w.kill_reason, None
-            chunks = [c for c in w.fifo if c is not None]
+            chunks = [c for c in w.fifo if c is not _RESERVED]
             w.fifo.clear()
             w.jobs.clear()
             w.forget.clear()
@@ -1011,7 +1024,7 @@ class Engine:
             if not w.fifo:
                 continue
             head = w.fifo[0]
-            if head is None or head.job.timeout is None:
+            if head is _RESERVED or head.job.timeout is None:
                 continue
             started = self._started(w, head)
             d = started + head.job.timeout
@@ -1033,7 +1046,7 @@ class Engine:
                 if not w.fifo or w.kill_reason is not None or not w.alive:
                     continue
                 head = w.fifo[0]
-                if head is None or head.job.timeout is None or head.job.done:
+                if head is _RESERVED or head.job.timeout is None or head.job.done:
                     continue
                 prog = self.backend.progress(w.slot)
                 tracked = _runs(prog, head)
@@ -1085,21 +1098,6 @@ class Engine:
         for job in list(self._jobs.values()):
             self._fail(job, error)
 
-    def idle(self) -> bool:
-        """Whether no chunk is in flight."""
-        with self._lock:
-            return not any(w.fifo for w in self._workers)
-
-    def wait_idle(self, timeout: Optional[float] = None) -> bool:
-        """Pump until nothing is in flight (used by stop after a cancelled call)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.idle():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            self.pump(remaining)
-        return True
-
     def close(self, timeout: Optional[float] = None) -> None:
         """Stop the workers gracefully (their end hooks), within ``timeout`` seconds."""
         with self._lock:
@@ -1136,7 +1134,7 @@ def _runs(prog: Optional[Tuple[int, int, int, float]], head: _Chunk) -> bool:
 
 def _pop_chunk(w: _Worker, job: int, seq: int) -> Optional[_Chunk]:
     for i, c in enumerate(w.fifo):
-        if c is not None and c.job.id == job and c.seq == seq:
+        if c is not _RESERVED and c.job.id == job and c.seq == seq:
             del w.fifo[i]
             return c
     return None

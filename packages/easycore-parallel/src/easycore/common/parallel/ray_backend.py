@@ -75,11 +75,13 @@ __all__ = ["RayBackend", "RayWorkerDiedError"]
 _INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
 
 
-def _is_cuda(device: str) -> bool:
+def is_cuda(device: str) -> bool:
+    """Whether ``device`` names a GPU (``"cuda"`` or ``"cuda:N"``): it then asks Ray for one."""
     return device == "cuda" or device.startswith("cuda:")
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
+    """The ``ray`` module, or an ``ImportError`` that says which extra installs it."""
     try:
         import ray
     except ImportError as exc:
@@ -166,7 +168,23 @@ _session_lock = threading.Lock()
 _session: Dict[str, Any] = {"job": None, "users": 0}
 
 
-def _acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
+def acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
+    """Join the Ray session shared by easycore's back-ends and services, starting it if none runs.
+
+    Shared with `easycore.common.parallel.services` (its Ray-hosted services), so that
+    one session serves both and the last user shuts it down.
+
+    Args:
+        ray (module): the ``ray`` module (from
+            [`import_ray`][easycore.common.parallel.ray_backend.import_ray]).
+        address (str or None): the cluster to join; None starts a local Ray on loopback.
+        init_kwargs (Mapping): more keyword arguments for ``ray.init``.
+
+    Returns:
+        bool: True when this call counts as a user of easycore's session (pair it with
+        [`release_ray`][easycore.common.parallel.ray_backend.release_ray]); False when the
+        caller's own Ray runs, which is used and left up.
+    """
     with _session_lock:
         if not ray.is_initialized():
             kwargs = _local_defaults(address, init_kwargs)
@@ -222,7 +240,7 @@ def _warn_if_exposed() -> None:
     if ports:
         warnings.warn(
             f"the Ray that easycore started was asked to stay on 127.0.0.1, but Ray "
-            f"{_import_ray().__version__} binds its GCS, raylet and worker servers to every "
+            f"{import_ray().__version__} binds its GCS, raylet and worker servers to every "
             f"network interface (TCP ports {', '.join(map(str, ports))}); Ray has no option "
             f"to prevent it. On a machine reachable from untrusted networks, firewall those "
             f"ports, or start Ray yourself inside a trusted network and pass address=",
@@ -273,7 +291,8 @@ def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> D
     return kwargs
 
 
-def _release_ray(ray: Any) -> None:
+def release_ray(ray: Any) -> None:
+    """Leave the session joined by ``acquire_ray``; the last one out stops easycore's Ray."""
     with _session_lock:
         _session["users"] -= 1
         if _session["users"] <= 0 and ray.is_initialized():
@@ -323,7 +342,7 @@ class RayBackend(Backend):
                 ``"ray://host:port"`` join a cluster.
             ray_init_kwargs (dict or None): any other ``ray.init`` arguments.
         """
-        self._ray = _import_ray()
+        self._ray = import_ray()
         init_kwargs = dict(ray_init_kwargs or {})
         if "address" in init_kwargs:
             raise ValueError("pass address=..., not ray_init_kwargs['address']")
@@ -362,7 +381,7 @@ class RayBackend(Backend):
     # ----------------------------------------------------------------- start
     def start(self) -> None:
         ray = self._ray
-        self._owns_session = _acquire_ray(ray, self._address, self._init_kwargs)
+        self._owns_session = acquire_ray(ray, self._address, self._init_kwargs)
         try:
             self._check_resources()
             for slot in range(len(self.devices)):
@@ -573,7 +592,7 @@ class RayBackend(Backend):
             pass
         if self._owns_session:
             try:
-                _release_ray(self._ray)
+                release_ray(self._ray)
             except Exception:
                 pass
 

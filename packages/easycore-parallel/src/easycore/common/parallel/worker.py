@@ -56,7 +56,6 @@ __all__ = [
     "WorkerProgram",
     "RunnerProgram",
     "Executor",
-    "ProducerWorker",
     "ProgressSlots",
     "WorkerSpec",
     "process_main",
@@ -377,21 +376,6 @@ class Executor:
             except BaseException as exc:
                 results.append(None)
                 failures.append(ItemFailure(i, ErrorReport.capture(name, exc)))
-
-
-class ProducerWorker(Executor):
-    """A runner's producer for one device (an [`Executor`][easycore.common.parallel.worker.Executor]
-    running a [`RunnerProgram`][easycore.common.parallel.worker.RunnerProgram])."""
-
-    def __init__(self, runner_cls: type, device: str, cfg: Any, index: int = 0) -> None:
-        """
-        Args:
-            runner_cls (type): the runner class whose static hooks to call.
-            device (str): this worker's device.
-            cfg (CfgNode): this worker's copy of the runner's cfg.
-            index (int): this worker's position in ``devices``.
-        """
-        super().__init__(RunnerProgram(runner_cls), WorkerContext(index, device, cfg, None))
 
 
 class WorkerSpec(NamedTuple):

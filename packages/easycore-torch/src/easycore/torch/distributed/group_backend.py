@@ -28,7 +28,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from easycore.common.parallel import Backend, ParallelError, WorkerExited
-from easycore.common.parallel.engine import Engine
+from easycore.common.parallel.extending import Engine
 
 from .failures import name_rank
 from .rank_worker import HostStore, Init, Join

@@ -18,8 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 from easycore.common.config import CfgNode
 from easycore.common.parallel import BackendSpec, ProcessBackend
-from easycore.common.parallel.engine import Engine
-from easycore.common.parallel.threads import budget
+from easycore.common.parallel.extending import Engine, thread_budget
 from easycore.torch.parallel import TorchDevicePolicy
 from easycore.torch.parallel.devices import DeviceLike, canonical_device, is_cuda
 
@@ -84,7 +83,7 @@ def _make_group(
     policy = TorchDevicePolicy()
     # CPU ranks run torch on one thread (they may then be forked); GPU ranks
     # share the CPUs.
-    threads = budget("auto", len(devices)) if any(map(is_cuda, devices)) else 1
+    threads = thread_budget("auto", len(devices)) if any(map(is_cuda, devices)) else 1
     spec = BackendSpec(RankProgram(policy=policy), devices, CfgNode(), policy, start_method,
                        threads)
     inner: Any
@@ -100,7 +99,7 @@ def _make_group(
         ray_options = {k: options.pop(k) for k in ("address", "ray_init_kwargs") if k in options}
         if options:
             raise TypeError(f"unexpected options for launcher='ray': {sorted(options)}")
-        from easycore.common.parallel.ray_backend import RayBackend
+        from easycore.common.parallel.extending import RayBackend
 
         inner = RayBackend.from_spec(spec, **ray_options)
     return GroupBackend(inner, backend=backend, timeout=timeout, host=host,

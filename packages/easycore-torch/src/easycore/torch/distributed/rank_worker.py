@@ -33,8 +33,7 @@ import torch.distributed as dist
 
 from easycore.common.config import CfgNode
 from easycore.common.parallel import ErrorReport, WorkerContext, WorkerProgram
-from easycore.common.parallel.pickling import dumps_code, loads_code
-from easycore.common.parallel.worker import HookFailed, Terminated
+from easycore.common.parallel.extending import HookFailed, Terminated, dumps_code, loads_code
 
 from .context import DistContext
 from .rendezvous import connect_store, is_loopback, open_store, use_loopback_interface

@@ -13,7 +13,7 @@ from easycore.common.parallel import (
     WorkerError,
     WorkerProgram,
 )
-from easycore.common.parallel.progress import ProgressOption
+from easycore.common.parallel.extending import ProgressOption
 from easycore.torch.parallel import OrderedRunner
 from easycore.torch.parallel.devices import is_cuda
 
@@ -100,7 +100,7 @@ class DistributedRunner(OrderedRunner):
     #: ranks as local processes, or as Ray actors (threads cannot form a group)
     backends: ClassVar[Dict[str, Union[type, str]]] = {
         "process": ProcessBackend,
-        "ray": "easycore.common.parallel.ray_backend:RayBackend",
+        "ray": "easycore.common.parallel.extending:RayBackend",
     }
 
     def __init__(

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from easycore.common.parallel import WorkerError
-from easycore.common.parallel.engine import Engine, ItemError, JobSink
+from easycore.common.parallel.extending import Engine, ItemError, JobSink
 
 from .failures import CONSEQUENCE, name_rank, severity
 from .rank_worker import Failed, Step

@@ -34,9 +34,9 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 import torch
 
-from easycore.common.parallel import background as _background
-from easycore.common.parallel import jobqueue as _jobqueue
-from easycore.common.parallel.seeding import RandomStreams
+from easycore.common.parallel import BackgroundTask as _BackgroundTask
+from easycore.common.parallel import JobQueue as _JobQueue
+from easycore.common.parallel.extending import RandomStreams
 
 from .pool import Pool
 
@@ -97,7 +97,7 @@ def _pin_stage(pin: bool, who: str) -> Optional[Callable[[Any], Any]]:
     return pin_memory
 
 
-class BackgroundTask(_background.BackgroundTask):
+class BackgroundTask(_BackgroundTask):
     """[`easycore.common.parallel.BackgroundTask`][easycore.common.parallel.BackgroundTask]
     for targets that make tensors.
 
@@ -148,7 +148,7 @@ class BackgroundTask(_background.BackgroundTask):
         return self._stage is not None
 
 
-class JobQueue(_jobqueue.JobQueue):
+class JobQueue(_JobQueue):
     """[`easycore.common.parallel.JobQueue`][easycore.common.parallel.JobQueue]
     for jobs that take and make tensors."""
 

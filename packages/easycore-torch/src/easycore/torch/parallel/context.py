@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 
 import torch.multiprocessing as torch_mp
 
-from easycore.common.parallel.policy import default_start_method
+from easycore.common.parallel.extending import default_start_method
 
 from .devices import is_cuda
 

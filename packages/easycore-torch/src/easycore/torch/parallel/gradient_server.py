@@ -38,8 +38,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from easycore.common.parallel.extending import ServiceHost
 from easycore.common.parallel.services import Service, ServiceHandle, is_remote_call
-from easycore.common.parallel.services.server import ServiceHost
 
 from .runner import UnorderedRunner
 from .transport import TensorTransport

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
 from ..errors import ErrorReport, WorkerError
-from ..ray_backend import _acquire_ray, _import_ray, _is_cuda, _release_ray
+from ..ray_backend import acquire_ray, import_ray, is_cuda, release_ray
 from .dispatch import REF, Dispatcher, build, close_object
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 
@@ -114,10 +114,10 @@ class RayChannel:
         self._release_lock = threading.Lock()
         self._releaser: Optional[threading.Thread] = None
         self._stop = threading.Event()
-        self._ray = ray = _import_ray()
+        self._ray = ray = import_ray()
         self._owns_session = False
         if not ray.is_initialized():
-            self._owns_session = _acquire_ray(ray, target.gcs_address, {})
+            self._owns_session = acquire_ray(ray, target.gcs_address, {})
         try:
             self._actor = ray.get_actor(target.name, namespace=target.namespace)
         except ValueError:
@@ -213,7 +213,7 @@ class RayChannel:
         if self._owns_session and os.getpid() == self.pid:
             self._owns_session = False
             try:
-                _release_ray(self._ray)
+                release_ray(self._ray)
             except Exception:
                 pass
 
@@ -266,7 +266,7 @@ class _RayOwner:
                 self._kill()
         finally:
             if self.owns_session:
-                _release_ray(ray)
+                release_ray(ray)
         if error is not None:
             raise error
 
@@ -290,18 +290,18 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
     """Start a service as a Ray named actor; see ``Service.start``."""
     from .handle import ServiceHandle
 
-    ray = _import_ray()
+    ray = import_ray()
     address = options.pop("address", None)
     init_kwargs = dict(options.pop("ray_init_kwargs", None) or {})
     actor_options = dict(options.pop("actor_options", None) or {})
     if options:
         raise ValueError(f"unknown backend_options for backend='ray': {sorted(options)}")
-    owns = _acquire_ray(ray, address, init_kwargs)
+    owns = acquire_ray(ray, address, init_kwargs)
     try:
         context = ray.get_runtime_context()
         ns = context.namespace if namespace is None else namespace
         actor_name = name if name is not None else f"easycore-service-{secrets.token_hex(8)}"
-        actor_options.setdefault("num_gpus", 1 if _is_cuda(device) else 0)
+        actor_options.setdefault("num_gpus", 1 if is_cuda(device) else 0)
         actor_cls = ray.remote(_ServiceActor)
         try:
             actor = actor_cls.options(
@@ -327,7 +327,7 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
         target = RayTarget(actor_name, ns, context.gcs_address, device, label, reply[1]["pid"])
     except BaseException:
         if owns:
-            _release_ray(ray)
+            release_ray(ray)
         raise
     owner = _RayOwner(ray, actor, target, owns)
     return ServiceHandle("ray", target, None, name=name, namespace=ns, owner=owner)
@@ -336,7 +336,7 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
 def ray_names(group: Optional[str], namespace: Optional[str],
               address: Optional[str]) -> list:
     """Names of the live Ray services in ``namespace`` (in ``group``); see ``names``."""
-    ray = _import_ray()
+    ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address or "auto")
     ns = ray.get_runtime_context().namespace if namespace is None else namespace
@@ -361,7 +361,7 @@ def lookup_ray(name: str, namespace: Optional[str], timeout: float,
     """Find a Ray service by name; see ``lookup``."""
     from .handle import ServiceHandle
 
-    ray = _import_ray()
+    ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address or "auto")
     ns = ray.get_runtime_context().namespace if namespace is None else namespace

@@ -1,0 +1,70 @@
+"""The seam for code that extends easycore-parallel from outside (easycore-torch, a back-end).
+
+`easycore.common.parallel` holds what a user calls; this module holds, in one
+place, the names that a framework building on the engine needs beyond that:
+the engine and its jobs, the wire protocol, the worker's exceptions, the other
+back-ends, and the helpers that every back-end shares. Everything else in
+easycore-parallel's modules is private and may move between releases; an
+import-linter contract (``.importlinter``) keeps easycore-torch to this module,
+the package itself and `easycore.common.parallel.services`.
+
+The [Extending](../extending.md#the-seam-easycorecommonparallelextending)
+page says what each name is for. Importing this module does not import Ray:
+`RayBackend` imports it when it starts.
+"""
+
+from .backend import DirectTransport, check_options
+from .chunking import AdaptiveChunker
+from .engine import Engine, ItemError, Job, JobSink
+from .pickling import dumps_code, loads_code
+from .policy import default_start_method
+from .progress import ProgressOption
+from .protocol import (
+    ChunkDone,
+    ItemFailure,
+    RunChunk,
+    StopWorker,
+    WorkerEnded,
+    WorkerFailed,
+    WorkerReady,
+)
+from .ray_backend import RayBackend
+from .seeding import RandomStreams
+from .services.server import ServiceHost
+from .thread_backend import ThreadBackend
+from .threads import budget as thread_budget
+from .worker import HookFailed, RunnerProgram, Terminated
+
+__all__ = [
+    # the engine
+    "Engine",
+    "Job",
+    "JobSink",
+    "ItemError",
+    "AdaptiveChunker",
+    # the wire protocol
+    "RunChunk",
+    "StopWorker",
+    "WorkerReady",
+    "ChunkDone",
+    "ItemFailure",
+    "WorkerFailed",
+    "WorkerEnded",
+    # workers
+    "RunnerProgram",
+    "HookFailed",
+    "Terminated",
+    # back-ends and what they share
+    "ThreadBackend",
+    "RayBackend",
+    "DirectTransport",
+    "check_options",
+    "default_start_method",
+    "thread_budget",
+    "dumps_code",
+    "loads_code",
+    # clients' building blocks
+    "ProgressOption",
+    "RandomStreams",
+    "ServiceHost",
+]

@@ -1,0 +1,49 @@
+"""The seam for extensions (``easycore.common.parallel.extending``) and its page agree.
+
+Every name the module offers has its line in the table of docs/extending.md, and
+every name in that table is offered; importing the seam stays as light as the
+package (no Ray, no torch), since easycore-torch imports it at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import easycore.common.parallel.extending as extending
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _table_names() -> set:
+    text = (DOCS / "extending.md").read_text(encoding="utf-8")
+    section = text.split("## The seam: `easycore.common.parallel.extending`", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+
+
+def test_every_name_of_the_seam_has_its_line_on_the_extending_page():
+    missing = sorted(set(extending.__all__) - _table_names())
+    assert not missing, f"not listed on docs/extending.md: {', '.join(missing)}"
+
+
+def test_every_name_on_the_extending_page_is_offered_by_the_seam():
+    stale = sorted(_table_names() - set(extending.__all__))
+    assert not stale, f"listed on docs/extending.md but not in extending.__all__: {stale}"
+    for name in extending.__all__:
+        assert hasattr(extending, name), name
+
+
+def test_importing_the_seam_imports_neither_ray_nor_torch():
+    code = (
+        "import sys\n"
+        "import easycore.common.parallel.extending\n"
+        "print(sorted(m for m in ('ray', 'torch') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
