@@ -111,8 +111,10 @@ def test_busy_workers_bound_the_run(no_leaks, backend):
 
 
 def test_one_slow_device_is_a_straggler(no_leaks):
-    with Pool(2, worker_contexts=[0.0, 0.1], insights=True) as pool:
-        pool.map(device_dependent, range(60), chunksize=1, pass_context=True)
+    # Both workers busy (a pool hands work to the first worker ready, so a
+    # worker with nothing to do would never show as slow), one 10x slower per item.
+    with Pool(2, worker_contexts=[0.01, 0.1], insights=True) as pool:
+        pool.map(device_dependent, range(40), chunksize=1, pass_context=True)
         ins = pool.insights()
     verdict = ins.verdict()
     assert verdict.stage == "straggler", ins

