@@ -477,6 +477,7 @@ class BaseRunner:
                 return
             engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
             engine.recorder = self._recorder
+            engine.caller_pumps = True  # each call pumps on the caller's thread
             if self._recorder is not None:
                 self._recorder.caller_pumps = True
             engine.start()  # cleans up after itself if it raises
