@@ -350,6 +350,9 @@ class Engine:
         self._busy = [0.0] * len(backend.devices)
         #: insights: set by a client that asked for them (None: nothing is counted)
         self.recorder: Optional[Recorder] = None
+        #: True when the thread that submits jobs is the one that pumps (a
+        #: runner's call): no wake-up through the pipe is needed then
+        self.caller_pumps = False
 
     # ---------------------------------------------------------------- start
     def start(self, first_only: bool = False) -> None:
@@ -441,7 +444,8 @@ class Engine:
                 return job
             self._active.append(job)
             self._dispatch()
-        self.backend.wakeup()  # the coordinator (if any) sees the new job
+        if not self.caller_pumps:
+            self.backend.wakeup()  # the coordinator sees the new job
         return job
 
     def _check_usable(self) -> None:
@@ -489,7 +493,8 @@ class Engine:
         with interrupts.deferred(), self._lock:
             job.consumed_items += n
             self._dispatch()
-        self.backend.wakeup()
+        if not self.caller_pumps:
+            self.backend.wakeup()
 
     def worker_seconds(self) -> List[float]:
         """Seconds each worker slot spent running chunks so far (for statistics)."""

@@ -26,6 +26,7 @@ import sys
 from multiprocessing.context import BaseContext
 from typing import Any, Optional, Sequence, Tuple
 
+from .defaults import chosen_transport
 from .transport import SharedMemoryTransport, Transport
 
 __all__ = ["DevicePolicy"]
@@ -114,10 +115,14 @@ class DevicePolicy:
     def make_transport(self) -> Transport:
         """A fresh transport for one activation.
 
+        The class is ``transport_class``; when nobody chose it (neither the
+        constructor nor a subclass), it is upgraded in a process that
+        imported torch (see [`defaults`][easycore.common.parallel.defaults]).
+
         Returns:
             Transport:
         """
-        return self.transport_class()
+        return chosen_transport(self, DevicePolicy)()
 
     def ray_resources(self, device: str) -> Tuple[float, float, str]:
         """What a Ray actor for ``device`` asks for, and the device it sees.

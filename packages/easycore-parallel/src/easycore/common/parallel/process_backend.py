@@ -37,7 +37,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import inherit, interrupts, lifeline, shm
+from . import inherit, interrupts, lifeline, shm, threads
 from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 from .errors import WorkerDiedError, WorkerError
 from .pickling import dumps_either
@@ -318,6 +318,8 @@ class ProcessBackend(Backend):
         # read them: sent through the task pipe instead (non-blocking,
         # flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
+        if inherited and spec.threads is not None:
+            threads.prepare_fork()  # once per caller: the workers inherit the scan
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
             args=(spec_bytes if inherited else None, spec.threads, os.getpid(), self._method,

@@ -30,6 +30,7 @@ from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 from . import threads as _threads
 from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
+from .defaults import chosen_transport
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
@@ -406,10 +407,13 @@ class BaseRunner:
     def make_transport(self) -> Transport:
         """A fresh transport for one activation of the process back-end.
 
+        ``transport_class``, upgraded in a process that imported torch unless
+        a subclass names its own (see [`defaults`][easycore.common.parallel.defaults]).
+
         Returns:
             Transport:
         """
-        return self.transport_class()
+        return chosen_transport(self, BaseRunner)()
 
     def make_program(self) -> WorkerProgram:
         """What every worker runs: by default the runner's producer hooks.
@@ -473,6 +477,7 @@ class BaseRunner:
                 return
             engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
             engine.recorder = self._recorder
+            engine.caller_pumps = True  # each call pumps on the caller's thread
             if self._recorder is not None:
                 self._recorder.caller_pumps = True
             engine.start()  # cleans up after itself if it raises

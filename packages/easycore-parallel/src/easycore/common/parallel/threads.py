@@ -14,7 +14,10 @@ How, without importing anything heavy:
   ``MKL_NUM_THREADS`` ...) set in the worker before anything else is
   unpickled or imported there: libraries loaded afterwards read them;
 * libraries already loaded (a forked worker inherits NumPy's): through
-  ``threadpoolctl``;
+  ``threadpoolctl``. Importing it and scanning the process's libraries cost
+  a forked worker ~10 ms before its first item; the caller does both once
+  ([`prepare_fork`][easycore.common.parallel.threads.prepare_fork]) and its
+  workers inherit the result, setting only the pools not at the budget yet;
 * torch's intra-op pool: ``torch.set_num_threads`` when torch is already
   imported, else ``OMP_NUM_THREADS`` covers it.
 """
@@ -23,9 +26,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Union
+from importlib.machinery import EXTENSION_SUFFIXES
+from typing import Any, FrozenSet, Optional, Tuple, Union
 
-__all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads"]
+__all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads", "prepare_fork"]
 
 #: the default of ``cpu_threads``: ``max(1, available_cpus() // workers)``
 AUTO = "auto"
@@ -40,6 +44,7 @@ _ENV = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
+_NATIVE = tuple(EXTENSION_SUFFIXES)
 
 
 def available_cpus() -> int:
@@ -105,7 +110,61 @@ def limit_threads(n: int) -> None:
             pass
 
 
+# The caller's scan of its loaded thread pools, inherited by the workers it
+# forks: (the modules imported when it scanned, threadpoolctl's controller).
+# A native library comes with an extension module: while no new one is
+# imported (pure-Python modules, e.g. multiprocessing's own, do not count),
+# the scan still holds, in the caller and in its workers.
+_scanned: Optional[Tuple[FrozenSet[str], Any]] = None
+
+
+def _still_valid(scanned: Optional[Tuple[FrozenSet[str], Any]]) -> bool:
+    if scanned is None:
+        return False
+    names = scanned[0]
+    if len(sys.modules) == len(names):
+        return True
+    for name in sys.modules.keys() - names:
+        path = getattr(sys.modules.get(name), "__file__", None) or ""
+        if path.endswith(_NATIVE):
+            return False
+    return True
+
+
+def prepare_fork() -> None:
+    """In the caller, before forking workers: scan its thread pools once for them.
+
+    A no-op unless NumPy or torch is imported (nothing to limit then), and
+    while no extension module was imported since the last scan.
+    """
+    global _scanned
+    if "numpy" not in sys.modules and "torch" not in sys.modules:
+        return
+    if _still_valid(_scanned):
+        return
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        controller = ThreadpoolController()
+    except Exception:  # not importable, or a runtime that breaks the scan
+        _scanned = None
+        return
+    _scanned = (frozenset(sys.modules), controller)
+
+
 def _limit_loaded(n: int) -> None:
+    scanned = _scanned
+    if _still_valid(scanned):
+        assert scanned is not None
+        try:
+            for lib in scanned[1].lib_controllers:
+                # A setter is not free (OpenBLAS's up to milliseconds): skip
+                # the pools already at the budget.
+                if lib.get_num_threads() != n:
+                    lib.set_num_threads(n)
+            return
+        except Exception:  # a runtime that refuses: threadpoolctl's own path below
+            pass
     # threadpoolctl finds every BLAS and OpenMP runtime a process has loaded
     # (OpenBLAS, MKL, BLIS, libgomp, libiomp, Apple's Accelerate ...) on every
     # platform, which a list of setter symbols of our own could not.

@@ -25,10 +25,10 @@ from concurrent.futures import Future
 from multiprocessing import util
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..defaults import default_transport
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import SharedMemoryTransport
 from .client import ProcessTarget
-from .defaults import default_transport
 from .dispatch import RUN, describe, dump_spec
 from .errors import ServiceClosedError, ServiceNotFoundError
 from .naming import (
@@ -282,7 +282,7 @@ class ServiceHandle:
 
         Rarely needed: a default handle already moves tensors through shared
         memory in a process that imported torch (when easycore-torch is
-        installed; see [`defaults`][easycore.common.parallel.services.defaults]).
+        installed; see [`defaults`][easycore.common.parallel.defaults]).
         A handle made here keeps exactly ``transport_class`` (e.g.
         ``PickleTransport`` for everything in-band). The new handle does not
         own the service. (Ray ignores transports.)

@@ -1,0 +1,79 @@
+"""A forked worker limits the thread pools it inherited without scanning for them
+(issue 24: runner start-up). The caller scans its loaded BLAS/OpenMP runtimes
+once (threadpoolctl); its forked workers reuse that scan and set only the pools
+not at their budget. Their pools end at the budget, the caller's stay as they were.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+from easycore.common.parallel import Pool, UnorderedRunner, threads  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+_SCANS = []  # in a worker: the scans it made of its own (inherited from the test)
+
+
+def _recording_limits(*args, **kwargs):
+    _SCANS.append(args)
+    return _threadpool_limits(*args, **kwargs)
+
+
+_threadpool_limits = threadpoolctl.threadpool_limits
+
+
+def pools_and_scan(_=None):
+    """In a worker: its thread pools' sizes, and how many scans it made."""
+    return (sorted((p["internal_api"], p["num_threads"]) for p in threadpoolctl.threadpool_info()),
+            len(_SCANS))
+
+
+class Reports(UnorderedRunner):
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return pools_and_scan()
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.out = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.out.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.out
+
+
+def _caller_pools():
+    return sorted((p["internal_api"], p["num_threads"]) for p in threadpoolctl.threadpool_info())
+
+
+def _run(kind, budget):
+    if kind == "runner":
+        with Reports(2, start_method="fork", cpu_threads=budget) as runner:
+            return runner(range(4))
+    with Pool(2, start_method="fork", cpu_threads=budget) as pool:
+        return pool.map(pools_and_scan, range(4), chunksize=1)
+
+
+@pytest.mark.parametrize("kind", ["runner", "pool"])
+@pytest.mark.parametrize("budget", [1, 2])
+def test_forked_workers_reuse_the_callers_scan_and_end_at_the_budget(kind, budget, monkeypatch,
+                                                                     no_leaks):
+    before = _caller_pools()
+    if not before:
+        pytest.skip("no BLAS/OpenMP runtime loaded in this process")
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", _recording_limits)  # forks inherit it
+    out = _run(kind, budget)
+    assert threads._scanned is not None, "the caller did not scan before forking"
+    for pools, scans in out:
+        assert pools == [(api, budget) for api, _ in before]
+        assert scans == 0  # the worker did not scan again
+    assert _caller_pools() == before  # the caller's own pools are untouched
