@@ -42,6 +42,18 @@ class Runner(UnorderedRunner):
 
 
 # --- Example 4: Transfer outside parameters into Runner ----------------------------
+class SlowConsumer(UnorderedRunner):
+    """A consumer that takes longer per item than the workers: the bottleneck."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return data
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        time.sleep(0.005)
+
+
 class PowerRunner(UnorderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
@@ -141,6 +153,13 @@ def main() -> None:
     fragile.activate()
     print(f"after activate(): {fragile(range(10)) is None and 'usable again'}")
     fragile.close()
+
+    heading("Why is it slow? insights=True")
+    with SlowConsumer(devices=2, insights=True) as slow:
+        slow(range(200))
+        insights = slow.insights()  # the last call's table, ending with a verdict
+    print(insights)
+    print(f"bottleneck: {insights.verdict().stage}")
 
 
 if __name__ == "__main__":

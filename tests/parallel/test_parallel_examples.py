@@ -30,6 +30,7 @@ def test_runner_tutorial(tmp_path):
     out = run_example("20_parallel_tutorial.py", tmp_path)
     assert "sum of cubes of 0..99 = 24502500" in out
     assert "caught WorkerError" in out and "usable again" in out
+    assert "bottleneck: consumer" in out  # insights name the slow consumer
 
 
 def test_pool_tutorial(tmp_path):
