@@ -158,6 +158,7 @@ def main() -> None:
     with SlowConsumer(devices=2, insights=True) as slow:
         slow(range(200))
         insights = slow.insights()  # the last call's table, ending with a verdict
+    assert insights is not None  # None only without insights=True, or before a call
     print(insights)
     print(f"bottleneck: {insights.verdict().stage}")
 
