@@ -112,7 +112,10 @@ ensure_env() {
       "$PY" "$ROOT/scripts/lowest_constraints.py" > "$constraints"
       sed 's/^/      /' "$constraints"
       echo "==> [4/4] installing them with requirements/$name.txt and the easycore distributions (editable)"
-      "${pip[@]}" install "${editable[@]}" -r "$ROOT/requirements/$name.txt" -c "$constraints"
+      # lowest-hints.txt: constraints on test tools that the floors force, given
+      # to pip so it need not backtrack through hundreds of releases to find them
+      "${pip[@]}" install "${editable[@]}" -r "$ROOT/requirements/$name.txt" -c "$constraints" \
+        -c "$ROOT/requirements/lowest-hints.txt"
       ;;
     *) echo "unknown environment mode: $mode" >&2; exit 2 ;;
   esac

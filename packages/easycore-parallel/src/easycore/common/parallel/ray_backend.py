@@ -123,9 +123,19 @@ class _Actor:
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
+        self.n_threads = n_threads
         if n_threads is not None:
             _threads.limit_threads(n_threads)
         self.executor = Executor(program, WorkerContext(index, device, cfg, context))
+
+    def _keep_thread_env(self) -> None:
+        # Older Ray releases (2.9 and 2.10 among them) set OMP_NUM_THREADS to the
+        # actor's num_cpus before every task, actor tasks included, and removed
+        # it afterwards (newer ones do so for plain tasks only): set again, per
+        # call, what __init__ set, so the hooks see the budget under every
+        # admitted Ray.
+        if self.n_threads is not None:
+            _threads.set_thread_env(self.n_threads)
 
     def where(self) -> tuple:
         import ray
@@ -134,6 +144,7 @@ class _Actor:
         return os.getpid(), ctx.get_node_id(), ray.util.get_node_ip_address()
 
     def init(self) -> Any:
+        self._keep_thread_env()
         try:
             self.executor.init()
         except HookFailed as failed:
@@ -142,6 +153,7 @@ class _Actor:
 
     def run(self, job: int, seq: int, function: Optional[bytes], items: List[Any],
             forget: Tuple[int, ...], track: bool) -> Any:
+        self._keep_thread_env()
         start = time.perf_counter()
         if forget:
             self.executor.forget(forget)
@@ -155,6 +167,7 @@ class _Actor:
                          failures, None)
 
     def end(self) -> Any:
+        self._keep_thread_env()
         try:
             self.executor.end()
         except HookFailed as failed:
