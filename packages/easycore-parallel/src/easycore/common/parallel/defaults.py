@@ -92,27 +92,14 @@ def chosen_transport(obj: Any, owner: type, attr: str = "transport_class") -> ty
     return default_transport(cls)
 
 
-def import_object(path: str) -> Any:
-    """The object a ``"module:qualname"`` path names, imported on the spot.
-
-    Optional parts (Ray's back-end, easycore-torch's transports) are named by
-    such paths so that nothing is imported before it is used.
-
-    Raises:
-        ImportError: the module cannot be imported.
-        AttributeError: the module has no such name.
-    """
-    module, _, qualname = path.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _load(transport: Union[type, str]) -> Optional[Any]:
     if isinstance(transport, type):
         return transport
+    module, _, qualname = transport.partition(":")
     try:
-        return import_object(transport)
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
     except Exception:  # not installed, or broken: the plain transport still works
         return None
+    return obj

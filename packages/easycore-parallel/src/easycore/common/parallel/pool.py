@@ -23,6 +23,7 @@ delivered from that thread, as the stdlib's result handler does.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import math
 import multiprocessing
 import os
@@ -52,7 +53,6 @@ from easycore.common.config import CfgNode
 from . import threads as _threads
 from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
-from .defaults import import_object
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
 from .insights import Insights, Recorder
@@ -785,7 +785,8 @@ class Pool:
     def _make_backend(self, spec: BackendSpec, name: str, options: Dict[str, Any]) -> Backend:
         backend_cls = self.backends[name]
         if isinstance(backend_cls, str):
-            backend_cls = import_object(backend_cls)
+            module, _, attr = backend_cls.partition(":")
+            backend_cls = getattr(importlib.import_module(module), attr)
         return backend_cls.from_spec(spec, **options)  # type: ignore[union-attr]
 
     def _engine_or_raise(self) -> Engine:

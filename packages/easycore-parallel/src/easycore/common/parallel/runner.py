@@ -17,6 +17,7 @@ worker.
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 import time
@@ -29,7 +30,7 @@ from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 from . import threads as _threads
 from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
-from .defaults import chosen_transport, import_object
+from .defaults import chosen_transport
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
@@ -443,7 +444,8 @@ class BaseRunner:
             return ProcessBackend(spec, self.get_mp_context(), self.make_transport())
         backend_cls = self.backends[self._backend_name]
         if isinstance(backend_cls, str):  # "module:Class": optional back-ends load lazily
-            backend_cls = import_object(backend_cls)
+            module, _, name = backend_cls.partition(":")
+            backend_cls = getattr(importlib.import_module(module), name)
         return backend_cls.from_spec(spec, **self._backend_options)  # type: ignore[union-attr]
 
     # ============================================================= lifecycle

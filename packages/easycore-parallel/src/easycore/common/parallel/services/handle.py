@@ -15,6 +15,7 @@ only disconnects when closed.
 
 from __future__ import annotations
 
+import importlib
 import os
 import secrets
 import socket
@@ -24,7 +25,7 @@ from concurrent.futures import Future
 from multiprocessing import util
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
-from ..defaults import default_transport, import_object
+from ..defaults import default_transport
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import SharedMemoryTransport
 from .client import ProcessTarget
@@ -603,8 +604,11 @@ def _class_path(cls: type) -> str:
 def _import_class(path: Optional[str]) -> Optional[type]:
     if not path:
         return None
+    module, _, qualname = path.partition(":")
     try:
-        obj: Any = import_object(path)
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
     except (ImportError, AttributeError):
         return None  # e.g. torch not installed here: arrays still go through shared memory
     return obj
