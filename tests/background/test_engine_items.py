@@ -124,25 +124,36 @@ def test_a_service_call_interrupted_while_sending_leaves_the_service_usable(no_l
 def test_random_ctrl_c_during_put_and_get_leaves_the_queue_usable(no_leaks):
     # Real SIGINTs at random moments of put()/get() (main thread): after each,
     # the queue still works and holds only jobs that were put.
-    import os
     import random
     import signal
 
+    def surface() -> None:
+        # A Python-level call: the interpreter runs a pending signal handler
+        # when a function starts, so a SIGINT already delivered raises here.
+        return None
+
+    main = threading.main_thread().ident
     rng = random.Random(7)
     interrupted = 0
     with JobQueue(workers=1) as q:
         for _ in range(40):
+            # Aimed at the main thread (pthread_kill), not the process: the kernel
+            # may hand a process-wide signal to another thread, whose handler can
+            # then run after this iteration has moved on, and the interrupt would
+            # land in the drain below (or in pytest) instead of in put()/get().
             timer = threading.Timer(rng.uniform(0, 0.004),
-                                    lambda: os.kill(os.getpid(), signal.SIGINT))
+                                    lambda: signal.pthread_kill(main, signal.SIGINT))
             timer.start()
             try:
-                q.put(identity, 1)
-                q.get(timeout=WAIT)
-                timer.join()
+                try:
+                    q.put(identity, 1)
+                    q.get(timeout=WAIT)
+                finally:
+                    timer.join(timeout=WAIT)
+                surface()  # the SIGINT has been sent: if still pending, it raises here
             except KeyboardInterrupt:
                 interrupted += 1
-            finally:
-                timer.join()
+            assert not timer.is_alive()
             while len(q):  # a put that went in before the interrupt: drain it
                 assert q.get(timeout=WAIT) == 1
             q.put(identity, 2)
