@@ -143,9 +143,9 @@ def test_random_ctrl_c_during_put_and_get_leaves_the_queue_usable(no_leaks):
             # land in the drain below (or in pytest) instead of in put()/get().
             timer = threading.Timer(rng.uniform(0, 0.004),
                                     lambda: signal.pthread_kill(main, signal.SIGINT))
-            timer.start()
             try:
                 try:
+                    timer.start()  # inside: the signal can come before start() returns
                     q.put(identity, 1)
                     q.get(timeout=WAIT)
                 finally:
