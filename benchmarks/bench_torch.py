@@ -68,7 +68,7 @@ from easycore.common import parallel as common_parallel
 from easycore.torch import parallel as torch_parallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from network import Net  # noqa: E402  (the tutorial's model, from examples/)
+from network import Net
 
 ELEMENTS = 2 << 20  # float32: 8 MiB per item
 PAGE = 1024  # float32 elements per 4 KiB page

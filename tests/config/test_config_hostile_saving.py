@@ -310,7 +310,7 @@ def test_a_non_bmp_tuple_round_trips_with_ascii_only_output_too():
 
 def test_inf_and_nan_words_stay_text():
     cfg = CfgNode.load("A: inf\nB: nan\nC: (nan)\nD: (inf,)\n")
-    assert (cfg.A, cfg.B, cfg.C) == ("inf", "nan", "(nan)") and cfg.D == (math.inf,)
+    assert (cfg.A, cfg.B, cfg.C) == ("inf", "nan", "(nan)") and (math.inf,) == cfg.D
 
 
 # ------------------------------------------------------------ item 24: NumPy, IntEnum, str

@@ -29,7 +29,7 @@ def _source() -> CfgNode:
 
 def _assert_untouched(src: CfgNode) -> None:
     assert src == _source()
-    assert src.MODEL.HEAD.DIMS == [8] and src.LIST == [1, [2]] and src.SET == {1, 2}
+    assert src.MODEL.HEAD.DIMS == [8] and src.LIST == [1, [2]] and {1, 2} == src.SET
 
 
 def test_reads_give_the_same_values_and_class() -> None:

@@ -265,7 +265,7 @@ def test_a_chain_of_1200_bases_is_followed_without_recursion(tmp_path):
             f"__BASE__: c{i - 1}.yaml\nDEPTH: {i}\nK{i}: {i}\n", encoding="utf-8"
         )
     cfg = HierarchicalCfgNode.open(tmp_path / f"c{count - 1}.yaml")
-    assert cfg.DEPTH == count - 1 and cfg.FIRST == 0 and cfg.K1 == 1
+    assert count - 1 == cfg.DEPTH and cfg.FIRST == 0 and cfg.K1 == 1
     assert len(cfg) == count + 1
 
 

@@ -127,7 +127,7 @@ def test_list_and_tuple_convert_to_the_existing_type():
 def test_string_keys_keep_the_raw_string(raw):
     cfg = make_cfg()
     cfg.merge_from_list([f"NAME={raw}"])
-    assert cfg.NAME == raw and type(cfg.NAME) is str
+    assert raw == cfg.NAME and type(cfg.NAME) is str
 
 
 def test_a_quoted_string_literal_gives_the_string_it_spells():

@@ -52,18 +52,16 @@ def test_memory_registers_on_first_use_and_round_trips(mem):
 
 def test_an_exception_inside_a_write_leaves_nothing(mem):
     url = f"{mem}/half.bin"
-    with pytest.raises(RuntimeError, match="boom"):
-        with PathManager.open(url, "wb") as f:
-            f.write(b"x" * 1000)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), PathManager.open(url, "wb") as f:
+        f.write(b"x" * 1000)
+        raise RuntimeError("boom")
     assert not PathManager.exists(url)
     # ... and an existing object keeps its bytes.
     with PathManager.open(url, "wb") as f:
         f.write(b"old")
-    with pytest.raises(RuntimeError):
-        with PathManager.open(url, "w") as f:
-            f.write("new")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), PathManager.open(url, "w") as f:
+        f.write("new")
+        raise RuntimeError("boom")
     with PathManager.open(url, "rb") as f:
         assert f.read() == b"old"
 
@@ -133,10 +131,9 @@ def test_file_urls_through_fsspec(tmp_path):
         f.write("local")
     assert target.read_text() == "local"
     assert PathManager.get_local_path(url) == str(target)  # no copy of a local file
-    with pytest.raises(RuntimeError):
-        with PathManager.open(url, "w") as f:
-            f.write("half")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), PathManager.open(url, "w") as f:
+        f.write("half")
+        raise RuntimeError("boom")
     assert target.read_text() == "local"
     assert PathManager.listdir(f"file://{tmp_path / 'sub'}") == ["f.txt"]
     with pytest.raises(FileNotFoundError, match="missing"):

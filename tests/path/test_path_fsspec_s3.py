@@ -23,7 +23,7 @@ from easycore.common.path import (  # noqa: E402
     FsspecPathHandler,
     PathManager,
     RedirectPathHandler,
-    fsspec_cache,  # noqa: E402
+    fsspec_cache,
 )
 from easycore.common.path import manager as _manager  # noqa: E402
 

@@ -139,7 +139,6 @@ def test_results_held_by_the_consumer_survive_a_later_failure(no_leaks):
 
 
 def test_ctrl_c_in_the_consumer_closes_the_runner(no_leaks):
-    with pytest.raises(KeyboardInterrupt):
-        with Interrupt(["cpu", "cpu"]) as runner:
-            runner(range(10))
+    with pytest.raises(KeyboardInterrupt), Interrupt(["cpu", "cpu"]) as runner:
+        runner(range(10))
     assert not runner.is_activate

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
-__all__ = ["ConfigLoader", "ConfigDumper", "load", "dump"]
+__all__ = ["ConfigDumper", "ConfigLoader", "dump", "load"]
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"

@@ -14,7 +14,7 @@ from typing import Optional
 
 from easycore.common.parallel import WorkerDiedError, WorkerError
 
-__all__ = ["DEATH", "OWN", "CONSEQUENCE", "severity", "name_rank"]
+__all__ = ["CONSEQUENCE", "DEATH", "OWN", "name_rank", "severity"]
 
 DEATH, OWN, CONSEQUENCE = 0, 1, 2
 

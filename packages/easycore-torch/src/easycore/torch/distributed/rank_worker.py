@@ -38,7 +38,7 @@ from easycore.common.parallel.extending import HookFailed, Terminated, dumps_cod
 from .context import DistContext
 from .rendezvous import connect_store, is_loopback, open_store, use_loopback_interface
 
-__all__ = ["RankProgram", "Step", "Failed", "HostStore", "Join", "Init", "Call", "leave_group"]
+__all__ = ["Call", "Failed", "HostStore", "Init", "Join", "RankProgram", "Step", "leave_group"]
 
 
 class Failed(NamedTuple):

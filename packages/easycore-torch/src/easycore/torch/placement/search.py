@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .problem import Problem
 
-__all__ = ["solve", "greedy", "pack", "balance", "untangle", "exact", "EXACT_MODELS", "EXACT_NODES"]
+__all__ = ["EXACT_MODELS", "EXACT_NODES", "balance", "exact", "greedy", "pack", "solve", "untangle"]
 
 #: problems with at most this many models are solved exactly (within the node budget)
 EXACT_MODELS = 8
