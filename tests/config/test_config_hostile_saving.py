@@ -150,7 +150,7 @@ def _run_as_other_user(queue, function, args):
             os.setuid(65534)
         function(*args)
         queue.put(("ok", ""))
-    except BaseException as exc:  # reported to the parent
+    except BaseException as exc:  # noqa: BLE001 (any error is reported to the parent)
         queue.put((type(exc).__name__, str(exc)))
 
 
@@ -286,7 +286,7 @@ def test_equal_values_of_the_same_type_and_sign_are_still_left_out(tmp_path):
     [
         ("😀",),
         {"a😀b"},
-        ("x", ("𝔘", b"\xf0")),
+        ("x", ("𝔘", b"\xf0")),  # noqa: RUF001 (a character outside the BMP, on purpose)
         (1.0, math.inf, -math.inf, math.nan),
         {math.inf},
         (math.nan,),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import threading
 
 import pytest
@@ -104,7 +105,7 @@ def test_frozen_state_and_errors_are_those_of_a_copy() -> None:
         view.N = 1
     with pytest.raises(FrozenError):
         view.MODEL.DEPTH = 1
-    with pytest.raises(AttributeError, match="MODEL.DEPHT"):
+    with pytest.raises(AttributeError, match=re.escape("MODEL.DEPHT")):
         view.MODEL.DEPHT  # noqa: B018
     view.freeze(False)
     view.MODEL.DEPTH = 1

@@ -162,7 +162,7 @@ def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_file(tmp_path):
 def test_a_text_stream_that_is_not_utf8_names_the_stream(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"NAME: Zh\xe0o\n")
-    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match="latin1.yaml"):
+    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match=r"latin1\.yaml"):
         CfgNode.open(f)
 
 

@@ -138,7 +138,7 @@ def test_unsafe_tag_from_a_file_object_names_the_file(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.yaml"
     path.write_text(_unsafe_documents(marker)["object/apply:os.system"], encoding="utf-8")
-    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match="evil.yaml, line 2"):
+    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match=r"evil\.yaml, line 2"):
         CfgNode.open(f)
     assert not marker.exists()
 
