@@ -10,6 +10,7 @@ regular file is refused, so no one can plant a key they know. Each user of a sha
 has a key of their own: users never share entries that need credentials or a query.
 """
 
+import contextlib
 import errno
 import hashlib
 import hmac
@@ -105,10 +106,8 @@ def _create_key(path: str) -> None:
             if not os.path.exists(path):  # no hard links here (FAT, some network shares)
                 os.rename(tmp, path)
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def _refused(path: str, why: str) -> PermissionError:
