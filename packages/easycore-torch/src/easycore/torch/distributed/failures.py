@@ -63,5 +63,5 @@ def name_rank(err: BaseException, world_size: int) -> BaseException:
         return err
     err.rank = rank  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
-        err.args = (f"rank {rank} of {world_size}: {err.args[0]}",) + tuple(err.args[1:])
+        err.args = (f"rank {rank} of {world_size}: {err.args[0]}", *err.args[1:])
     return err

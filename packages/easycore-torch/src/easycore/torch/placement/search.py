@@ -25,6 +25,7 @@ Everything iterates in a fixed order: the same problem gives the same plan.
 
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional, Sequence, Tuple
 
 from .problem import Problem
@@ -278,10 +279,8 @@ def exact(p: Problem, incumbent: Optional[List[int]], tol: _Tolerance,
             finally:
                 st.take(i)
 
-    try:
+    with contextlib.suppress(_OutOfBudget):  # the best plan found within the budget
         visit(0, 0.0, 0.0)
-    except _OutOfBudget:
-        pass
     return best_pos
 
 
