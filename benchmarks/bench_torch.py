@@ -464,7 +464,7 @@ def gpu_preprocessing(cfg, device, small):
             del loader  # persistent workers end with it
         peer = next(iter(got))
         print_rows(f"  k = {k}", got, peer, images, "images")
-        ours = [name for name in got if name != peer][0]
+        ours = next(name for name in got if name != peer)
         goals.append(goal(f"(b) preprocessing + inference, k={k} vs DataLoader",
                           got[peer].best / got[ours].best, 2.0))
         flush()
