@@ -101,7 +101,7 @@ def _create_key(path: str) -> None:
         try:
             os.link(tmp, path)  # never replaces a key another process made meanwhile
         except FileExistsError:
-            pass
+            pass  # another process made the key first: everyone uses theirs
         except OSError:
             if not os.path.exists(path):  # no hard links here (FAT, some network shares)
                 os.rename(tmp, path)
