@@ -22,9 +22,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import Contender, flush, machine_line, parse_args, print_rows, take_turns  # noqa: E402
+from _harness import Contender, flush, machine_line, parse_args, print_rows, take_turns
 
-from easycore.torch.parallel import GradientServer  # noqa: E402
+from easycore.torch.parallel import GradientServer
 
 CLIENTS = 2
 LAYERS = 8

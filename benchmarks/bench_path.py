@@ -182,7 +182,7 @@ def read_all(opener, path: str) -> int:
 def bench_object_storage(size_mb: int, repeat: int) -> None:
     try:
         import moto  # noqa: F401
-        import s3fs  # noqa: F401
+        import s3fs
     except ImportError:
         print("\nobject storage: skipped (needs s3fs and moto[server])")
         return

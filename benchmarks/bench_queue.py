@@ -31,7 +31,7 @@ import torch
 import torch.multiprocessing as tmp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import (  # noqa: E402
+from _harness import (
     Contender,
     expect,
     flush,
@@ -41,8 +41,8 @@ from _harness import (  # noqa: E402
     take_turns,
 )
 
-from easycore.common.parallel import Queue as EasyQueue  # noqa: E402
-from easycore.torch.parallel import Queue as EasyTorchQueue  # noqa: E402
+from easycore.common.parallel import Queue as EasyQueue
+from easycore.torch.parallel import Queue as EasyTorchQueue
 
 BIG = 1 << 20  # float64 / 2 x float32 elements: 8 MiB per item
 

@@ -19,9 +19,9 @@ import time
 # Ray's processes take their node address from this: keep everything on 127.0.0.1.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from easycore.common.parallel import UnorderedRunner  # noqa: E402
+from easycore.common.parallel import UnorderedRunner
 
 TINY_ITEMS = 50_000
 ARRAYS, ARRAY_BYTES = 50, 8 << 20

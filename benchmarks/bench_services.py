@@ -29,13 +29,13 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
-import torch  # noqa: E402
-import torch.distributed.rpc as rpc  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+import torch
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
 
-from easycore.common.parallel import SharedMemoryTransport  # noqa: E402
-from easycore.common.parallel.services import Service  # noqa: E402
-from easycore.torch.parallel import TensorTransport  # noqa: E402
+from easycore.common.parallel import SharedMemoryTransport
+from easycore.common.parallel.services import Service
+from easycore.torch.parallel import TensorTransport
 
 STATE_TENSORS, STATE_BYTES = 4, 8 << 20
 SMALL_CALLS, BIG_CALLS = 2000, 40

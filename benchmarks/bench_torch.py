@@ -68,7 +68,7 @@ from easycore.common import parallel as common_parallel
 from easycore.torch import parallel as torch_parallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from network import Net  # noqa: E402  (the tutorial's model, from examples/)
+from network import Net
 
 ELEMENTS = 2 << 20  # float32: 8 MiB per item
 PAGE = 1024  # float32 elements per 4 KiB page
@@ -464,7 +464,7 @@ def gpu_preprocessing(cfg, device, small):
             del loader  # persistent workers end with it
         peer = next(iter(got))
         print_rows(f"  k = {k}", got, peer, images, "images")
-        ours = [name for name in got if name != peer][0]
+        ours = next(name for name in got if name != peer)
         goals.append(goal(f"(b) preprocessing + inference, k={k} vs DataLoader",
                           got[peer].best / got[ours].best, 2.0))
         flush()

@@ -45,7 +45,7 @@ def main() -> None:
     heading("BackgroundTask: the training-loop prefetch pattern")
     with BackgroundTask(make_batch, (64,), {"noise": 0.05}, workers=2, prefetch=2) as batches:
         for _ in tqdm(range(100), desc="training steps", unit="step"):
-            data, label = batches.get(timeout=30)  # ready when the step needs it
+            data, _label = batches.get(timeout=30)  # ready when the step needs it
             _ = float(data.mean())  # the training step
         stats = batches.stats
         print(f"batch {data.shape} {data.dtype}; the loop waited {stats.waited:.2f} s in all")

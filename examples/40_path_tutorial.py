@@ -12,6 +12,7 @@ import io
 import os
 import sys
 import time
+from pathlib import Path
 
 from _path_server import serve_directory
 
@@ -89,7 +90,7 @@ def manage_remote_urls(base_url: str) -> None:
     # copy remote file to local path.
     PathManager.makedirs("a/local")
     PathManager.copy(url, "a/local/path")
-    show("copy(url, 'a/local/path') -> contents", repr(open("a/local/path").read()))
+    show("copy(url, 'a/local/path') -> contents", repr(Path("a/local/path").read_text()))
 
     # failures name the URL and status, and leave nothing half-written behind.
     try:

@@ -17,10 +17,12 @@ worker imports this file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from pathlib import Path
 
 from easycore.common.parallel import UnorderedRunner
 from easycore.common.path import PathManager, RedirectPathHandler
@@ -113,17 +115,16 @@ def local_copies() -> None:
     fresh = PathManager.get_local_path(url)
     show(
         "after the object changed: a new copy",
-        fresh != local and open(fresh, "rb").read() == b"retrained",
+        fresh != local and Path(fresh).read_bytes() == b"retrained",
     )
 
 
 def register_dataset_prefix() -> None:
     # data:// -> s3://easycore-demo/datasets/ ; called in the main process and in every
     # worker (with spawn or forkserver a worker starts with the default handlers only).
-    try:
+    # A ValueError: already registered in this process (a forked worker inherits it).
+    with contextlib.suppress(ValueError):
         PathManager.register(RedirectPathHandler("data://", f"s3://{BUCKET}/datasets/"))
-    except ValueError:
-        pass  # already registered in this process (a forked worker inherits it)
 
 
 class DigitSum(UnorderedRunner):

@@ -44,9 +44,8 @@ def test_errors_and_deaths_on_ray():
         with pytest.raises(WorkerError, match="on ray") as info:
             bg.get(timeout=WAIT)
         assert isinstance(info.value.__cause__, ValueError)
-    with BackgroundTask(die, (3,), backend="ray") as bg:
-        with pytest.raises(WorkerDiedError):
-            bg.get(timeout=WAIT)
+    with BackgroundTask(die, (3,), backend="ray") as bg, pytest.raises(WorkerDiedError):
+        bg.get(timeout=WAIT)
 
 
 def test_job_queue_on_ray_is_fifo():

@@ -175,7 +175,7 @@ def test_jobqueue_has_the_stats_of_a_background_task(no_leaks):
 
 # ------------------------------------ issue 27 item 7: elektronn2's literal ports
 def test_get_timeout_false_blocks_with_a_deprecation_warning(no_leaks):
-    with BackgroundTask(nap, (0.3, "late"), workers=1) as bg:
+    with BackgroundTask(nap, (0.3, "late"), workers=1) as bg:  # noqa: SIM117 (as one, the line would pass 100 columns)
         with pytest.warns(DeprecationWarning, match="timeout=None"):
             assert bg.get(timeout=False) == "late"
     with JobQueue(workers=1) as q:

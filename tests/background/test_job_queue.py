@@ -184,6 +184,5 @@ def test_thread_backend(no_leaks):
 def test_bad_arguments(no_leaks):
     with pytest.raises(ValueError, match="maxsize"):
         JobQueue(maxsize=-1)
-    with JobQueue(1) as q:
-        with pytest.raises(TypeError, match="callable"):
-            q.put(42)
+    with JobQueue(1) as q, pytest.raises(TypeError, match="callable"):
+        q.put(42)

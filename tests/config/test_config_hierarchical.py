@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import pytest
@@ -292,7 +293,7 @@ def test_save_refuses_unsaveable_values_without_touching_the_file(tmp_path):
     base = write(tmp_path / "base.yaml", "A: 1\n")
     out = write(tmp_path / "child.yaml", "__BASE__: base.yaml\nA: 2\n")
     before = out.read_bytes()
-    with pytest.raises(ConfigError, match="NODE.BAD"):
+    with pytest.raises(ConfigError, match=re.escape("NODE.BAD")):
         HierarchicalCfgNode.save(
             CfgNode({"A": 3, "NODE": {"BAD": object()}}), out, base_cfg_path=base
         )

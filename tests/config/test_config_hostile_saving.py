@@ -150,7 +150,7 @@ def _run_as_other_user(queue, function, args):
             os.setuid(65534)
         function(*args)
         queue.put(("ok", ""))
-    except BaseException as exc:  # reported to the parent
+    except BaseException as exc:  # noqa: BLE001 (any error is reported to the parent)
         queue.put((type(exc).__name__, str(exc)))
 
 
@@ -286,7 +286,7 @@ def test_equal_values_of_the_same_type_and_sign_are_still_left_out(tmp_path):
     [
         ("😀",),
         {"a😀b"},
-        ("x", ("𝔘", b"\xf0")),
+        ("x", ("𝔘", b"\xf0")),  # noqa: RUF001 (a character outside the BMP, on purpose)
         (1.0, math.inf, -math.inf, math.nan),
         {math.inf},
         (math.nan,),
@@ -310,7 +310,7 @@ def test_a_non_bmp_tuple_round_trips_with_ascii_only_output_too():
 
 def test_inf_and_nan_words_stay_text():
     cfg = CfgNode.load("A: inf\nB: nan\nC: (nan)\nD: (inf,)\n")
-    assert (cfg.A, cfg.B, cfg.C) == ("inf", "nan", "(nan)") and cfg.D == (math.inf,)
+    assert (cfg.A, cfg.B, cfg.C) == ("inf", "nan", "(nan)") and (math.inf,) == cfg.D
 
 
 # ------------------------------------------------------------ item 24: NumPy, IntEnum, str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import threading
 
 import pytest
@@ -29,7 +30,7 @@ def _source() -> CfgNode:
 
 def _assert_untouched(src: CfgNode) -> None:
     assert src == _source()
-    assert src.MODEL.HEAD.DIMS == [8] and src.LIST == [1, [2]] and src.SET == {1, 2}
+    assert src.MODEL.HEAD.DIMS == [8] and src.LIST == [1, [2]] and {1, 2} == src.SET
 
 
 def test_reads_give_the_same_values_and_class() -> None:
@@ -104,7 +105,7 @@ def test_frozen_state_and_errors_are_those_of_a_copy() -> None:
         view.N = 1
     with pytest.raises(FrozenError):
         view.MODEL.DEPTH = 1
-    with pytest.raises(AttributeError, match="MODEL.DEPHT"):
+    with pytest.raises(AttributeError, match=re.escape("MODEL.DEPHT")):
         view.MODEL.DEPHT  # noqa: B018
     view.freeze(False)
     view.MODEL.DEPTH = 1

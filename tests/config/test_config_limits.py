@@ -162,7 +162,7 @@ def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_file(tmp_path):
 def test_a_text_stream_that_is_not_utf8_names_the_stream(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"NAME: Zh\xe0o\n")
-    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match="latin1.yaml"):
+    with open(path, encoding="utf-8") as f, pytest.raises(ConfigError, match=r"latin1\.yaml"):
         CfgNode.open(f)
 
 
@@ -265,7 +265,7 @@ def test_a_chain_of_1200_bases_is_followed_without_recursion(tmp_path):
             f"__BASE__: c{i - 1}.yaml\nDEPTH: {i}\nK{i}: {i}\n", encoding="utf-8"
         )
     cfg = HierarchicalCfgNode.open(tmp_path / f"c{count - 1}.yaml")
-    assert cfg.DEPTH == count - 1 and cfg.FIRST == 0 and cfg.K1 == 1
+    assert count - 1 == cfg.DEPTH and cfg.FIRST == 0 and cfg.K1 == 1
     assert len(cfg) == count + 1
 
 

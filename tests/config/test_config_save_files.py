@@ -167,7 +167,7 @@ def test_save_refuses_an_open_file_of_the_process_like_dev_stdout(tmp_path, thro
         if through == "symlink":
             (tmp_path / "stdout").symlink_to(path)
             path = str(tmp_path / "stdout")
-        with pytest.raises(ConfigError, match="open file of the process.*file object"):
+        with pytest.raises(ConfigError, match=r"open file of the process.*file object"):
             CfgNode({"A": 1}).save(path)
         f.write("still the stream\n")
     assert stream.read_text(encoding="utf-8") == "still the stream\n"

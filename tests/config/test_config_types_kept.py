@@ -29,7 +29,7 @@ def same(a, b) -> bool:
 def test_a_string_key_keeps_the_string_it_is_given(raw):
     cfg = CfgNode({"NAME": "run1"})
     cfg.merge_from_list([f"NAME={raw}"])
-    assert cfg.NAME == raw and type(cfg.NAME) is str
+    assert raw == cfg.NAME and type(cfg.NAME) is str
 
 
 def test_a_string_key_given_none_by_pairs_keeps_the_string():

@@ -105,7 +105,7 @@ def test_two_calls_at_once_do_not_collide(no_leaks):
         try:
             start.wait(timeout=30)
             results[value] = spawn(rank_and_sum, 2, value)
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 (any error of the thread is reported below)
             errors.append(exc)
 
     threads = [threading.Thread(target=call, args=(v,)) for v in (1, 100)]

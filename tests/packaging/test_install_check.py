@@ -198,7 +198,7 @@ def test_the_installation_guide_shows_the_message_and_has_the_linked_section():
     # The message sends readers to this section of the published guide.
     pyproject = (ROOT / "packages" / "easycore" / "pyproject.toml").read_text(encoding="utf-8")
     docs = re.search(r'^Documentation = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
-    assert check.GUIDE == f"{docs}installation/#upgrading-from-easycore-042"
+    assert f"{docs}installation/#upgrading-from-easycore-042" == check.GUIDE
     assert "\n## Upgrading from easycore 0.4.2\n" in guide
 
 

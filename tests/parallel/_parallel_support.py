@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import leaks
 from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
@@ -22,7 +23,7 @@ METHODS = [
 ]
 
 
-def shm_segments(pid: int = None) -> list:
+def shm_segments(pid: Optional[int] = None) -> list:
     """Shared-memory segments of runners created by process ``pid`` (default: this one).
 
     Names start with ``ecp-<pid in hex>-``; filtering by pid keeps other test

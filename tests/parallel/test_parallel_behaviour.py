@@ -147,9 +147,8 @@ def test_empty_input_and_generators_and_iterators(no_leaks):
         assert runner([]) == 0
         assert runner(x for x in range(1000)) == sum(x * x for x in range(1000))
         assert runner(iter(range(10))) == 285
-    with pytest.raises(TypeError):
-        with SumSquares(1) as runner:
-            runner(42)
+    with pytest.raises(TypeError), SumSquares(1) as runner:
+        runner(42)
 
 
 MADE = [0]  # items the slow generator has yielded so far (read by the consumer)

@@ -87,9 +87,8 @@ def test_producer_end_error_is_raised_by_close(no_leaks):
 
 
 def test_producer_end_error_does_not_mask_an_error_in_a_with_block(no_leaks):
-    with pytest.raises(KeyError):
-        with Fail(1, cfg=cfg(fail="producer_end")):
-            raise KeyError("mine")
+    with pytest.raises(KeyError), Fail(1, cfg=cfg(fail="producer_end")):
+        raise KeyError("mine")
 
 
 @pytest.mark.parametrize("hook", ["consumer_init", "consumer_work", "consumer_end"])

@@ -30,7 +30,7 @@ class HeldBack:
     def __init__(self, tmp_path):
         self.dir = str(tmp_path)
         self.path = str(tmp_path / "held")
-        self.file = open(self.path, "wb")
+        self.file = open(self.path, "wb")  # noqa: SIM115 (held locked until release())
         fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)
 
     def release(self):
@@ -46,7 +46,7 @@ def in_thread(fn):
     def run():
         try:
             box["result"] = fn()
-        except BaseException as exc:  # reported to the test
+        except BaseException as exc:  # noqa: BLE001 (reported to the test)
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
@@ -124,7 +124,7 @@ def test_a_worker_dying_in_its_initializer_after_the_first_is_ready_breaks_the_p
         tmp_path, no_leaks):
     # Not restarted forever: the error comes from the start (if the death is
     # seen first) or from a call.
-    with pytest.raises(WorkerDiedError):
+    with pytest.raises(WorkerDiedError):  # noqa: SIM117 (as one, the line would pass 100 columns)
         with Pool(2, initializer=die_unless_first, initargs=(str(tmp_path),),
                   start_method="fork") as pool:
             for _ in range(50):

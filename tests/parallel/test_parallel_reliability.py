@@ -9,6 +9,7 @@ leaves no thread behind, an unimportable runner class says why, and bad
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import itertools
@@ -99,10 +100,8 @@ def test_workers_die_with_a_sigkilled_parent(method, where, state, tmp_path):
 
 
 def _kill_quietly(pid: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, 9)
-    except OSError:
-        pass
 
 
 # --- 11: what producer_init started ends with its worker after a failed call ------
@@ -285,7 +284,7 @@ def _close_when_running(runner, folder, errors: list) -> threading.Thread:
         try:
             assert _wait_for(lambda: bool(os.listdir(folder)), 60), "the call never started"
             runner.close(timeout=60)
-        except BaseException as exc:  # reported by the test
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
             errors.append(exc)
 
     t = threading.Thread(target=close, name="test-closer")

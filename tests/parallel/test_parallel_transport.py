@@ -225,7 +225,7 @@ def _namespace_prefix() -> list:
                    ["unshare", "--user", "--map-root-user", "--mount", "--propagation",
                     "private"]):
         try:
-            done = subprocess.run(prefix + ["sh", "-c", probe], capture_output=True, timeout=30)
+            done = subprocess.run([*prefix, "sh", "-c", probe], capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if done.returncode == 0:
@@ -240,7 +240,7 @@ def test_a_small_dev_shm_falls_back_to_the_pipe_without_sigbus(method, mode):
     shell = 'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$0" "$@"'
     script = [sys.executable, str(SCRIPTS / "small_shm.py"), method, mode]
     proc = subprocess.run(
-        prefix + ["sh", "-c", shell, *script],
+        [*prefix, "sh", "-c", shell, *script],
         capture_output=True, text=True, timeout=150, cwd=str(SCRIPTS),
     )
     assert proc.returncode == 0, proc.stderr

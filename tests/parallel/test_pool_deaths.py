@@ -66,7 +66,7 @@ def test_a_task_that_kills_its_worker_fails_naming_the_item(how, exitcode, no_le
 def test_imap_raises_the_dead_item_in_its_place_and_runs_the_rest(no_leaks):
     with Pool(2) as pool:
         got = _collect(pool.imap(functools.partial(exit_on, bad=3), range(12), 1))
-    assert got == [0, 1, 2, ("died", [3])] + list(range(4, 12))
+    assert got == [0, 1, 2, ("died", [3]), *range(4, 12)]
 
 
 def test_with_automatic_chunks_every_item_is_delivered_or_named(no_leaks):
@@ -77,7 +77,7 @@ def test_with_automatic_chunks_every_item_is_delivered_or_named(no_leaks):
     # Even without a task_timeout the worker says which item of its chunk
     # runs: only that one fails, its chunk mates run elsewhere.
     assert failures == [[37]]
-    assert sorted(done + [37]) == list(range(200))  # none missing, none twice
+    assert sorted([*done, 37]) == list(range(200))  # none missing, none twice
 
 
 def test_with_a_task_timeout_only_the_dead_item_fails_and_its_chunk_mates_rerun(no_leaks):
@@ -102,7 +102,7 @@ def test_a_worker_killed_from_outside_fails_its_item_and_the_queued_items_comple
         assert victim in before
         os.kill(victim, signal.SIGKILL)
         got = _collect(it)
-        assert got == [("died", [0])] + list(range(1, 30))
+        assert got == [("died", [0]), *range(1, 30)]
         assert pool.map(square, [3]) == [9]
         after = pool.worker_pids
         assert victim not in after and len(set(after)) == 2

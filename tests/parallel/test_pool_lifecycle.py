@@ -28,9 +28,8 @@ def test_close_then_join_finishes_the_submitted_tasks(no_leaks):
 
 
 def test_join_while_running_is_a_valueerror(no_leaks):
-    with Pool(1) as pool:
-        with pytest.raises(ValueError):
-            pool.join()
+    with Pool(1) as pool, pytest.raises(ValueError):
+        pool.join()
 
 
 @pytest.mark.parametrize("end", ["close", "terminate"])
@@ -52,9 +51,8 @@ def test_a_closed_or_terminated_pool_refuses_every_call_with_valueerror(end, no_
     for call in calls:
         with pytest.raises(ValueError, match="not running"):
             call()
-    with pytest.raises(ValueError):
-        with pool:
-            pass
+    with pytest.raises(ValueError), pool:
+        pass
     pool.join()
 
 

@@ -137,6 +137,5 @@ def test_several_timeouts_in_a_row_keep_the_pool_whole(no_leaks):
 
 @pytest.mark.parametrize("bad", [0, -1.0])
 def test_a_timeout_that_is_not_positive_is_a_valueerror(bad, no_leaks):
-    with Pool(1) as pool:
-        with pytest.raises(ValueError, match="task_timeout"):
-            pool.map(square, [1], task_timeout=bad)
+    with Pool(1) as pool, pytest.raises(ValueError, match="task_timeout"):
+        pool.map(square, [1], task_timeout=bad)

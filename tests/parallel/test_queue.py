@@ -170,7 +170,7 @@ def _get_error(q):
     try:
         q.get(timeout=60)
         return "got"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (the test checks the type by name)
         return type(exc).__name__
 
 
@@ -206,10 +206,9 @@ def test_a_full_queue_times_out_in_a_worker_and_frees_its_segment(no_leaks):
 
 def test_a_background_task_produces_into_a_queue(no_leaks):
     """A prefetching BackgroundTask calls its target again and again: each call puts one."""
-    with Queue(maxsize=2) as q:
-        with BackgroundTask(produce, args=(q, 0, 1, BIG), workers=1) as task:
-            assert task.get(timeout=120) == 1
-            assert (q.get(timeout=60)[2] == 0).all()
+    with Queue(maxsize=2) as q, BackgroundTask(produce, args=(q, 0, 1, BIG), workers=1) as task:
+        assert task.get(timeout=120) == 1
+        assert (q.get(timeout=60)[2] == 0).all()
 
 
 def test_bad_arguments():

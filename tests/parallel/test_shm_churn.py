@@ -8,6 +8,7 @@ that cannot open a segment says which one vanished.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -62,10 +63,8 @@ def _remove_progress_at_boot(owner: _Owner) -> None:
     prefix = f"ecs-{owner.pid:x}-"
     for entry in os.listdir("/dev/shm"):
         if entry.startswith(prefix):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/{entry}")
-            except FileNotFoundError:
-                pass
 
 
 def test_a_worker_whose_segment_vanished_names_it(no_leaks):

@@ -4,6 +4,7 @@ process's download, and retries that are logged."""
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -147,7 +148,7 @@ def test_lock_timeout_comes_from_the_environment(server, uid, cache_dir, monkeyp
         wait_for_part(local, worker)
         handler()
         monkeypatch.setenv("EASYCORE_DOWNLOAD_LOCK_TIMEOUT", "0.3")
-        with pytest.raises(DownloadError, match="waiting 0.3 s"):
+        with pytest.raises(DownloadError, match=re.escape("waiting 0.3 s")):
             PathManager.get_local_path(url)
     finally:
         worker.kill()

@@ -1,6 +1,7 @@
 """easycore.common.network.download_file: the documented call, then its edge cases."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_download_file(server, uid, tmp_path, expected_body, capfd):
 def test_an_existing_file_is_not_downloaded_again(server, uid, tmp_path):
     (tmp_path / "mnist.npz").write_text("mine")
     path = download_file(server.url(f"/dl/{uid}/mnist.npz"), str(tmp_path), progress=False)
-    assert open(path).read() == "mine"
+    assert Path(path).read_text() == "mine"
     assert server.count(f"/dl/{uid}/mnist.npz") == 0
     download_file(server.url(f"/dl/{uid}/other.npz"), str(tmp_path), progress=False)
     download_file(server.url(f"/dl/{uid}/other.npz"), str(tmp_path), progress=False)

@@ -33,7 +33,7 @@ def test_retry_after_is_honoured(server, uid, tmp_path, caplog, expected_body, s
 def test_a_retry_after_beyond_the_deadline_ends_at_the_deadline(server, uid, caplog):
     PathManager.register(HTTPURLHandler(progress=False, backoff=0.01, deadline=0.5), override=True)
     path = f"/retryafter/503/3600/5/{uid}.bin"
-    with caplog.at_level(logging.WARNING, logger="easycore.common.network"):
+    with caplog.at_level(logging.WARNING, logger="easycore.common.network"):  # noqa: SIM117 (as one, the line would pass 100 columns)
         with pytest.raises(DownloadError) as info:
             PathManager.get_local_path(server.url(path))
     assert "deadline of 0.5 s" in str(info.value) and server.url(path) in str(info.value)

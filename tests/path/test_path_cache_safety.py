@@ -148,7 +148,7 @@ def test_urls_without_a_host_are_refused(tmp_path):
     for url in ("http:///etc/passwd", "http://:80/x", "http:etc/passwd"):
         with pytest.raises(ValueError, match="no host"):
             url_to_cache_path(str(tmp_path), url)
-    with pytest.raises(ValueError, match="(?i)port"):
+    with pytest.raises(ValueError, match=r"(?i)port"):
         url_to_cache_path(str(tmp_path), "http://h:99999/x")
 
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from easycore.common.path import PathManager, file_lock
 
@@ -19,7 +20,7 @@ def test_file_lock_example(tmp_path):
             with open(filename, "w") as f:
                 f.write("created once")
     assert os.path.isfile(filename + ".lock")
-    assert open(filename).read() == "created once"
+    assert Path(filename).read_text() == "created once"
 
 
 def test_file_lock_waits_30_minutes_by_default(tmp_path):
@@ -97,7 +98,7 @@ def test_threads_download_once(gated_server, http_handler):
         try:
             with open(PathManager.get_local_path(url), "rb") as f:
                 results.append(f.read())
-        except Exception as exc:  # reported below
+        except Exception as exc:  # noqa: BLE001 (any error of the thread is reported below)
             errors.append(exc)
 
     threads = [threading.Thread(target=fetch) for _ in range(4)]

@@ -90,7 +90,7 @@ def test_a_file_fetched_with_credentials_is_private(server, http_handler, uid, t
 
 def test_passwords_stay_out_of_errors_and_logs(server, http_handler, uid, caplog):
     url = server.url(f"/status/503/{uid}.txt", "alice:secret")
-    with caplog.at_level(logging.WARNING, logger="easycore.common.network"):
+    with caplog.at_level(logging.WARNING, logger="easycore.common.network"):  # noqa: SIM117 (as one, the line would pass 100 columns)
         with pytest.raises(DownloadError) as info:
             PathManager.get_local_path(url)
     assert "secret" not in str(info.value) and "secret" not in info.value.url

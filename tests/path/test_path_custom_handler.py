@@ -44,7 +44,7 @@ def test_get_support_prefixes_alias_is_honoured():
 
 
 def test_registering_a_taken_prefix_needs_override():
-    with pytest.raises(ValueError, match="'http://'.*override=True"):
+    with pytest.raises(ValueError, match=r"'http://'.*override=True"):
         PathManager.register(HTTPURLHandler())
     PathManager.register(HTTPURLHandler(), override=True)
 

@@ -83,7 +83,7 @@ def test_exact_with_every_knob(index):
     kwargs = dict(capacity=capacity, compute=compute, traffic=traffic, reserve=reserve,
                   device_speed=speed, distance=distance, size_multiplier=mult)
     if optimum is None:
-        with pytest.raises(ValueError, match="cannot place|fits on no device"):
+        with pytest.raises(ValueError, match=r"cannot place|fits on no device"):
             plan_placement(sizes, devices, **kwargs)
         return
     plan = plan_placement(sizes, devices, **kwargs)

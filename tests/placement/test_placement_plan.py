@@ -75,7 +75,7 @@ def test_within_five_percent_of_brute_force(index):
     optimum = brute_force(sizes, devices, capacity, compute, traffic, reserve)
     kwargs = dict(capacity=capacity, compute=compute, traffic=traffic, reserve=reserve)
     if optimum is None:
-        with pytest.raises(ValueError, match="cannot place|fits on no device"):
+        with pytest.raises(ValueError, match=r"cannot place|fits on no device"):
             plan_placement(sizes, devices, **kwargs)
         return
     plan = plan_placement(sizes, devices, **kwargs)
@@ -120,7 +120,7 @@ def test_compute_balances_the_load_not_the_bytes():
 def test_the_reserve_is_kept_free():
     devices, capacity = ["cuda:0"], {"cuda:0": 100}
     assert plan_placement([90], devices, capacity=capacity) == ["cuda:0"]
-    with pytest.raises(ValueError, match="model 0 .* fits on no device"):
+    with pytest.raises(ValueError, match=r"model 0 .* fits on no device"):
         plan_placement([91], devices, capacity=capacity)
     assert plan_placement([100], devices, capacity=capacity, reserve=0) == ["cuda:0"]
 
@@ -136,7 +136,7 @@ def test_a_model_that_fits_nowhere_is_named():
 
 def test_models_that_fit_alone_but_not_together():
     devices, capacity = ["cuda:0", "cuda:1"], {"cuda:0": 100, "cuda:1": 100}
-    with pytest.raises(ValueError, match="cannot place 3 models.*no assignment found fits"):
+    with pytest.raises(ValueError, match=r"cannot place 3 models.*no assignment found fits"):
         plan_placement([60, 60, 60], devices, capacity=capacity)  # 90 usable on each
     with pytest.raises(ValueError, match="together they need 190 B, more than the 180 B"):
         plan_placement([60, 60, 70], devices, capacity=capacity)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from processes import wait_gone  # noqa: F401  (re-exported for the ray tests)
+from processes import wait_gone
 
 HERE = str(Path(__file__).resolve().parent)
 LOOPBACK = "127.0.0.1"

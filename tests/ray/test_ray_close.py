@@ -40,7 +40,7 @@ def test_close_from_another_thread_ends_the_call(source):
         try:
             assert _RESULT_SEEN.wait(60), "the call never started"
             runner.close(timeout=60)
-        except BaseException as exc:  # reported by the test
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
             errors.append(exc)
 
     closer = threading.Thread(target=close, name="test-closer")

@@ -208,7 +208,7 @@ def test_hook_error_is_raised_with_worker_traceback_and_device():
 
 
 def test_results_ray_cannot_serialise_are_a_worker_error():
-    with Fragile(devices=2, cfg={"fail": "unpicklable", "at": 5}, backend="ray") as runner:
+    with Fragile(devices=2, cfg={"fail": "unpicklable", "at": 5}, backend="ray") as runner:  # noqa: SIM117 (as one, the line would pass 100 columns)
         with pytest.raises(WorkerError) as info:
             runner(range(20))
     assert (info.value.hook, info.value.exc_type) == ("sending results", "TypeError")
@@ -267,7 +267,7 @@ def test_generator_error_propagates():
         yield from range(10)
         raise OSError("input broke")
 
-    with Runner(devices=2, backend="ray") as runner:
+    with Runner(devices=2, backend="ray") as runner:  # noqa: SIM117 (as one, the line would pass 100 columns)
         with pytest.raises(OSError, match="input broke"):
             runner(items())
 

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Optional
 
 RUN = dict(capture_output=True, text=True, timeout=60)
 PYTHONPATH = os.environ.get("PYTHONPATH")
 
 
-def _python(code: str, *, path: str = None) -> subprocess.CompletedProcess:
+def _python(code: str, *, path: Optional[str] = None) -> subprocess.CompletedProcess:
     env = None
     if path is not None:  # first on the path
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (path, PYTHONPATH))))

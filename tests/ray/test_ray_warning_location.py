@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from easycore.common.parallel import ray_backend  # noqa: E402
+from easycore.common.parallel import ray_backend
 
 pytestmark = pytest.mark.ray
 

@@ -268,7 +268,7 @@ def _run_threads(count, target):
         barrier.wait()
         try:
             target(i)
-        except BaseException as exc:  # collected and checked by the test
+        except BaseException as exc:  # noqa: BLE001 (collected and checked by the test)
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
@@ -440,6 +440,6 @@ def test_register_without_parentheses_registers_a_function_under_its_name():
 @pytest.mark.parametrize("bad", [3, 2.5, b"name", ["a"], object()])
 def test_a_name_that_is_not_a_string_raises_at_once(bad):
     registry = Registry("MODEL")
-    with pytest.raises(TypeError, match="MODEL.*names must be str"):
+    with pytest.raises(TypeError, match=r"MODEL.*names must be str"):
         registry.register(bad)
     assert len(registry) == 0

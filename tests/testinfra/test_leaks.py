@@ -35,9 +35,8 @@ def test_a_clean_block_passes(tmp_path):
 
 
 def test_a_new_thread_fails_unless_allowed(stop):
-    with pytest.raises(AssertionError, match="leaked threads"):
-        with check_leaks():
-            threading.Thread(target=_wait, args=(stop,), name="stray").start()
+    with pytest.raises(AssertionError, match="leaked threads"), check_leaks():
+        threading.Thread(target=_wait, args=(stop,), name="stray").start()
     with check_leaks(allowed_threads=("kept",)):
         threading.Thread(target=_wait, args=(stop,), name="kept").start()
     with check_leaks(allowed_thread=lambda t: t.name.startswith("ke")):
@@ -49,7 +48,7 @@ def test_a_new_child_process_fails():
     stop = ctx.Event()
     proc = ctx.Process(target=stop.wait, args=(30,))
     try:
-        with pytest.raises(AssertionError, match="leaked processes"):
+        with pytest.raises(AssertionError, match="leaked processes"):  # noqa: SIM117 (as one, the line would pass 100 columns)
             with check_leaks(process_grace=0.0):
                 proc.start()
     finally:
@@ -60,9 +59,8 @@ def test_a_new_child_process_fails():
 def test_a_new_segment_of_this_process_fails_and_tracked_pids_count():
     name = f"ecp-{os.getpid():x}-leakcheck"
     try:
-        with pytest.raises(AssertionError, match="leaked shared memory"):
-            with check_leaks():
-                seg = shared_memory.SharedMemory(name=name, create=True, size=16)
+        with pytest.raises(AssertionError, match="leaked shared memory"), check_leaks():
+            seg = shared_memory.SharedMemory(name=name, create=True, size=16)
     finally:
         seg.close()
         seg.unlink()
@@ -72,7 +70,7 @@ def test_a_new_segment_of_this_process_fails_and_tracked_pids_count():
     try:
         with check_leaks():
             seg = shared_memory.SharedMemory(name=other, create=True, size=16)
-        with pytest.raises(AssertionError, match="leaked shared memory"):
+        with pytest.raises(AssertionError, match="leaked shared memory"):  # noqa: SIM117 (as one, the line would pass 100 columns)
             with check_leaks() as leaks:
                 leaks.track(os.getpid() + 1, None)
     finally:
@@ -94,9 +92,8 @@ def test_shm_patterns_choose_the_names():
 
 
 def test_a_new_descriptor_fails_unless_process_wide_or_allowed(tmp_path):
-    with pytest.raises(AssertionError, match="leaked file descriptors"):
-        with check_leaks(fds=True):
-            fd = os.open(tmp_path / "f", os.O_CREAT | os.O_RDONLY)
+    with pytest.raises(AssertionError, match="leaked file descriptors"), check_leaks(fds=True):
+        fd = os.open(tmp_path / "f", os.O_CREAT | os.O_RDONLY)
     os.close(fd)
     with check_leaks(fds=True, process_wide_fds=(lambda: {str(fd)},)):
         fd = os.open(tmp_path / "f", os.O_RDONLY)
@@ -110,7 +107,7 @@ def test_a_new_descriptor_fails_unless_process_wide_or_allowed(tmp_path):
 
 
 def test_a_file_left_in_the_watched_directory_fails(tmp_path):
-    with pytest.raises(AssertionError, match="leaked socket files"):
+    with pytest.raises(AssertionError, match="leaked socket files"):  # noqa: SIM117 (as one, the line would pass 100 columns)
         with check_leaks(empty_dir=str(tmp_path)):
             (tmp_path / "sub").mkdir()
             (tmp_path / "sub" / "svc.sock").write_text("")

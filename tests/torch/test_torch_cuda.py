@@ -79,9 +79,8 @@ def test_every_gpu_and_the_parent_already_using_cuda():
 
 def test_hook_error_on_a_gpu_names_the_device(no_leaks):
     cfg = CfgNode({"fail": "producer_work", "item": 3, "n": 4})
-    with pytest.raises(WorkerError) as info:
-        with Fail(["cuda:0"], cfg=cfg) as runner:
-            runner(range(10))
+    with pytest.raises(WorkerError) as info, Fail(["cuda:0"], cfg=cfg) as runner:
+        runner(range(10))
     assert info.value.device == "cuda:0" and "'cuda:0'" in str(info.value)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from typing import ClassVar
 
 import _torch_helpers
 import psutil
@@ -158,7 +159,7 @@ def test_unknown_start_method():
 class SpawnRecorder(Probe):
     """Skips the GPU check, and records the start method the runner chose."""
 
-    chosen: list = []
+    chosen: ClassVar[list] = []  # shared by the instances, read by the test
 
     @classmethod
     def check_available(cls, device):

@@ -97,7 +97,7 @@ def test_received_tensors_are_independent_of_later_results(no_leaks):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_worker_dying_with_tensors_in_flight_leaves_no_shared_memory(mode, no_leaks):
-    expected = [0, 1, 2, ("died", [3])] + list(range(4, 10))
+    expected = [0, 1, 2, ("died", [3]), *range(4, 10)]
     with Pool(2, tensor_sharing=mode) as pool:
         it = pool.imap(functools.partial(die_on, bad=3), range(10), 1)
         got = []

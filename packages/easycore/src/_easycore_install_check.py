@@ -187,5 +187,5 @@ def _check(site: str) -> bool:
         sys.meta_path.insert(0, DamagedImportBlocker(packages, text))
         print(text, file=sys.stderr)
         return False
-    except Exception:  # a start-up check must never keep Python from starting
+    except Exception:  # noqa: BLE001 (a start-up check must never keep Python from starting)
         return True

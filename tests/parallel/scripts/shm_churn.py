@@ -96,7 +96,7 @@ if __name__ == "__main__":
         kind, method = kinds[n % 3], METHODS[(n // 3) % 3]
         try:
             live.append((kind, method, *start(kind, method, pids)))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any error is reported)
             failures.append(f"start {kind}/{method}: {type(exc).__name__}: {exc}")
         # Every live object still works: none of its segments was removed by
         # another object's start or close.
@@ -104,13 +104,13 @@ if __name__ == "__main__":
             try:
                 if not np.array_equal(use(), ARRAY * 2):
                     failures.append(f"{k}/{m}: wrong result")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (any error is reported)
                 failures.append(f"{k}/{m} at cycle {n}: {type(exc).__name__}: {exc}")
         while len(live) > 2:
             k, m, obj, _use = live.popleft()
             try:
                 close(obj)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (any error is reported)
                 failures.append(f"close {k}/{m}: {type(exc).__name__}: {exc}")
     while live:
         close(live.popleft()[2])

@@ -26,11 +26,11 @@ from .node import CfgNode
 
 __all__ = [
     "CfgNode",
-    "HierarchicalCfgNode",
-    "ConfigError",
     "ConfigDecodeError",
+    "ConfigError",
     "ConfigFileNotFoundError",
     "ConfigKeyError",
     "FrozenError",
+    "HierarchicalCfgNode",
     "__version__",
 ]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
-    "ConfigError",
     "ConfigDecodeError",
+    "ConfigError",
     "ConfigFileNotFoundError",
     "ConfigKeyError",
     "FrozenError",

@@ -15,6 +15,7 @@ never the temporary file.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -67,7 +68,9 @@ def describe_mode(mode: int) -> str:
 
 def _read_bytes(path: str) -> bytes:
     try:
-        f = open(path, "rb")
+        # Entered by `with f:` just below; only the open is in this try, so that a
+        # missing file, and no error of reading it, is a ConfigFileNotFoundError.
+        f = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
         raise ConfigFileNotFoundError(
             errno.ENOENT, f"config file {path!r} not found", path
@@ -139,10 +142,8 @@ def atomic_write(path: str, data: bytes) -> None:
             os.close(fd)
         os.replace(tmp, target)
     except BaseException as exc:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         if isinstance(exc, OSError):
             raise _naming(exc, path) from None
         raise

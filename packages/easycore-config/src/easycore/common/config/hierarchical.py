@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any
 
-__all__ = ["HierarchicalCfgNode", "BASE_KEY"]
+__all__ = ["BASE_KEY", "HierarchicalCfgNode"]
 
 #: The key that names the base config of a file.
 BASE_KEY = "__BASE__"

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
-__all__ = ["ConfigLoader", "ConfigDumper", "load", "dump"]
+__all__ = ["ConfigDumper", "ConfigLoader", "dump", "load"]
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -168,9 +168,9 @@ def _reporting(tag: str, construct: Callable[[Any, Node], Any]) -> Callable[[Any
     def construct_or_report(loader: Any, node: Node) -> Any:
         try:
             return construct(loader, node)
-        except (yaml.YAMLError, MemoryError, RecursionError):
-            raise
-        except Exception as exc:
+        # What PyYAML's scalar constructors raise for a bad value (a fuzz of every
+        # standard scalar tag finds no other); its own YAMLErrors pass through.
+        except (KeyError, AttributeError, IndexError, ValueError, OverflowError) as exc:
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, KeyError) and short == "!!bool":
                 reason = "not a YAML boolean (true/false, yes/no, on/off)"

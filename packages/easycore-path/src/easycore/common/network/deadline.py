@@ -9,6 +9,7 @@ in the middle of the headers or the body returns at once and the transfer ends w
 Imported only when a transfer happens.
 """
 
+import contextlib
 import math
 import socket
 import threading
@@ -109,7 +110,5 @@ def current() -> Optional[Deadline]:
 def _shutdown(sock: socket.socket) -> None:
     # shutdown, not close: it wakes a recv blocked in another thread, and leaves closing
     # the descriptor to its owner (closing it here could hand the number to a new file).
-    try:
+    with contextlib.suppress(OSError):  # already closed or never connected
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed or never connected

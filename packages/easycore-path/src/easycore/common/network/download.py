@@ -23,7 +23,7 @@ __all__ = ["check_download_options", "download_file", "fetch_locked"]
 
 def download_file(
     url: str,
-    dir: str,
+    dir: str,  # noqa: A002 (a public parameter: callers may pass dir=)
     filename: Optional[str] = None,
     progress: bool = True,
     *,
@@ -214,10 +214,10 @@ def _check_limits(deadline: Optional[float], lock_timeout: Optional[float]) -> N
         resolve_lock_timeout(lock_timeout, 0.0)
 
 
-def _check_name_length(url: str, dir: str, path: str) -> None:
+def _check_name_length(url: str, folder: str, path: str) -> None:
     """Refuse a name longer than the file system takes before anything is created."""
     try:
-        limit = os.pathconf(dir, "PC_NAME_MAX")
+        limit = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # no such folder yet, or not POSIX
         limit = 255
     if len(os.fsencode(os.path.basename(path))) > limit:

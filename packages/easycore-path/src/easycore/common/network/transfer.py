@@ -8,6 +8,7 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 `curl -O` does (a `.tar.gz` stays gzipped), and nothing is ever expanded onto the disk.
 """
 
+import contextlib
 import errno
 import math
 import os
@@ -494,7 +495,5 @@ def _as_download_error(url: str, exc: Exception) -> DownloadError:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

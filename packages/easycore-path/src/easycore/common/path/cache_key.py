@@ -10,6 +10,7 @@ regular file is refused, so no one can plant a key they know. Each user of a sha
 has a key of their own: users never share entries that need credentials or a query.
 """
 
+import contextlib
 import errno
 import hashlib
 import hmac
@@ -100,15 +101,13 @@ def _create_key(path: str) -> None:
         try:
             os.link(tmp, path)  # never replaces a key another process made meanwhile
         except FileExistsError:
-            pass
+            pass  # another process made the key first: everyone uses theirs
         except OSError:
             if not os.path.exists(path):  # no hard links here (FAT, some network shares)
                 os.rename(tmp, path)
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def _refused(path: str, why: str) -> PermissionError:

@@ -17,6 +17,7 @@ have (see `.cache` and `easycore.common.network.download`), built from the same 
 A hit costs one metadata request (`info`) to learn the object's current version.
 """
 
+import contextlib
 import os
 import shutil
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
@@ -110,7 +111,7 @@ def _info(fs: Any, fspath: str, url: str, secrets: Tuple[str, ...]) -> Dict:
     fs.invalidate_cache(fspath)  # listings cached by the client would hide a change
     try:
         info = fs.info(fspath)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
         raise as_os_error(exc, "get_local_path", url, secrets) from None
     if info.get("type") != "file":
         not_object = IsADirectoryError("a directory (a prefix), not an object")
@@ -147,7 +148,7 @@ def _download(
                 written = out.tell()
         except (FileNotFoundError, PermissionError) as exc:
             raise as_os_error(exc, "get_local_path", url, secrets) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error fails this download)
             raise DownloadError(url, describe(exc, secrets), transient=True) from None
         after = _info(fs, fspath, url, secrets)
         if version_of(after) != version:
@@ -157,10 +158,8 @@ def _download(
             raise DownloadError(url, f"got {written} of {size} bytes", transient=True)
         os.replace(tmp, local)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

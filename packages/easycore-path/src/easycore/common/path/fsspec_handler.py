@@ -227,9 +227,12 @@ class FsspecPathHandler(PathHandler):
         env = _credential_env()
         if self.max_age > 0:
             hit = self._checked.get((fspath, env))
-            if hit is not None and time.monotonic() - hit[1] < self.max_age:
-                if os.path.isfile(hit[0]):
-                    return hit[0]
+            if (
+                hit is not None
+                and time.monotonic() - hit[1] < self.max_age
+                and os.path.isfile(hit[0])
+            ):
+                return hit[0]
         checked_at = time.monotonic()
         cache_dir = self.get_cache_dir(self.protocol)
         owner = self._owner(env)
@@ -276,7 +279,7 @@ class FsspecPathHandler(PathHandler):
         fs.invalidate_cache(fspath)
         try:
             raw = fs.open(fspath, "rb", **kwargs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._error(exc, "open", path) from None
         # s3fs and its kin open a prefix as an empty file; its info says what it is.
         if getattr(raw, "details", None) and raw.details.get("type") == "directory":
@@ -323,7 +326,7 @@ class FsspecPathHandler(PathHandler):
         fs.invalidate_cache(fspath)  # another process may have written since
         try:
             return bool(getattr(fs, question)(fspath))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._error(exc, question, path) from None
 
     def listdir(self, path: str) -> List[str]:
@@ -342,7 +345,7 @@ class FsspecPathHandler(PathHandler):
         fs.invalidate_cache(fspath)
         try:
             entries = fs.ls(fspath, detail=False)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._error(exc, "list", path) from None
         base = fspath.rstrip("/")
         names = []
@@ -366,7 +369,7 @@ class FsspecPathHandler(PathHandler):
         fs, fspath = self.fs, self._path(path)
         try:
             fs.makedirs(fspath, exist_ok=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._error(exc, "makedirs", path) from None
 
     def remove(self, path: str) -> None:
@@ -390,7 +393,7 @@ class FsspecPathHandler(PathHandler):
                 )
                 raise why
             fs.rm_file(fspath)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._error(exc, "remove", path) from None
 
     def removedirs(self, path: str) -> None:
@@ -420,7 +423,9 @@ class FsspecPathHandler(PathHandler):
                     return  # a prefix with nothing under it is gone already
                 if fs.exists(current):
                     fs.rmdir(current)
-            except Exception as exc:
+            # Any back-end's error: for `path` itself it is reported; for a parent it
+            # ends the climb (not empty, not ours), as `os.removedirs` does.
+            except Exception as exc:  # noqa: BLE001
                 if first:
                     raise self._error(exc, "removedirs", path) from None
                 return

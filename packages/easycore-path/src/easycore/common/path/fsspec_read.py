@@ -50,7 +50,7 @@ class Reader:
             return method(*args)
         except _PASS:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
             raise self._on_error(exc) from None
 
     def read(self, size: int = -1) -> bytes:

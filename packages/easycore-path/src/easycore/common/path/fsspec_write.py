@@ -13,6 +13,7 @@ Two ways to stage the bytes, chosen by the file system:
   a clean close and deleted otherwise.
 """
 
+import contextlib
 import io
 import os
 import tempfile
@@ -55,8 +56,8 @@ def open_atomic(
             raw = fs.open(fspath, binary_mode, autocommit=False, **kwargs)
         else:
             fd, staged = tempfile.mkstemp(prefix="easycore-upload-", suffix=".part")
-            raw = open(fd, "wb")
-    except Exception as exc:
+            raw = open(fd, "wb")  # noqa: SIM115 (the AtomicWriter returned owns and closes it)
+    except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
         raise on_error(exc) from None
     stream: IO = raw if "b" in mode else io.TextIOWrapper(raw, **text_args)
     return AtomicWriter(fs, fspath, raw, stream, staged, on_error)
@@ -154,19 +155,16 @@ class AtomicWriter:
     def _abandon(self) -> None:
         # Close first (with autocommit=False that stores nothing), then throw the staged
         # bytes away: discard() aborts a multipart upload, or deletes a local temp file.
-        try:
+        # Broad on purpose: any back-end's error here must not mask why the write is
+        # abandoned. Closing may fail (e.g. the store went away): nothing was committed
+        # either way; nor is anything after the close, so the abort is tidiness only.
+        with contextlib.suppress(Exception):
             self._raw.close()
-        except Exception:
-            pass  # e.g. the store went away: nothing was committed either way
         if self._staged is None:
-            try:
+            with contextlib.suppress(Exception):
                 self._raw.discard()
-            except Exception:
-                pass  # nothing was committed: the abort is tidiness, not correctness
 
     def _remove_staged(self) -> None:
         if self._staged is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self._staged)
-            except OSError:
-                pass

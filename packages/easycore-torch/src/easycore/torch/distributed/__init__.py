@@ -35,12 +35,12 @@ from .p2p import AnySourceRequest, irecv_any, recv_any
 from .runner import DistributedRunner
 
 __all__ = [
-    "spawn",
+    "AnySourceRequest",
     "DistContext",
     "DistributedRunner",
-    "recv_any",
-    "irecv_any",
-    "AnySourceRequest",
-    "WorkerError",
     "WorkerDiedError",
+    "WorkerError",
+    "irecv_any",
+    "recv_any",
+    "spawn",
 ]

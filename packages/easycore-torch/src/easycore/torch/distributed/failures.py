@@ -14,7 +14,7 @@ from typing import Optional
 
 from easycore.common.parallel import WorkerDiedError, WorkerError
 
-__all__ = ["DEATH", "OWN", "CONSEQUENCE", "severity", "name_rank"]
+__all__ = ["CONSEQUENCE", "DEATH", "OWN", "name_rank", "severity"]
 
 DEATH, OWN, CONSEQUENCE = 0, 1, 2
 
@@ -63,5 +63,5 @@ def name_rank(err: BaseException, world_size: int) -> BaseException:
         return err
     err.rank = rank  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
-        err.args = (f"rank {rank} of {world_size}: {err.args[0]}",) + tuple(err.args[1:])
+        err.args = (f"rank {rank} of {world_size}: {err.args[0]}", *err.args[1:])
     return err

@@ -26,7 +26,7 @@ from .group_backend import GroupBackend
 from .rank_worker import Call, RankProgram
 from .steps import run_steps
 
-__all__ = ["spawn", "default_devices"]
+__all__ = ["default_devices", "spawn"]
 
 LAUNCHERS = ("process", "ray")
 #: seconds a successful call waits for the ranks to leave the group when it has no timeout

@@ -38,7 +38,7 @@ from easycore.common.parallel.extending import HookFailed, Terminated, dumps_cod
 from .context import DistContext
 from .rendezvous import connect_store, is_loopback, open_store, use_loopback_interface
 
-__all__ = ["RankProgram", "Step", "Failed", "HostStore", "Join", "Init", "Call", "leave_group"]
+__all__ = ["Call", "Failed", "HostStore", "Init", "Join", "RankProgram", "Step", "leave_group"]
 
 
 class Failed(NamedTuple):
@@ -74,7 +74,7 @@ class Step:
             return self.execute(program, ctx)
         except Terminated:  # the caller ends this rank: unwind
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (any error of a step is the rank's report)
             return Failed(ErrorReport.capture(self.name(), exc))
 
 
@@ -237,7 +237,7 @@ class RankProgram(WorkerProgram):
                 self.policy.setup_worker(ctx.device)
         except Terminated:
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (any error of user code is reported)
             raise HookFailed(ErrorReport.capture("setup_worker", exc)) from None
 
     def function(self, blob: Optional[bytes], ctx: WorkerContext) -> Callable[[Any], Any]:
@@ -265,7 +265,7 @@ class RankProgram(WorkerProgram):
                     self.hooks.producer_end(ctx.device, ctx.cfg)
                 except Terminated:
                     raise
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 (any error of user code is reported)
                     raise HookFailed(ErrorReport.capture("producer_end", exc)) from None
         finally:
             leave_group()

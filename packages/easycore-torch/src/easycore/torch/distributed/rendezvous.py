@@ -25,7 +25,7 @@ from typing import Any, Optional, Tuple
 
 import torch.distributed as dist
 
-__all__ = ["LOOPBACK", "is_loopback", "open_store", "connect_store", "use_loopback_interface"]
+__all__ = ["LOOPBACK", "connect_store", "is_loopback", "open_store", "use_loopback_interface"]
 
 #: the default host of the store
 LOOPBACK = "127.0.0.1"

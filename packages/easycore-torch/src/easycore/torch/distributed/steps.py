@@ -26,7 +26,7 @@ from easycore.common.parallel.extending import Engine, ItemError, JobSink
 from .failures import CONSEQUENCE, name_rank, severity
 from .rank_worker import Failed, Step
 
-__all__ = ["run_steps", "SETTLE", "TICK"]
+__all__ = ["SETTLE", "TICK", "run_steps"]
 
 #: seconds to wait, after a rank failed only because another did, for the cause
 SETTLE = 1.0

@@ -41,7 +41,7 @@ from easycore.common.parallel.extending import default_start_method
 
 from .devices import is_cuda
 
-__all__ = ["select_start_method", "get_context"]
+__all__ = ["get_context", "select_start_method"]
 
 _METHODS = ("fork", "spawn", "forkserver")
 

@@ -28,6 +28,7 @@ layout, device): a bad one is its sender's error, never the reducer's.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import queue
@@ -195,10 +196,9 @@ class GradientServer:
                 handles[0].call("set_peers", handles[1:], owners)
         except BaseException:
             for h in reversed(handles):  # none of them outlives a failed start
-                try:
+                # Broad on purpose: no error of a close may mask why the start failed.
+                with contextlib.suppress(Exception):
                     h.close()
-                except Exception:
-                    pass
             raise
         return cls(handles[0], handles[1:])
 
@@ -294,7 +294,7 @@ class GradientServer:
                 state.update(p[0])
                 versions[k] = p[1]
         complete = all(p is not None for p in pulled)
-        missing, unexpected = model.load_state_dict(state, strict=complete)
+        _missing, unexpected = model.load_state_dict(state, strict=complete)
         if unexpected:
             raise ValueError(f"the server's model has entries {unexpected} that the pulled "
                              "model does not")
@@ -342,7 +342,7 @@ class GradientServer:
         for h in self._handles:  # every one, even when one fails
             try:
                 h.close(timeout)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 (raised once every handle is closed)
                 error = error or exc
         if error is not None:
             raise error
@@ -354,10 +354,9 @@ class GradientServer:
         if exc_type is None:
             self.close()
             return
-        try:  # the exception already propagating matters more
+        # Broad on purpose: the exception already propagating matters more.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def __reduce__(self) -> Any:
         return (GradientServer, (self._handle, self._handles[1:]))
@@ -575,7 +574,7 @@ class _GradientCore:
                     self._apply(batch)
                 if item is _STOP:
                     return
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (handed to the callers waiting on `done`)
             with self.done:
                 self.error = exc
                 self.done.notify_all()

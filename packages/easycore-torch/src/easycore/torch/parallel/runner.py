@@ -17,7 +17,7 @@ from easycore.common import parallel as _common
 from .policy import TorchDevicePolicy
 from .transport import TensorTransport
 
-__all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
+__all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
 
 class BaseRunner(_common.BaseRunner):

@@ -21,4 +21,4 @@ from .planner import place, plan_placement
 from .sizes import module_nbytes
 from .topology import device_distances
 
-__all__ = ["module_nbytes", "device_capacity", "plan_placement", "place", "device_distances"]
+__all__ = ["device_capacity", "device_distances", "module_nbytes", "place", "plan_placement"]

@@ -36,7 +36,7 @@ def host_available_memory() -> int:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except OSError:
-        pass
+        pass  # no /proc/meminfo (not Linux): sysconf below
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError) as exc:

@@ -11,7 +11,7 @@ from .problem import Problem, format_bytes
 from .search import solve
 from .sizes import module_nbytes
 
-__all__ = ["plan_placement", "place"]
+__all__ = ["place", "plan_placement"]
 
 
 def plan_placement(

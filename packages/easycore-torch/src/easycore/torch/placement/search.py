@@ -25,11 +25,12 @@ Everything iterates in a fixed order: the same problem gives the same plan.
 
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional, Sequence, Tuple
 
 from .problem import Problem
 
-__all__ = ["solve", "greedy", "pack", "balance", "untangle", "exact", "EXACT_MODELS", "EXACT_NODES"]
+__all__ = ["EXACT_MODELS", "EXACT_NODES", "balance", "exact", "greedy", "pack", "solve", "untangle"]
 
 #: problems with at most this many models are solved exactly (within the node budget)
 EXACT_MODELS = 8
@@ -278,10 +279,8 @@ def exact(p: Problem, incumbent: Optional[List[int]], tol: _Tolerance,
             finally:
                 st.take(i)
 
-    try:
+    with contextlib.suppress(_OutOfBudget):  # the best plan found within the budget
         visit(0, 0.0, 0.0)
-    except _OutOfBudget:
-        pass
     return best_pos
 
 

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, Sequence, Tuple, Union
 
 import torch
 
-__all__ = ["device_distances", "SAME_DEVICE", "NVLINK", "PCIE", "HOST"]
+__all__ = ["HOST", "NVLINK", "PCIE", "SAME_DEVICE", "device_distances"]
 
 #: a model's traffic to another on its own device costs nothing
 SAME_DEVICE = 0.0
