@@ -1196,14 +1196,15 @@ def pool_options(pool_class: type, kwargs: Mapping[str, Any]
         ValueError: a bad option, or a back-end the pool class does not know.
     """
     fields = {f.name for f in dataclasses.fields(WorkerOptions)} - {"backend_options"}
-    params = set()
+    params: set = set()
     for klass in (pool_class, Pool):
-        params |= set(inspect.signature(klass.__init__).parameters)
+        params |= {name for name, p in inspect.signature(klass).parameters.items()
+                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     chosen = {k: v for k, v in kwargs.items() if k in fields}
     rest = {k: v for k, v in kwargs.items() if k not in fields and k in params}
     backend_options = {k: v for k, v in kwargs.items() if k not in fields and k not in params}
     options = WorkerOptions(**chosen, backend_options=backend_options)
-    options.check_backend(pool_class.backends)
+    options.check_backend(getattr(pool_class, "backends", BACKENDS))
     return options, rest
 
 
