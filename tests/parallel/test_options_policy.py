@@ -144,8 +144,10 @@ def test_pool_takes_a_checked_options_object_but_not_both(no_leaks):
     with Pool(1, options=WorkerOptions(task_timeout=30, queue_scale=1)) as pool:
         assert pool.map(_square, [1, 2, 3]) == [1, 4, 9]
         assert pool._engine.credits == 1
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(TypeError, match="not both: \\['address'\\]"):
         Pool(1, options=WorkerOptions(), address="auto")
+    with pytest.raises(TypeError, match="not both: \\['task_timeout', 'queue_scale'\\]"):
+        Pool(1, options=WorkerOptions(), task_timeout=3, queue_scale=2)
 
 
 # -------------------------------------------------------- one back-end table

@@ -737,9 +737,12 @@ class Pool:
                 maxtasksperchild=maxtasksperchild, cpu_threads=cpu_threads, progress=progress,
                 insights=insights, backend_options=backend_options,
             )
-        elif backend_options or context is not None:
-            raise TypeError(f"pass options= or the options themselves, not both: "
-                            f"{sorted(backend_options) or ['context']}")
+        else:
+            both = _given_options(locals()) + sorted(backend_options)
+            if context is not None:
+                both.append("context")
+            if both:
+                raise TypeError(f"pass options= or the options themselves, not both: {both}")
         options.check_backend(self.backends)
         self._options = options
         policy = self._policy = self.make_policy()
@@ -1173,6 +1176,14 @@ class Pool:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} state={self._state} devices={self._devices!r}>"
+
+
+def _given_options(arguments: Mapping[str, Any]) -> List[str]:
+    # Pool's option keywords that differ from their defaults (``WorkerOptions``'s).
+    defaults = WorkerOptions()
+    return [f.name for f in dataclasses.fields(WorkerOptions)
+            if f.name != "backend_options" and f.name in arguments
+            and arguments[f.name] != getattr(defaults, f.name)]
 
 
 def pool_options(pool_class: type, kwargs: Mapping[str, Any]
