@@ -446,7 +446,7 @@ class BaseRunner:
                 f"{type(self).__name__} overrides get_mp_context() or make_transport(): "
                 "give it a device_policy (DevicePolicy.start_method / mp_context / "
                 "transport_class) instead; these overrides will stop being used",
-                DeprecationWarning, stacklevel=3,
+                DeprecationWarning, stacklevel=4,
             )
             check_options("process", dict(options.backend_options), ())
             return ProcessBackend(spec, self.get_mp_context(), self.make_transport())
