@@ -120,7 +120,7 @@ class Stager:
                     value, error = None, exc
             try:
                 done(value, error)
-            except Exception:  # noqa: BLE001 - a bug (any error): keep staging the others
+            except Exception:  # noqa: BLE001  # pragma: no cover - a bug (any error): keep staging the others
                 import traceback
 
                 traceback.print_exc()
