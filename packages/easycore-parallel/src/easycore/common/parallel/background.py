@@ -23,6 +23,7 @@ Random streams are [`seeding`][easycore.common.parallel.seeding]'s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -46,14 +47,15 @@ from typing import (
 )
 
 from . import inherit
-from .engine import Engine, ItemError, Job, JobSink
+from .engine import ItemError, Job, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights, owner_insights
-from .pool import _MAP, Pool
+from .insights import Insights
+from .options import check_callable, check_positive_int
+from .pool import Pool, PoolJobs, pool_options
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams, SeededCall, WorkerStart, check_seed
 
-__all__ = ["BackgroundTask", "BackgroundStats"]
+__all__ = ["BackgroundStats", "BackgroundTask"]
 
 #: what a finished call is, on the caller's side: its result, or its error
 _Outcome = Tuple[Any, Optional[BaseException]]
@@ -114,11 +116,11 @@ class Stager:
             if error is None:
                 try:
                     value = self._fn(value)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any error of the user's stage is the result's
                     value, error = None, exc
             try:
                 done(value, error)
-            except Exception:  # pragma: no cover - a bug; keep staging the others
+            except Exception:  # noqa: BLE001  # pragma: no cover - a bug (any error): keep staging the others
                 import traceback
 
                 traceback.print_exc()
@@ -144,6 +146,11 @@ def pool_factory(owner: Any, workers: Optional[int],
                  ) -> Tuple[Callable[[], Pool], Optional[RandomStreams]]:
     """How a ``BackgroundTask`` or ``JobQueue`` (``owner``) makes its pool, checked.
 
+    Every argument is checked here, once (the worker options by
+    [`pool_options`][easycore.common.parallel.pool.pool_options]); the pool
+    is handed the checked options object, and a pool made again (``reset``
+    after its workers could not be replaced) uses the same.
+
     Returns:
         tuple: ``(a function making the pool, the workers' streams or None)``.
     """
@@ -157,19 +164,19 @@ def pool_factory(owner: Any, workers: Optional[int],
             )
     else:
         streams = owner.streams_class(seed)
-    if initializer is not None and not callable(initializer):
-        raise TypeError(f"initializer must be callable, got {initializer!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
-    if workers is None and options.get("devices") is None:
+    check_callable("initializer", initializer, allow_none=True)
+    check_positive_int("workers", workers, allow_none=True)
+    pool_class = owner.pool_class
+    worker_options, pool_kwargs = pool_options(pool_class, {
+        **options, "task_timeout": task_timeout, "start_method": start_method,
+        "backend": backend,
+    })
+    if workers is None and pool_kwargs.get("devices") is None:
         workers = owner.default_workers
     start = WorkerStart(streams, initializer, initargs)
-    pool_class = owner.pool_class
 
     def make() -> Pool:
-        return pool_class(workers, start, task_timeout=task_timeout, start_method=start_method,
-                          backend=backend, **options)
+        return pool_class(workers, start, options=worker_options, **pool_kwargs)
 
     return make, streams
 
@@ -204,10 +211,9 @@ def close_when_collected(owner: Any) -> None:
     # the workers and removed their shared memory.
     if sys.is_finalizing():
         return
-    try:
+    # A collector must not raise (any error): there is nobody to tell.
+    with contextlib.suppress(Exception):
         owner.close()
-    except Exception:
-        pass
 
 
 class _Replaced(Exception):
@@ -385,10 +391,8 @@ class BackgroundTask:
             ValueError: a bad ``workers``, ``prefetch``, ``seed`` or ``backend``.
             WorkerError: the initializer raised in a worker.
         """
-        if not callable(target):
-            raise TypeError(f"target must be callable, got {target!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch must be a positive int, got {prefetch!r}")
+        check_callable("target", target)
+        check_positive_int("prefetch", prefetch)
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping or None, got {type(kwargs).__name__}")
         self._closed = True  # until the pool runs, for __del__
@@ -408,7 +412,7 @@ class BackgroundTask:
             inherit.release(self._inherited)
             raise
         self._closed = False
-        if not inherit.forked(self._pool._engine.backend):
+        if not PoolJobs(self._pool).forked:
             inherit.release(self._inherited)
             self._inherited = None
         n = len(self._pool.devices)
@@ -462,14 +466,13 @@ class BackgroundTask:
                 except _Replaced:
                     continue  # reset() from another thread: wait on the new job
             # A Ctrl-C landing just here costs one place of the window until reset().
-            self._engine().consume(stream.job, 1)  # type: ignore[arg-type]
+            self._jobs().consume(stream.job, 1)  # type: ignore[arg-type]
             self._results += 1
         finally:
             waited = time.perf_counter() - start
             self._waited += waited
-            recorder = self._pool._recorder if self._pool is not None else None
-            if recorder is not None:  # insights: the caller waited for a result
-                recorder.waiting_for_results += waited
+            if self._pool is not None:  # insights: the caller waited for a result
+                PoolJobs(self._pool).waited(waited)
         if error is not None:
             raise error
         return value
@@ -497,11 +500,11 @@ class BackgroundTask:
             stream = self._open_stream()
             job = stream.job
             stream.end()
-            engine = self._engine()
+            jobs = self._jobs()
             if job is not None:
-                engine.cancel(job)
+                jobs.cancel(job)
                 self._next_call = stream.first_call + job.taken_items
-            if engine.broken is not None or engine.closing:
+            if jobs.broken:
                 self._replace_pool()
             self._stream = self._start_stream()
 
@@ -541,7 +544,7 @@ class BackgroundTask:
     def stats(self) -> BackgroundStats:
         """BackgroundStats: per-worker busy and idle seconds, and the caller's wait."""
         seconds = time.monotonic() - self._started
-        now = self._engine().worker_seconds() if self._pool is not None else []
+        now = self._jobs().worker_seconds() if self._pool is not None else []
         busy = [b + (now[i] if i < len(now) else 0.0) for i, b in enumerate(self._busy_before)]
         return BackgroundStats(seconds, busy, [max(0.0, seconds - b) for b in busy],
                                self._waited, self._results)
@@ -561,7 +564,7 @@ class BackgroundTask:
         Raises:
             RuntimeError: made without ``insights=True``.
         """
-        return owner_insights(self._open_pool())
+        return self._jobs().insights()
 
     @property
     def workers(self) -> int:
@@ -593,8 +596,8 @@ class BackgroundTask:
         self._open_pool()
         return self._stream
 
-    def _engine(self) -> Engine:
-        return self._open_pool()._engine
+    def _jobs(self) -> PoolJobs:
+        return PoolJobs(self._open_pool())
 
     def _start_stream(self) -> _Stream:
         stream = _Stream(self._next_call, self._stager)
@@ -602,15 +605,13 @@ class BackgroundTask:
         source = range(self._next_call, sys.maxsize)
         # A forked pool's workers take the target from what they inherited.
         call = self._inherited if self._inherited is not None else self._call
-        stream.job = self._open_pool()._submit(
-            call, _MAP, source, stream, ordered=self._ordered, lazy=False, chunksize=1,
-            task_timeout=None, pass_context=False, window=self._window,
-        )
+        stream.job = self._jobs().submit(call, source, stream, ordered=self._ordered,
+                                         window=self._window)
         return stream
 
     def _replace_pool(self) -> None:
         old = self._open_pool()
-        busy = old._engine.worker_seconds()
+        busy = PoolJobs(old).worker_seconds()
         self._busy_before = [b + busy[i] for i, b in enumerate(self._busy_before)]
         self._pool = None
         old.terminate()

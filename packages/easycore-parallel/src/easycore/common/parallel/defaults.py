@@ -27,7 +27,12 @@ import importlib
 import sys
 from typing import Any, List, Optional, Tuple, Union
 
-__all__ = ["register_default_transport", "default_transport", "chosen_transport"]
+__all__ = [
+    "chosen_transport",
+    "default_transport",
+    "import_object",
+    "register_default_transport",
+]
 
 # (module whose import triggers it, the transport class or "module:Class")
 _UPGRADES: List[Tuple[str, Union[type, str]]] = [
@@ -92,14 +97,36 @@ def chosen_transport(obj: Any, owner: type, attr: str = "transport_class") -> ty
     return default_transport(cls)
 
 
+def import_object(path: str) -> Any:
+    """The object a ``"module:qualname"`` path names, imported on the spot.
+
+    Optional parts (Ray's back-end, easycore-torch's transports, a service's
+    recorded transport) are named by such paths, so that nothing is imported
+    before it is used. The one copy of this code: back-end tables
+    ([`policy`][easycore.common.parallel.policy]), default transports (here)
+    and service handles use it.
+
+    Args:
+        path (str): ``"package.module:Name"`` or ``"package.module:Outer.Inner"``.
+
+    Returns:
+        Any: the object.
+
+    Raises:
+        ImportError: the module cannot be imported.
+        AttributeError: the module has no such name.
+    """
+    module, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def _load(transport: Union[type, str]) -> Optional[Any]:
     if isinstance(transport, type):
         return transport
-    module, _, qualname = transport.partition(":")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:  # not installed, or broken: the plain transport still works
+        return import_object(transport)
+    except Exception:  # noqa: BLE001 - not installed, or broken on import (any error): the plain transport still works
         return None
-    return obj

@@ -17,6 +17,7 @@ and is replaced.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import queue
 import threading
@@ -33,8 +34,9 @@ from .background import (
 )
 from .engine import ItemError, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights, owner_insights
-from .pool import _MAP, Pool
+from .insights import Insights
+from .options import check_callable, check_positive_int
+from .pool import Pool, PoolJobs
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
 
@@ -137,7 +139,7 @@ class JobQueue:
     default_workers: ClassVar[int] = 2
     #: a transform of each result, run in a thread of the caller (None: none)
     _stage: Optional[Callable[[Any], Any]] = None
-    _last_busy: List[float] = []
+    _last_busy: Sequence[float] = ()
 
     def __init__(
         self,
@@ -173,8 +175,7 @@ class JobQueue:
                 ``queue_scale`` is 1 here: a worker holds one job at a time, so
                 no job waits behind a slow one while another worker is free.
         """
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise ValueError(f"maxsize must be a non-negative int, got {maxsize!r}")
+        check_positive_int("maxsize", maxsize, minimum=0)
         self._closed = True  # until the pool runs, for __del__
         self._owner_pid = os.getpid()
         # One job per worker at a time: a job never waits behind a slow one
@@ -224,8 +225,7 @@ class JobQueue:
 
     def _put(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
              block: bool) -> concurrent.futures.Future:
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
+        check_callable("a job", fn)
         with self._cond:
             while True:
                 pool = self._open_pool()
@@ -243,17 +243,13 @@ class JobQueue:
         try:
             # A Ctrl-C inside is held until the job is either queued whole or
             # not at all (the engine holds it across handing the job over).
-            pool._submit(_QueueCall(fn, self._streams), _MAP, [(k, args, kwargs)], sink,
-                         ordered=False, lazy=False, chunksize=1, task_timeout=None,
-                         pass_context=False)
+            PoolJobs(pool).submit(_QueueCall(fn, self._streams), [(k, args, kwargs)], sink)
         except BaseException as exc:
             # Not queued: nothing of it stays in the FIFO (a later get() must
             # not raise this put's error, Ctrl-C included).
             with self._cond:
-                try:
+                with contextlib.suppress(ValueError):  # close() cleared the FIFO
                     self._futures.remove(future)
-                except ValueError:
-                    pass  # close() cleared the FIFO
                 self._cond.notify_all()
             if not self._closed:
                 _settle(future, None, exc)
@@ -301,11 +297,11 @@ class JobQueue:
                 future = self._futures[0]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # wait(), not result(timeout): a job's own TimeoutError is no wait timeout.
-            recorder = self._pool._recorder if self._pool is not None else None
+            pool = self._pool
             waited = time.perf_counter()
             done, _ = concurrent.futures.wait([future], remaining)
-            if recorder is not None:  # insights: the caller waited for a result
-                recorder.waiting_for_results += time.perf_counter() - waited
+            if pool is not None:  # insights: the caller waited for a result
+                PoolJobs(pool).waited(time.perf_counter() - waited)
             if not done:
                 self._open_pool()
                 raise PoolTimeoutError(f"the oldest job did not finish within {timeout} s")
@@ -333,7 +329,7 @@ class JobQueue:
         Raises:
             RuntimeError: made without ``insights=True``.
         """
-        return owner_insights(self._open_pool())
+        return PoolJobs(self._open_pool()).insights()
 
     def __len__(self) -> int:
         """Jobs put and not yet got (running, waiting, or finished)."""
@@ -345,7 +341,7 @@ class JobQueue:
         pool = getattr(self, "_pool", None)
         if pool is None:
             return
-        self._last_busy = pool._engine.worker_seconds()
+        self._last_busy = PoolJobs(pool).worker_seconds()
         self._closed = True
         self._pool = None
         pool.terminate()  # fails every unfinished job: their futures hold the error
@@ -371,7 +367,7 @@ class JobQueue:
         elektronn2's ``SharedQ(profile=True)``)."""
         seconds = time.monotonic() - self._started
         pool = self._pool
-        busy = pool._engine.worker_seconds() if pool is not None else list(self._last_busy)
+        busy = PoolJobs(pool).worker_seconds() if pool is not None else list(self._last_busy)
         self._last_busy = busy
         return BackgroundStats(seconds, busy, [max(0.0, seconds - b) for b in busy],
                                self._waited, self._results)

@@ -10,9 +10,19 @@ framework (easycore-torch) changes devices in one place:
 * ``setup_worker(device)``: prepare a worker for its device, before its init
   hooks (e.g. ``torch.cuda.set_device``);
 * ``start_method(devices, requested, threads)`` and ``mp_context(method)``:
-  how worker processes start;
+  how worker processes start (``process_context`` asks both);
 * ``make_transport()``: how items and results cross (the process back-end);
 * ``ray_resources(device)``: what a Ray actor for the device asks for.
+
+This module is also the only place that picks a back-end, a start method and a
+transport for a client: every runner and pool builds its back-end with
+``build_backend`` from one
+table (``BACKENDS``, which a client
+class copies as its ``backends`` and may extend); the process back-end then
+asks the spec's policy for the start method and the transport. A runner's
+``transport_class`` and ``default_start_method`` are shorthands that
+``DevicePolicy.for_client`` folds
+into the policy; nothing else chooses.
 
 [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy] is the
 CPU-only policy of easycore-parallel: any non-empty string is a device (it
@@ -21,15 +31,26 @@ is only a label: ``"cpu"``, ``"cpu:1"``) and each worker is one process.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import sys
 from multiprocessing.context import BaseContext
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from .defaults import chosen_transport
+from .backend import Backend, BackendSpec
+from .defaults import chosen_transport, import_object
+from .process_backend import ProcessBackend
 from .transport import SharedMemoryTransport, Transport
 
-__all__ = ["DevicePolicy"]
+__all__ = ["BACKENDS", "DevicePolicy", "backend_class", "build_backend", "default_start_method"]
+
+#: back-end name -> class, or ``"module:Class"`` imported on first use (Ray is
+#: optional): the one table; runner and pool classes copy it as ``backends``
+BACKENDS: Dict[str, Union[type, str]] = {
+    "process": ProcessBackend,
+    "thread": "easycore.common.parallel.thread_backend:ThreadBackend",
+    "ray": "easycore.common.parallel.ray_backend:RayBackend",
+}
 
 _METHODS = ("fork", "spawn", "forkserver")
 
@@ -101,6 +122,22 @@ class DevicePolicy:
             return requested
         return default_start_method()
 
+    def process_context(
+        self, devices: Sequence[str], requested: Optional[str], threads: Optional[int]
+    ) -> BaseContext:
+        """The multiprocessing context worker processes start with: ``start_method``,
+        then ``mp_context`` of what it picked.
+
+        Args:
+            devices (list[str]): validated devices, one per worker.
+            requested (str or None): what the user asked for (None: the default).
+            threads (int or None): each worker's thread budget.
+
+        Returns:
+            multiprocessing.context.BaseContext:
+        """
+        return self.mp_context(self.start_method(devices, requested, threads))
+
     def mp_context(self, method: str) -> BaseContext:
         """The multiprocessing context for a start method.
 
@@ -124,6 +161,40 @@ class DevicePolicy:
         """
         return chosen_transport(self, DevicePolicy)()
 
+    def with_transport(self, transport_class: type) -> DevicePolicy:
+        """A copy of this policy whose process back-end uses ``transport_class``
+        (a choice: never upgraded).
+
+        Args:
+            transport_class (type): a [`Transport`][easycore.common.parallel.Transport] class.
+
+        Returns:
+            DevicePolicy: a shallow copy; this one is unchanged.
+        """
+        policy = copy.copy(self)
+        policy.transport_class = transport_class
+        return policy
+
+    def for_client(self, client: Any, owner: type) -> DevicePolicy:
+        """This policy as ``client`` (a runner) uses it: with the client's own
+        ``transport_class`` where its class chose one.
+
+        A runner class may name its transport directly (``transport_class =
+        EagerTransport``, as easycore-torch's runners do); that choice wins
+        over the policy's and is never upgraded. A client that chose nothing
+        uses this policy as it is.
+
+        Args:
+            client (Any): an object with a ``transport_class`` attribute.
+            owner (type): the library class that holds the default (``BaseRunner``).
+
+        Returns:
+            DevicePolicy: this policy, or a copy with the client's transport.
+        """
+        if _chose(client, owner):
+            return self.with_transport(client.transport_class)
+        return self
+
     def ray_resources(self, device: str) -> Tuple[float, float, str]:
         """What a Ray actor for ``device`` asks for, and the device it sees.
 
@@ -137,6 +208,58 @@ class DevicePolicy:
             # Ray picks the GPU and makes it the only one the actor sees.
             return 1.0, 1.0, "cuda:0"
         return 1.0, 0.0, device
+
+
+def _chose(obj: Any, owner: type, attr: str = "transport_class") -> bool:
+    # Set on the instance, or on a class between type(obj) and owner.
+    if attr in getattr(obj, "__dict__", {}):
+        return True
+    for klass in type(obj).__mro__:
+        if klass is owner:
+            return False
+        if attr in vars(klass):
+            return True
+    return False
+
+
+def backend_class(backends: Mapping[str, Union[type, str]], name: str) -> Any:
+    """The back-end class ``name`` stands for in ``backends``, imported if it is a path.
+
+    Args:
+        backends (dict): name -> class or ``"module:Class"`` (a client's ``backends``).
+        name (str): the ``backend=`` argument.
+
+    Returns:
+        type: the class (it has ``from_spec``).
+
+    Raises:
+        ValueError: an unknown name, naming the known ones.
+    """
+    if name not in backends:
+        raise ValueError(f"unknown backend {name!r}; known: {sorted(backends)}")
+    cls = backends[name]
+    return import_object(cls) if isinstance(cls, str) else cls
+
+
+def build_backend(backends: Mapping[str, Union[type, str]], name: str, spec: BackendSpec,
+                  options: Mapping[str, Any]) -> Backend:
+    """A fresh, unstarted back-end: ``backends[name].from_spec(spec, **options)``.
+
+    How every runner and pool builds its back-end. The process back-end asks
+    ``spec.policy`` for the start method (``start_method``, ``mp_context``)
+    and the transport (``make_transport``).
+
+    Args:
+        backends (dict): the client's table (see ``BACKENDS``).
+        name (str): which one.
+        spec (BackendSpec): the program, devices, cfg, policy, start method, threads.
+        options (dict): the back-end's own keyword arguments (it refuses others).
+
+    Returns:
+        Backend:
+    """
+    built: Backend = backend_class(backends, name).from_spec(spec, **options)
+    return built
 
 
 def default_start_method() -> str:
@@ -163,5 +286,5 @@ def _ray_driver_is_up() -> bool:
     ray = sys.modules.get("ray")  # never imported here: only a caller's Ray counts
     try:
         return bool(ray is not None and ray.is_initialized())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a half-imported or broken Ray (any error): no driver to protect
         return False

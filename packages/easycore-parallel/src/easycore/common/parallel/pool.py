@@ -23,8 +23,9 @@ delivered from that thread, as the stdlib's result handler does.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
-import math
+import contextlib
+import dataclasses
+import inspect
 import multiprocessing
 import os
 import sys
@@ -50,23 +51,32 @@ from typing import (
 
 from easycore.common.config import CfgNode
 
+from . import inherit
 from . import threads as _threads
-from .backend import Backend, BackendSpec
+from .backend import BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
 from .insights import Insights, Recorder
+from .options import WorkerOptions, check_callable, check_chunksize
 from .pickling import dumps_code, loads_code
-from .policy import DevicePolicy
-from .process_backend import ProcessBackend
+from .policy import BACKENDS, DevicePolicy, build_backend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .worker import WorkerContext, WorkerProgram
 
-__all__ = ["Pool", "AsyncResult", "MapResult", "IMapIterator", "TimeoutError"]
+__all__ = [
+    "AsyncResult",
+    "IMapIterator",
+    "MapResult",
+    "Pool",
+    "PoolJobs",
+    "TimeoutError",
+    "pool_options",
+]
 
 
-class TimeoutError(multiprocessing.TimeoutError, TimeoutError):  # type: ignore[misc]
+class TimeoutError(multiprocessing.TimeoutError, TimeoutError):  # type: ignore[misc]  # noqa: A001 - the stdlib pool's name
     """``AsyncResult.get(timeout)`` expired; both ``multiprocessing.TimeoutError``
     (as the stdlib raises) and the builtin ``TimeoutError``."""
 
@@ -147,7 +157,7 @@ def _raise_item(error: ItemError) -> None:
 def _task_exception(error: ItemError) -> BaseException:
     try:
         _raise_item(error)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - what _raise_item raised, whatever it is
         return exc
     raise AssertionError("unreachable")
 
@@ -215,7 +225,7 @@ class AsyncResult:
                 self._callback(value)
             elif error is not None and self._error_callback is not None:
                 self._error_callback(error)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - see below
             # A callback runs in the coordinator: whatever it raises, even
             # SystemExit or KeyboardInterrupt, must not stop it for every job.
             import traceback
@@ -326,7 +336,7 @@ class _ReadAhead:
         return self
 
     def __next__(self) -> Any:  # (the engine uses take; a plain iterator for anyone else)
-        items, ended = self.take(1)
+        items, _ended = self.take(1)
         if items:
             return items[0]
         raise StopIteration
@@ -394,7 +404,7 @@ class _ReadAhead:
                 if len(buffer) >= size or now - self._oldest > linger:
                     self._feed(engine, job, state, wait=False)
                     size = max(1, job.next_size())
-        except BaseException as exc:  # the input failed: raised in its place
+        except BaseException as exc:  # noqa: BLE001 - the input failed (any error): raised in its place
             self.error = exc
             pending = []
         with self._lock:
@@ -409,7 +419,7 @@ class _ReadAhead:
         if self._feeding.acquire(blocking=False):
             try:
                 engine.feed(job)
-            except BaseException as exc:  # the pool broke or closed: the job failed with it
+            except BaseException as exc:  # noqa: BLE001 - the pool broke or closed (or Ctrl-C): the job fails with it
                 if not job.done:
                     engine.cancel(job, exc)
                 return
@@ -507,7 +517,7 @@ class IMapIterator:
             _raise_item(error)
         return value
 
-    __next__ = next
+    __next__ = next  # noqa: A003 - next(timeout) is the stdlib's method
 
     def _move_window(self) -> None:
         # The read-ahead goes on as results are consumed (in batches: cheap).
@@ -535,10 +545,9 @@ def _cancel_abandoned(ref: weakref.ReferenceType) -> None:
     # results, must not be kept by this finalizer.)
     job = ref()
     if job is not None and not job.done:
-        try:
+        # A finalizer must not raise: the pool may be gone already (any error).
+        with contextlib.suppress(Exception):
             job.engine.cancel(job)
-        except Exception:  # the pool is gone already
-            pass
 
 
 class _IMapSink(JobSink):
@@ -604,7 +613,7 @@ def _coordinate(engine: Engine, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             engine.pump(None)
-        except BaseException:  # pragma: no cover - a bug; keep serving other jobs
+        except BaseException:  # noqa: BLE001  # pragma: no cover - a bug; keep serving other jobs
             import traceback
 
             traceback.print_exc()
@@ -634,12 +643,9 @@ class Pool:
         ```
     """
 
-    #: back-end name -> class, or "module:Class" imported on first use
-    backends: ClassVar[Dict[str, Union[type, str]]] = {
-        "process": ProcessBackend,
-        "thread": "easycore.common.parallel.thread_backend:ThreadBackend",
-        "ray": "easycore.common.parallel.ray_backend:RayBackend",
-    }
+    #: back-end name -> class, or "module:Class" imported on first use: a copy
+    #: of ``policy.BACKENDS``
+    backends: ClassVar[Dict[str, Union[type, str]]] = dict(BACKENDS)
     #: what devices mean (easycore-torch's Pool brings its own)
     device_policy: ClassVar[DevicePolicy] = DevicePolicy()
 
@@ -662,6 +668,7 @@ class Pool:
         queue_scale: float = 3.0,
         max_deaths: int = 3,
         insights: bool = False,
+        options: Optional[WorkerOptions] = None,
         **backend_options: Any,
     ) -> None:
         """
@@ -693,6 +700,12 @@ class Pool:
             max_deaths (int): worker deaths one job may cause before it fails.
             insights (bool): count where the time goes, from the start (see
                 [`insights`][easycore.common.parallel.Pool.insights]); off by default.
+            options (WorkerOptions or None): all of ``task_timeout``,
+                ``progress``, ``start_method``, ``backend``, ``cpu_threads``,
+                ``queue_scale``, ``max_deaths``, ``insights``, ``maxtasksperchild``
+                and the back-end's options at once, already checked (what
+                ``BackgroundTask`` and ``JobQueue`` pass); those keywords must
+                then be left out.
             **backend_options: for ``backend="ray"``: ``address``, ``ray_init_kwargs``.
         """
         if devices is not None:
@@ -712,36 +725,33 @@ class Pool:
         if worker_contexts is not None and len(worker_contexts) != n:
             raise ValueError(f"worker_contexts has {len(worker_contexts)} entries, not equal to "
                              f"the number of workers ({n})")
-        if initializer is not None and not callable(initializer):
-            raise TypeError("initializer must be a callable")
-        if maxtasksperchild is not None and (
-            not isinstance(maxtasksperchild, int) or maxtasksperchild < 1
-        ):
-            raise ValueError("maxtasksperchild must be a positive int or None")
-        if backend not in self.backends:
-            raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
+        check_callable("initializer", initializer, allow_none=True)
         if context is not None:
             if start_method is not None and start_method != context.get_start_method():
                 raise ValueError("pass context= or start_method=, not both")
             start_method = context.get_start_method()
-        if task_timeout is not None and not (
-            isinstance(task_timeout, (int, float)) and math.isfinite(task_timeout)
-            and task_timeout > 0
-        ):
-            raise ValueError(f"task_timeout must be a positive number of seconds, got "
-                             f"{task_timeout!r}")
-        if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
-                and queue_scale > 0):
-            raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
+        if options is None:  # every option checked at once, as every client checks them
+            options = WorkerOptions(
+                backend=backend, start_method=start_method, task_timeout=task_timeout,
+                queue_scale=queue_scale, max_deaths=max_deaths,
+                maxtasksperchild=maxtasksperchild, cpu_threads=cpu_threads, progress=progress,
+                insights=insights, backend_options=backend_options,
+            )
+        else:
+            both = _given_options(locals()) + sorted(backend_options)
+            if context is not None:
+                both.append("context")
+            if both:
+                raise TypeError(f"pass options= or the options themselves, not both: {both}")
+        options.check_backend(self.backends)
+        self._options = options
         policy = self._policy = self.make_policy()
         self._devices = [policy.validate(d) for d in devices]
-        if backend in ("process", "thread"):
+        if options.local:
             for device in self._devices:
                 policy.check_available(device)
-        self._threads = _threads.budget(cpu_threads, n)
-        self._backend_name = backend
-        self._task_timeout = task_timeout
-        self._progress = progress
+        self._threads = _threads.budget(options.cpu_threads, n)
+        self._progress = options.progress
         self._state = "RUN"
         self._owner = os.getpid()
         self._chunkers: Dict[Any, AdaptiveChunker] = {}
@@ -750,20 +760,23 @@ class Pool:
         # its sink and results, is not kept by the pool.
         self._jobs: weakref.WeakSet = weakref.WeakSet()
         self._readers: List[threading.Thread] = []
-        is_thread = backend == "thread"
+        is_thread = options.backend == "thread"
         init_blob: Any = None
         if initializer is not None:
             init_blob = (initializer, tuple(initargs))  # pickled only for spawned workers
         self._pickle_code = not is_thread
         cfg_node = cfg if isinstance(cfg, CfgNode) else CfgNode(cfg or {})
         spec = BackendSpec(
-            PoolProgram(policy, init_blob), self._devices, cfg_node, policy, start_method,
-            self._threads, list(worker_contexts) if worker_contexts is not None else None, True,
+            PoolProgram(policy, init_blob), self._devices, cfg_node, policy,
+            options.start_method, self._threads,
+            list(worker_contexts) if worker_contexts is not None else None, True,
         )
-        self._backend = self._make_backend(spec, backend, backend_options)
-        self._engine = Engine(self._backend, credits=math.ceil(queue_scale), fail_fast=False,
-                              max_deaths=max_deaths, maxtasksperchild=maxtasksperchild)
-        self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
+        self._backend = build_backend(self.backends, options.backend, spec,
+                                      options.backend_options)
+        self._engine = Engine(self._backend, credits=options.credits, fail_fast=False,
+                              max_deaths=options.max_deaths,
+                              maxtasksperchild=options.maxtasksperchild)
+        self._recorder: Optional[Recorder] = Recorder(self._devices) if options.insights else None
         self._engine.recorder = self._recorder  # before start: start-up counts
         # Work goes to the first worker ready; the others join as they are.
         self._engine.start(first_only=True)
@@ -781,13 +794,6 @@ class Pool:
             DevicePolicy:
         """
         return self.device_policy
-
-    def _make_backend(self, spec: BackendSpec, name: str, options: Dict[str, Any]) -> Backend:
-        backend_cls = self.backends[name]
-        if isinstance(backend_cls, str):
-            module, _, attr = backend_cls.partition(":")
-            backend_cls = getattr(importlib.import_module(module), attr)
-        return backend_cls.from_spec(spec, **options)  # type: ignore[union-attr]
 
     def _engine_or_raise(self) -> Engine:
         self._check_owner()
@@ -813,7 +819,7 @@ class Pool:
     # ------------------------------------------------------------ job making
     def _code(self, func: Callable, mode: str, pass_context: bool) -> Any:
         if not callable(func):
-            raise TypeError(f"{func!r} is not callable")
+            raise TypeError(f"{func!r} is not callable")  # (the stdlib's words)
         blob = (func, mode, pass_context)
         return dumps_code(blob) if self._pickle_code else blob
 
@@ -831,9 +837,6 @@ class Pool:
                 chunker = self._chunkers[key] = AdaptiveChunker()
         return chunker
 
-    def _timeout(self, task_timeout: Optional[float]) -> Optional[float]:
-        return self._task_timeout if task_timeout is None else task_timeout
-
     def _submit(self, func: Callable, mode: str, source: Any, sink: JobSink, *, ordered: bool,
                 lazy: bool, chunksize: Optional[int], task_timeout: Optional[float],
                 pass_context: bool, targets: Optional[List[int]] = None,
@@ -841,11 +844,11 @@ class Pool:
         # ``window``: results taken but not yet consumed, at most (see
         # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
         self._check_running()
-        if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
-            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        check_chunksize(chunksize)
+        timeout = self._options.timeout_for(task_timeout)
         job = self._engine.submit_job(
             self._code(func, mode, pass_context), source, sink, ordered=ordered, lazy=lazy,
-            timeout=self._timeout(task_timeout), chunker=self._chunker(func),
+            timeout=timeout, chunker=self._chunker(func),
             chunk_size=chunksize, targets=targets, window=window,
         )
         with self._lock:
@@ -1167,11 +1170,132 @@ class Pool:
             warnings.warn(f"unclosed running multiprocessing pool {self!r}",
                           ResourceWarning, source=self, stacklevel=2)
         if state != "TERMINATED":
-            try:
+            # __del__ must not raise (any error): nobody would see it.
+            with contextlib.suppress(Exception):
                 self.terminate()
-            except Exception:
-                pass
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} state={self._state} devices={self._devices!r}>"
+
+
+def _given_options(arguments: Mapping[str, Any]) -> List[str]:
+    # Pool's option keywords that differ from their defaults (``WorkerOptions``'s).
+    defaults = WorkerOptions()
+    return [f.name for f in dataclasses.fields(WorkerOptions)
+            if f.name != "backend_options" and f.name in arguments
+            and arguments[f.name] != getattr(defaults, f.name)]
+
+
+def pool_options(pool_class: type, kwargs: Mapping[str, Any]
+                 ) -> Tuple[WorkerOptions, Dict[str, Any]]:
+    """Split a client's ``**options`` for ``pool_class``: the worker options, checked
+    once here, and the pool's own keyword arguments (``devices``, ``cfg``, ...).
+
+    What ``BackgroundTask`` and ``JobQueue`` hand their pool: the options
+    object (``Pool(..., options=)``) and the rest. A keyword that is neither an
+    option nor a parameter of the pool class is the back-end's (Ray's
+    ``address``), refused by the back-end if it does not take it.
+
+    Args:
+        pool_class (type): ``Pool`` or a subclass (easycore-torch's takes ``tensor_sharing``).
+        kwargs (dict): the keyword arguments, options included.
+
+    Returns:
+        tuple: ``(WorkerOptions, the pool's other keyword arguments)``.
+
+    Raises:
+        ValueError: a bad option, or a back-end the pool class does not know.
+    """
+    fields = {f.name for f in dataclasses.fields(WorkerOptions)} - {"backend_options"}
+    params: set = set()
+    for klass in (pool_class, Pool):
+        params |= {name for name, p in inspect.signature(klass).parameters.items()
+                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    chosen = {k: v for k, v in kwargs.items() if k in fields}
+    rest = {k: v for k, v in kwargs.items() if k not in fields and k in params}
+    backend_options = {k: v for k, v in kwargs.items() if k not in fields and k not in params}
+    options = WorkerOptions(**chosen, backend_options=backend_options)
+    options.check_backend(getattr(pool_class, "backends", BACKENDS))
+    return options, rest
+
+
+class PoolJobs:
+    """What a client built on a pool does with the pool's jobs: the seam that
+    [`BackgroundTask`][easycore.common.parallel.BackgroundTask] and
+    [`JobQueue`][easycore.common.parallel.JobQueue] use instead of the pool's
+    private attributes.
+
+    Not part of ``multiprocessing.Pool``'s API: ``PoolJobs(pool)`` wraps a
+    running pool; each method raises what the pool raises once it is closed.
+    """
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Pool) -> None:
+        """
+        Args:
+            pool (Pool): the pool whose jobs these are.
+        """
+        self.pool = pool
+
+    def submit(self, function: Callable[[Any], Any], items: Sequence[Any], sink: JobSink, *,
+               ordered: bool = False, window: Optional[int] = None) -> Job:
+        """A job of ``function`` over ``items``, one item per chunk, results to ``sink``.
+
+        Args:
+            function (callable): called with each item in a worker (by value
+                where it must be, as ``map``'s function).
+            items (Sequence): a list, or an endless ``range`` (with ``window``).
+            sink (JobSink): receives the results, failures and the end.
+            ordered (bool): deliver in input order.
+            window (int or None): items handed out but not yet
+                [`consume`][easycore.common.parallel.pool.PoolJobs.consume]d, at most.
+
+        Returns:
+            Job:
+        """
+        return self.pool._submit(function, _MAP, items, sink, ordered=ordered, lazy=False,
+                                 chunksize=1, task_timeout=None, pass_context=False,
+                                 window=window)
+
+    def consume(self, job: Job, n: int) -> None:
+        """``n`` results of ``job`` were taken by the caller: its window moves on."""
+        self.pool._engine.consume(job, n)
+
+    def cancel(self, job: Job) -> None:
+        """Stop ``job``: nothing more is sent, results in flight are dropped."""
+        self.pool._engine.cancel(job)
+
+    @property
+    def broken(self) -> bool:
+        """bool: the pool can run no more jobs (its workers could not be replaced, or it closes)."""
+        engine = self.pool._engine
+        return engine.broken is not None or engine.closing
+
+    @property
+    def forked(self) -> bool:
+        """bool: the workers are forked from this process (they inherit, see ``inherit``)."""
+        return inherit.forked(self.pool._engine.backend)
+
+    def worker_seconds(self) -> List[float]:
+        """list[float]: per worker slot, seconds spent running items (replacements included)."""
+        return self.pool._engine.worker_seconds()
+
+    def waited(self, seconds: float) -> None:
+        """The caller waited ``seconds`` for a result (counted with ``insights=True``)."""
+        recorder = self.pool._recorder
+        if recorder is not None:
+            recorder.waiting_for_results += seconds
+
+    def insights(self) -> Insights:
+        """The pool's insights, the caller's own code being what runs between its ``get`` calls.
+
+        Raises:
+            RuntimeError: made without ``insights=True``.
+        """
+        recorder = self.pool._recorder
+        if recorder is None:
+            raise RuntimeError("insights are off: pass insights=True")
+        recorder.between_calls = True
+        return self.pool.insights()
 

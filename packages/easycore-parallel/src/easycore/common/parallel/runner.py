@@ -17,10 +17,10 @@ worker.
 
 from __future__ import annotations
 
-import importlib
-import math
+import contextlib
 import threading
 import time
+import warnings
 from multiprocessing.context import BaseContext
 from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -28,20 +28,20 @@ from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
 from . import threads as _threads
-from .backend import Backend, BackendSpec
+from .backend import Backend, BackendSpec, check_options
 from .chunking import AdaptiveChunker
-from .defaults import chosen_transport
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
-from .policy import DevicePolicy
+from .options import WorkerOptions
+from .policy import BACKENDS, DevicePolicy, build_backend
 from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
 from .worker import RunnerProgram, WorkerProgram
 
-__all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
+__all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
@@ -107,15 +107,13 @@ class BaseRunner:
 
     #: deliver results in input order
     ordered: ClassVar[bool] = False
-    #: back-end name -> class, or "module:Class" imported on first use (Ray is optional)
-    backends: ClassVar[Dict[str, Union[type, str]]] = {
-        "process": ProcessBackend,
-        "thread": "easycore.common.parallel.thread_backend:ThreadBackend",
-        "ray": "easycore.common.parallel.ray_backend:RayBackend",
-    }
+    #: back-end name -> class, or "module:Class" imported on first use (Ray is
+    #: optional): a copy of ``policy.BACKENDS``
+    backends: ClassVar[Dict[str, Union[type, str]]] = dict(BACKENDS)
     #: what devices mean: validation, availability, worker set-up, start method, transport
     device_policy: ClassVar[DevicePolicy] = DevicePolicy()
-    #: transport of the process back-end (``make_transport`` makes one)
+    #: transport of the process back-end: set on a subclass, it replaces the
+    #: device policy's; left alone, the policy's is used
     transport_class: ClassVar[type] = SharedMemoryTransport
     #: start method when none is given (None: the device policy's choice)
     default_start_method: ClassVar[Optional[str]] = None
@@ -186,32 +184,25 @@ class BaseRunner:
                 ``num_cpus``). Both are ignored when this process is already
                 connected to Ray; a Ray the runner started is shut down on close.
         """
-        if not (isinstance(queue_scale, (int, float)) and math.isfinite(queue_scale)
-                and queue_scale > 0):
-            raise ValueError(f"queue_scale must be a positive finite number, got {queue_scale!r}")
-        if backend not in self.backends:
-            raise ValueError(f"unknown backend {backend!r}; known: {sorted(self.backends)}")
-        if task_timeout is not None and not (task_timeout > 0 and math.isfinite(task_timeout)):
-            raise ValueError(f"task_timeout must be a positive number of seconds, got "
-                             f"{task_timeout!r}")
+        # Every option checked at once, as every client checks them (``options``).
+        options = self._options = WorkerOptions(
+            backend=backend, start_method=start_method, task_timeout=task_timeout,
+            queue_scale=queue_scale, cpu_threads=cpu_threads, progress=progress,
+            insights=insights, backend_options=backend_options,
+        )
+        options.check_backend(self.backends)
         self._devices = self.normalize_devices(devices)
         # "auto" defers to the class: a subclass may set ``cpu_threads = N`` (or None).
         option = type(self).cpu_threads if cpu_threads == _threads.AUTO else cpu_threads
         self._threads = _threads.budget(option, len(self._devices))
         self.cpu_threads = self._threads
-        if backend in ("process", "thread"):
+        if options.local:
             # Local workers can only use what this machine has; other back-ends
             # (Ray) place devices on their own nodes, which may differ.
             for device in self._devices:
                 self.check_available(device)
         self._cfg = self._snapshot_cfg(cfg)
         self._cfg_templates: TemplateCache = {}
-        self._queue_scale = float(queue_scale)
-        self._progress = progress
-        self._start_method = start_method
-        self._task_timeout = task_timeout
-        self._backend_name = backend
-        self._backend_options = dict(backend_options)
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
         self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
@@ -395,25 +386,36 @@ class BaseRunner:
         cls.device_policy.setup_worker(device)
 
     def get_mp_context(self) -> BaseContext:
-        """The multiprocessing context that starts the workers.
+        """The multiprocessing context the process back-end starts the workers with.
+
+        What the device policy picks (``DevicePolicy.process_context``) for
+        this runner's devices, ``start_method`` (or ``default_start_method``)
+        and thread budget.
 
         Returns:
             multiprocessing.context.BaseContext:
         """
-        policy = self.device_policy
-        requested = self._start_method or self.default_start_method
-        return policy.mp_context(policy.start_method(self._devices, requested, self._threads))
+        return self._policy().process_context(
+            self._devices, self._requested_start_method(), self._threads)
 
     def make_transport(self) -> Transport:
-        """A fresh transport for one activation of the process back-end.
-
-        ``transport_class``, upgraded in a process that imported torch unless
-        a subclass names its own (see [`defaults`][easycore.common.parallel.defaults]).
+        """A fresh transport like the one the process back-end uses: the device policy's
+        ``make_transport()`` (``transport_class``, upgraded in a process that
+        imported torch unless a subclass names its own; see
+        [`defaults`][easycore.common.parallel.defaults]).
 
         Returns:
             Transport:
         """
-        return chosen_transport(self, BaseRunner)()
+        return self._policy().make_transport()
+
+    def _policy(self) -> DevicePolicy:
+        # ``device_policy``, with the runner's ``transport_class`` where a
+        # subclass names one: the policy picks the start method and the transport.
+        return self.device_policy.for_client(self, BaseRunner)
+
+    def _requested_start_method(self) -> Optional[str]:
+        return self._options.start_method or self.default_start_method
 
     def make_program(self) -> WorkerProgram:
         """What every worker runs: by default the runner's producer hooks.
@@ -432,21 +434,23 @@ class BaseRunner:
         Returns:
             Backend:
         """
+        options = self._options
         spec = BackendSpec(
-            self.make_program(), self.devices, self._cfg,
-            self.device_policy, self._start_method or self.default_start_method, self._threads,
-            None, True,
+            self.make_program(), self.devices, self._cfg, self._policy(),
+            self._requested_start_method(), self._threads, None, True,
         )
-        if self._backend_name == "process":
-            from .backend import check_options
-
-            check_options("process", self._backend_options, ())
+        if options.backend == "process" and _overrides_process_seams(type(self)):
+            # Before the policy chose for runners too, a subclass changed the
+            # start method or the transport here; honoured until it is removed.
+            warnings.warn(
+                f"{type(self).__name__} overrides get_mp_context() or make_transport(): "
+                "give it a device_policy (DevicePolicy.start_method / mp_context / "
+                "transport_class) instead; these overrides will stop being used",
+                DeprecationWarning, stacklevel=4,
+            )
+            check_options("process", dict(options.backend_options), ())
             return ProcessBackend(spec, self.get_mp_context(), self.make_transport())
-        backend_cls = self.backends[self._backend_name]
-        if isinstance(backend_cls, str):  # "module:Class": optional back-ends load lazily
-            module, _, name = backend_cls.partition(":")
-            backend_cls = getattr(importlib.import_module(module), name)
-        return backend_cls.from_spec(spec, **self._backend_options)  # type: ignore[union-attr]
+        return build_backend(self.backends, options.backend, spec, options.backend_options)
 
     # ============================================================= lifecycle
     @property
@@ -475,7 +479,7 @@ class BaseRunner:
         with self._lifecycle:
             if self._engine is not None:
                 return
-            engine = Engine(self.make_backend(), credits=math.ceil(self._queue_scale))
+            engine = Engine(self.make_backend(), credits=self._options.credits)
             engine.recorder = self._recorder
             engine.caller_pumps = True  # each call pumps on the caller's thread
             if self._recorder is not None:
@@ -537,10 +541,9 @@ class BaseRunner:
         if exc_type is None:
             self.close()
             return
-        try:  # the exception already propagating matters more than close's
+        # The exception already propagating matters more than close's (any error).
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def __call__(
         self,
@@ -576,8 +579,8 @@ class BaseRunner:
         cls = type(self)
         lazy = not isinstance(data, _IN_MEMORY)
         source = iter(data) if lazy else data  # fail here if not iterable
+        timeout = self._options.timeout_for(task_timeout)
         cfg = self._consumer_cfg()
-        timeout = self._task_timeout if task_timeout is None else task_timeout
         bar = None
         job = None
         recorder = self._recorder
@@ -585,7 +588,7 @@ class BaseRunner:
             recorder.reset()
         try:
             cls.consumer_init(cfg)
-            bar = Progress(self._progress if progress is None else progress, _length(data),
+            bar = Progress(self._options.progress if progress is None else progress, _length(data),
                            cls.__name__, recorder)
             sink = _ConsumerSink(cls, cfg, bar, recorder)
             job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
@@ -647,6 +650,11 @@ class BaseRunner:
     def __repr__(self) -> str:
         state = "active" if self.is_activate else "closed"
         return f"<{type(self).__name__} devices={self._devices!r} {state}>"
+
+
+def _overrides_process_seams(cls: type) -> bool:
+    return (getattr(cls, "get_mp_context", None) is not BaseRunner.get_mp_context
+            or getattr(cls, "make_transport", None) is not BaseRunner.make_transport)
 
 
 def _length(data: Iterable) -> Optional[int]:

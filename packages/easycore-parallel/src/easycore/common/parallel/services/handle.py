@@ -15,7 +15,6 @@ only disconnects when closed.
 
 from __future__ import annotations
 
-import importlib
 import os
 import secrets
 import socket
@@ -604,11 +603,10 @@ def _class_path(cls: type) -> str:
 def _import_class(path: Optional[str]) -> Optional[type]:
     if not path:
         return None
-    module, _, qualname = path.partition(":")
+    from ..defaults import import_object  # the one import of "module:qualname" paths
+
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        obj: Any = import_object(path)
     except (ImportError, AttributeError):
         return None  # e.g. torch not installed here: arrays still go through shared memory
     return obj

@@ -1,0 +1,209 @@
+"""The options every client takes, in one object checked in one place.
+
+The runners, [`Pool`][easycore.common.parallel.Pool],
+[`BackgroundTask`][easycore.common.parallel.BackgroundTask] and
+[`JobQueue`][easycore.common.parallel.JobQueue] take the same options for
+the same things: which back-end runs the workers and how they start, how long
+a task may run, how many chunks a worker holds, how many deaths a job
+survives, the workers' thread budget, the progress bar and insights. Each
+client builds one [`WorkerOptions`][easycore.common.parallel.options.WorkerOptions]
+from its arguments; building it checks every field, with one message per
+mistake, so the same bad value is refused the same way by every client (as
+mpire keeps its pool's parameters in one dataclass, ``params.py``). A
+``BackgroundTask`` or ``JobQueue`` hands the object it checked to its pool,
+which does not check it again.
+
+The checks of per-call values (a call's ``task_timeout``, a ``chunksize``)
+and of the clients' own arguments (``workers``, ``prefetch``, ``maxsize``,
+an ``initializer``) are the functions below, used by every client that takes
+them.
+
+A leaf module: it imports nothing of easycore-parallel, so any layer may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Collection, Dict, Mapping, Optional, Union
+
+__all__ = [
+    "WorkerOptions",
+    "check_callable",
+    "check_chunksize",
+    "check_positive_int",
+    "check_queue_scale",
+    "check_task_timeout",
+]
+
+#: ``cpu_threads``: ``"auto"``, an int, or None (see ``threads.budget``)
+_Threads = Union[int, str, None]
+
+
+def check_task_timeout(value: Any) -> Optional[float]:
+    """Check a ``task_timeout`` (a client's, or one call's override).
+
+    Args:
+        value (float or None): seconds one item may run in a worker.
+
+    Returns:
+        float or None: ``value``.
+
+    Raises:
+        ValueError: not None and not a positive finite number.
+    """
+    if value is not None and not (
+        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"task_timeout must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def check_queue_scale(value: Any) -> float:
+    """Check a ``queue_scale``: chunks each worker holds at once (``ceil``).
+
+    Raises:
+        ValueError: not a positive finite number.
+    """
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"queue_scale must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_positive_int(name: str, value: Any, *, allow_none: bool = False,
+                       minimum: int = 1) -> Any:
+    """Check a count option (``workers``, ``prefetch``, ``max_deaths``, ``maxsize``, ...).
+
+    Args:
+        name (str): the option's name, for the message.
+        value (int or None): what the caller passed.
+        allow_none (bool): None is accepted (and returned).
+        minimum (int): the smallest value accepted (0 for ``maxsize``).
+
+    Returns:
+        int or None: ``value``.
+
+    Raises:
+        ValueError: a bool, not an int, or below ``minimum``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        if minimum == 0:
+            what = "a non-negative int"
+        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, "
+                         f"got {value!r}")
+    return value
+
+
+def check_callable(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """Check a function option (``target``, ``initializer``, a job's function).
+
+    Raises:
+        TypeError: not callable (nor None where ``allow_none``).
+    """
+    if (value is None and allow_none) or callable(value):
+        return value
+    raise TypeError(f"{name} must be a callable, got {value!r}")
+
+
+def check_chunksize(value: Any) -> Optional[int]:
+    """Check a ``chunksize`` (None: automatic), with the stdlib's message.
+
+    Raises:
+        ValueError: not None and not an int of at least 1.
+    """
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"Chunksize must be 1+, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What runs the workers and how: the options of every client, checked when built.
+
+    Attributes:
+        backend (str): the back-end's name in the client's ``backends`` table
+            (checked against it by ``check_backend``).
+        start_method (str or None): "fork", "spawn" or "forkserver" (None: the
+            device policy's choice); the device policy checks it.
+        task_timeout (float or None): seconds one item may run in a worker.
+        queue_scale (float): chunks each worker holds at once (``ceil``).
+        max_deaths (int): worker deaths one job may cause before it fails
+            (pools; a runner fails at the first).
+        maxtasksperchild (int or None): replace a worker after this many items.
+        cpu_threads (int or str or None): each worker's thread budget
+            (resolved by the client: ``"auto"`` depends on the number of workers).
+        progress (bool or dict): a tqdm bar (a dict: its keyword arguments).
+        insights (bool): count where the time goes.
+        backend_options (dict): the back-end's own keyword arguments (Ray's
+            ``address``, ``ray_init_kwargs``); the back-end refuses others.
+    """
+
+    backend: str = "process"
+    start_method: Optional[str] = None
+    task_timeout: Optional[float] = None
+    queue_scale: float = 3.0
+    max_deaths: int = 3
+    maxtasksperchild: Optional[int] = None
+    cpu_threads: _Threads = "auto"
+    progress: Any = False
+    insights: bool = False
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str):
+            raise ValueError(f"unknown backend {self.backend!r}: a back-end's name (str)")
+        if self.start_method is not None and not isinstance(self.start_method, str):
+            raise ValueError(f"unknown start_method {self.start_method!r}")
+        check_task_timeout(self.task_timeout)
+        check_queue_scale(self.queue_scale)
+        check_positive_int("max_deaths", self.max_deaths)
+        if self.maxtasksperchild is not None and (
+            not isinstance(self.maxtasksperchild, int) or self.maxtasksperchild < 1
+        ):
+            # (the stdlib's message)
+            raise ValueError("maxtasksperchild must be a positive int or None")
+        # A copy: the caller's dict may change later; the object is frozen.
+        object.__setattr__(self, "backend_options", dict(self.backend_options))
+
+    @property
+    def credits(self) -> int:
+        """int: chunks each worker holds at once (``ceil(queue_scale)``)."""
+        return math.ceil(self.queue_scale)
+
+    def check_backend(self, known: Collection[str]) -> None:
+        """Refuse a back-end name the client's table does not have.
+
+        Args:
+            known (Collection[str]): the client's ``backends`` names.
+
+        Raises:
+            ValueError: naming the back-end and the known ones.
+        """
+        if self.backend not in known:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {sorted(known)}")
+
+    @property
+    def local(self) -> bool:
+        """bool: the workers run on this machine (its devices must exist here)."""
+        return self.backend in ("process", "thread")
+
+    def timeout_for(self, override: Optional[float]) -> Optional[float]:
+        """One call's task timeout: ``override`` (checked) if given, else this one."""
+        if override is None:
+            return self.task_timeout
+        return check_task_timeout(override)
+
+    def replace(self, **changes: Any) -> WorkerOptions:
+        """A copy with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)
+
+    def pool_kwargs(self) -> Dict[str, Any]:
+        """These options as ``Pool``'s keyword arguments."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "backend_options"}
+        kwargs.update(self.backend_options)
+        return kwargs
