@@ -18,7 +18,7 @@ import pickle
 import types
 from typing import Any, Dict, Tuple
 
-__all__ = ["ByValue", "wrap_call", "encode"]
+__all__ = ["ByValue", "encode", "wrap_call"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _UNPICKLABLE = (pickle.PicklingError, AttributeError, TypeError)
@@ -82,6 +82,8 @@ def encode(transport: Any, value: Any) -> Tuple[Any, int]:
     except _UNPICKLABLE as exc:
         try:
             wrapped = ByValue(value)
-        except Exception:
+        except Exception:  # noqa: BLE001
+            # cloudpickle failing in any way (or missing): the caller sees
+            # the transport's own error, which names the value's problem.
             raise exc from None
         return transport.encode_results([wrapped])
