@@ -5,6 +5,7 @@ Module-level, so that spawned service processes and pool workers import them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -124,10 +125,8 @@ def _close_fds_then_die(seconds):
             s = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
-        try:
+        with contextlib.suppress(OSError):  # not a socket, or not connected
             s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         s.close()
     os.closerange(3, 65536)
     time.sleep(seconds)

@@ -227,9 +227,9 @@ def test_a_wrong_key_is_refused(no_leaks):
 
     with Service.start(Tool) as h:
         target = replace(h._state.target, authkey=os.urandom(32))
-        with ServiceHandle("process", target, h._state.transport_class) as forged:
-            with pytest.raises(ParallelError, match="wrong auth key"):
-                forged.call("pid")
+        with ServiceHandle("process", target, h._state.transport_class) as forged, \
+                pytest.raises(ParallelError, match="wrong auth key"):
+            forged.call("pid")
         assert h.call("echo", 1) == ((1,), {})
 
 

@@ -30,7 +30,7 @@ def test_calls_and_errors():
         assert h.call("record", "x") == 1
         futures = [h.call_async("record", i) for i in range(20)]
         assert [f.result(timeout=60) for f in futures] == list(range(2, 22))
-        with pytest.raises(WorkerError, match="boom.. of service .* raised ValueError") as info:
+        with pytest.raises(WorkerError, match=r"boom.. of service .* raised ValueError") as info:
             h.call("boom")
         assert isinstance(info.value.__cause__, ValueError)
         assert "_services_support.py" in info.value.remote_traceback
@@ -47,7 +47,7 @@ def test_the_compare_and_set_table_on_ray():
 
 
 def test_a_failing_factory():
-    with pytest.raises(WorkerError, match="starting service <FailingFactory>.*cannot build"):
+    with pytest.raises(WorkerError, match=r"starting service <FailingFactory>.*cannot build"):
         Service.start(FailingFactory, backend="ray")
 
 
