@@ -131,11 +131,14 @@ class Outcome(NamedTuple):
     report: Optional[ErrorReport]  #: what it raised; None when it returned
 
 
-#: the kinds of messages on a connection, by number
-_KINDS: Dict[int, Any] = dict(enumerate((Hello, Call, Bye, Welcome, Reply, Closed)))
-_NUMBERS: Dict[Any, int] = {kind: number for number, kind in _KINDS.items()}
-#: each kind's tuple length on the wire (its number, then its fields)
-_LENGTHS: Dict[int, int] = {number: 1 + len(kind._fields) for number, kind in _KINDS.items()}
+#: the kinds of messages on a connection, numbered
+_NUMBERS: Dict[Any, int] = {
+    kind: number for number, kind in enumerate((Hello, Call, Bye, Welcome, Reply, Closed))
+}
+#: each kind by its shape on the wire: (its number, the tuple's length)
+_SHAPES: Dict[Tuple[int, int], Any] = {
+    (number, 1 + len(kind._fields)): kind for kind, number in _NUMBERS.items()
+}
 _new = tuple.__new__  # what ``_make`` does, without its Python-level call
 
 
@@ -152,11 +155,10 @@ def loads(data: bytes) -> Message:
     """
     fields = pickle.loads(data)
     try:
-        number = fields[0]
-        kind = _KINDS[number]
+        kind = _SHAPES[fields[0], len(fields)]
     except (TypeError, IndexError, KeyError):
         kind = None
-    if kind is None or type(fields) is not tuple or len(fields) != _LENGTHS[number]:
+    if kind is None or type(fields) is not tuple:
         raise ValueError(f"not a message: {type(fields).__name__}")
     return _new(kind, fields[1:])
 
