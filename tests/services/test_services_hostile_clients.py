@@ -29,7 +29,7 @@ def _in_thread(fn, timeout):
     def run():
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 (handed to the test)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test, whatever it is
             box["value"] = exc
 
     thread = threading.Thread(target=run, daemon=True)

@@ -39,18 +39,18 @@ from .remote_ref import RemoteRef
 from .versioned_store import VersionedStore
 
 __all__ = [
-    "Service",
-    "ServiceHandle",
-    "lookup",
-    "RemoteRef",
-    "names",
-    "is_member",
-    "pair",
-    "get_paired",
     "PairedValue",
-    "VersionedStore",
-    "is_remote_call",
+    "RemoteRef",
+    "Service",
     "ServiceClosedError",
     "ServiceDiedError",
+    "ServiceHandle",
     "ServiceNotFoundError",
+    "VersionedStore",
+    "get_paired",
+    "is_member",
+    "is_remote_call",
+    "lookup",
+    "names",
+    "pair",
 ]

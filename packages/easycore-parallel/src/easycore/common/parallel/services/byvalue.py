@@ -18,7 +18,7 @@ import pickle
 import types
 from typing import Any, Dict, Tuple
 
-__all__ = ["ByValue", "wrap_call", "encode"]
+__all__ = ["ByValue", "encode", "wrap_call"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _UNPICKLABLE = (pickle.PicklingError, AttributeError, TypeError)
@@ -42,12 +42,24 @@ class ByValue:
         return (pickle.loads, (self.data,))
 
 
+_CODE = (types.FunctionType, type)
+
+
 def _by_value(obj: Any) -> bool:
     """Whether plain pickle would send ``obj`` by a reference the other side lacks."""
-    if isinstance(obj, (types.FunctionType, type)):
+    if isinstance(obj, _CODE):
         qualname = getattr(obj, "__qualname__", "")
         return (getattr(obj, "__module__", None) in ("__main__", "__mp_main__")
                 or "<lambda>" in qualname or "<locals>" in qualname)
+    return False
+
+
+def _any_by_value(values: Any) -> bool:
+    # A plain loop over isinstance first: every call passes here, and most
+    # arguments are data (a generator per call cost a small call ~3%).
+    for value in values:  # noqa: SIM110 - any(generator) is what this avoids
+        if isinstance(value, _CODE) and _by_value(value):
+            return True
     return False
 
 
@@ -61,9 +73,9 @@ def wrap_call(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any
     Returns:
         tuple: ``(args, kwargs)``.
     """
-    if any(_by_value(a) for a in args):
+    if _any_by_value(args):
         args = tuple(ByValue(a) if _by_value(a) else a for a in args)
-    if any(_by_value(v) for v in kwargs.values()):
+    if kwargs and _any_by_value(kwargs.values()):
         kwargs = {k: ByValue(v) if _by_value(v) else v for k, v in kwargs.items()}
     return args, kwargs
 
@@ -82,6 +94,8 @@ def encode(transport: Any, value: Any) -> Tuple[Any, int]:
     except _UNPICKLABLE as exc:
         try:
             wrapped = ByValue(value)
-        except Exception:
+        except Exception:  # noqa: BLE001
+            # cloudpickle failing in any way (or missing): the caller sees
+            # the transport's own error, which names the value's problem.
             raise exc from None
         return transport.encode_results([wrapped])

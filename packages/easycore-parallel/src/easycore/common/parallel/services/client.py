@@ -25,6 +25,7 @@ its next call.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pickle
@@ -45,7 +46,7 @@ from .errors import ServiceClosedError, ServiceDiedError
 from .handshake import connection_on, open_socket, watchdog
 from .naming import pid_alive, pid_namespace
 
-__all__ = ["ProcessTarget", "ProcessChannel"]
+__all__ = ["ProcessChannel", "ProcessTarget"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class ProcessTarget:
 
 
 class _Call:
-    __slots__ = ("future", "method", "deadline", "timeout")
+    __slots__ = ("deadline", "future", "method", "timeout")
 
     def __init__(self, future: Future, method: str, deadline: Optional[float],
                  timeout: Optional[float]) -> None:
@@ -157,9 +158,9 @@ class ProcessChannel:
                 try:
                     connection.answer_challenge(conn, t.authkey)
                     connection.deliver_challenge(conn, t.authkey)
-                    hello = (wire.HELLO, reply, wire.tracker_identity(), os.getpid())
+                    hello = wire.Hello(reply, wire.tracker_identity(), os.getpid())
                     conn.send_bytes(wire.dumps(hello))
-                    message = pickle.loads(conn.recv_bytes())
+                    welcome = wire.loads(conn.recv_bytes())
                 except AuthenticationError as exc:
                     raise ParallelError(
                         f"{t.label} refused this handle: wrong auth key ({exc})") from None
@@ -170,15 +171,17 @@ class ProcessChannel:
                         raise t.died("its process is gone") from None
                     raise self._gone("cannot connect (the connection closed during the "
                                      f"handshake: {type(exc).__name__})") from None
-            if message[0] == wire.CLOSED:
+            if type(welcome) is wire.Closed:
                 raise ServiceClosedError(f"{t.label} is closing")
+            if type(welcome) is not wire.Welcome:
+                raise ParallelError(f"{t.label} answered the hello with "
+                                    f"{type(welcome).__name__}, not Welcome")
         except BaseException:
             conn.close()
             raise
         finally:
             sock.close()  # the connection keeps its own descriptor
-        _, request, _info = message
-        return conn, request
+        return conn, welcome.transport
 
     def _connect(self, deadline: float, what: Optional[str]) -> socket.socket:
         while True:
@@ -234,8 +237,8 @@ class ProcessChannel:
             with self._lock:
                 self._check()
                 self._pending[call_id] = _Call(future, method, deadline, timeout)
-            message = (wire.CALL, call_id, method, payload, self._reply.feedback(0))
-            self._send(call_id, wire.dumps(message))
+            call = wire.Call(call_id, method, payload, self._reply.feedback(0))
+            self._send(call_id, wire.dumps(call))
         if deadline is not None:
             self._wake()  # the reader may be waiting without a deadline
         return future
@@ -265,10 +268,8 @@ class ProcessChannel:
             sock = socket.socket(fileno=os.dup(self._conn.fileno()))
         except OSError:
             return
-        try:
+        with contextlib.suppress(OSError):  # closed already: nothing to shut down
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         sock.close()
 
     def release(self, ref_id: int) -> None:
@@ -286,11 +287,9 @@ class ProcessChannel:
                 ids.append(self._releases.popleft())
             if ids and self._failure is None and not self._closed:
                 payload, _ = self._request.encode_results([(("release", ids), {})])
-                message = (wire.CALL, next(self._ids), REF, payload, self._reply.feedback(0))
-                try:
-                    self._conn.send_bytes(wire.dumps(message))
-                except OSError:
-                    pass
+                call = wire.Call(next(self._ids), REF, payload, self._reply.feedback(0))
+                with contextlib.suppress(OSError):  # the reader sees the EOF
+                    self._conn.send_bytes(wire.dumps(call))
         finally:
             self._send_lock.release()
         return True
@@ -325,7 +324,7 @@ class ProcessChannel:
                     except (EOFError, OSError):
                         self._died("its connection closed")
                         return
-                    if not self._dispatch(pickle.loads(data)):
+                    if not self._dispatch(wire.loads(data)):
                         return
                 now = time.monotonic()
                 self._expire(now)
@@ -334,7 +333,7 @@ class ProcessChannel:
                     if not self.target.alive():
                         self._died("its process is gone")
                         return
-        except BaseException as exc:  # a bug here must never leave callers waiting
+        except BaseException as exc:  # noqa: BLE001 - a bug here must never leave callers waiting
             message = f"the connection to {label} failed: {type(exc).__name__}: {exc}"
             self._fail(lambda: ParallelError(message))
 
@@ -351,22 +350,24 @@ class ProcessChannel:
                 wait = min(wait, max(0.0, call.deadline - now))
         return wait
 
-    def _dispatch(self, message: tuple) -> bool:
-        kind = message[0]
-        if kind == wire.CLOSED:
-            label = self.target.label
-            self._fail(lambda: ServiceClosedError(f"{label} was closed by its owner"))
-            return False
-        _, call_id, body, feedback = message
+    def _dispatch(self, reply: wire.Message) -> bool:
+        """Resolve the call ``reply`` answers; False when the service closed."""
+        if type(reply) is not wire.Reply:
+            if type(reply) is wire.Closed:
+                label = self.target.label
+                self._fail(lambda: ServiceClosedError(f"{label} was closed by its owner"))
+                return False
+            raise ParallelError(f"unexpected {type(reply).__name__} from {self.target.label}")
+        call_id, payload, report, feedback = reply
         if feedback:
             self._feedback.append(feedback)
         with self._lock:
             call = self._pending.pop(call_id, None)
-        if kind == wire.OK:
+        if report is None:
             try:
                 # decoded even if nobody waits: that recycles its segment
-                value = self._reply.decode_results(0, body)[0]
-            except BaseException as exc:
+                value = self._reply.decode_results(0, payload)[0]
+            except BaseException as exc:  # noqa: BLE001 - any unpickling error goes to the caller
                 if call is not None:
                     call.future.set_exception(ParallelError(
                         f"the result of {call.method}() of {self.target.label} could not be "
@@ -377,7 +378,7 @@ class ProcessChannel:
                 call.future.set_result(value)
         elif call is not None:
             t = self.target
-            call.future.set_exception(WorkerError.from_report(body, t.device, 0, t.pid))
+            call.future.set_exception(WorkerError.from_report(report, t.device, 0, t.pid))
         return True
 
     def _expire(self, now: float) -> None:
@@ -407,10 +408,8 @@ class ProcessChannel:
             call.future.set_exception(make_error())
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # closed: the reader is gone, nothing to wake
             self._wake_w.send_bytes(b"")
-        except OSError:
-            pass
 
     # ------------------------------------------------------------- close
     @property
@@ -427,11 +426,9 @@ class ProcessChannel:
                 return
             self._closed = True
         if self._failure is None:
-            with self._send_lock:
-                try:
-                    self._conn.send_bytes(wire.dumps((wire.BYE,)))
-                except OSError:
-                    pass
+            # (gone already: a goodbye is moot)
+            with self._send_lock, contextlib.suppress(OSError):
+                self._conn.send_bytes(wire.BYE)
         self._wake()
         if threading.current_thread() is not self._reader:
             self._reader.join(5.0)
@@ -443,7 +440,9 @@ class ProcessChannel:
 
 
 def _cleanup(transport: Any) -> None:
-    try:
+    try:  # noqa: SIM105 - the except below says why it is broad
         transport.cleanup()
-    except Exception:
+    except Exception:  # noqa: BLE001
+        # Any Transport class (the handle's choice) cleans up here, while the
+        # channel closes or fails: its error must not replace the one callers see.
         pass

@@ -6,4 +6,4 @@ The decision is made in one place for services, pools and runners alike:
 
 from ..defaults import default_transport, register_default_transport
 
-__all__ = ["register_default_transport", "default_transport"]
+__all__ = ["default_transport", "register_default_transport"]

@@ -17,10 +17,18 @@ import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ErrorReport
+from .wire import Outcome
 
 __all__ = [
-    "is_remote_call", "dump_spec", "build", "invoke", "close_object", "Dispatcher",
-    "RefToken", "RUN", "REF",
+    "REF",
+    "RUN",
+    "Dispatcher",
+    "RefToken",
+    "build",
+    "close_object",
+    "dump_spec",
+    "invoke",
+    "is_remote_call",
 ]
 
 #: the method name of ``handle.run``: args ``(fn, remote, *args)``
@@ -90,7 +98,7 @@ def build(spec: bytes) -> Any:
     return factory(*args, **kwargs)
 
 
-def invoke(obj: Any, label: str, method: str, args: tuple, kwargs: Dict[str, Any]) -> Tuple:
+def invoke(obj: Any, label: str, method: str, args: tuple, kwargs: Dict[str, Any]) -> Outcome:
     """Run ``obj.method(*args, **kwargs)``.
 
     Args:
@@ -101,13 +109,14 @@ def invoke(obj: Any, label: str, method: str, args: tuple, kwargs: Dict[str, Any
         kwargs (dict):
 
     Returns:
-        tuple: ``("ok", result)`` or ``("error", ErrorReport)``.
+        Outcome: the method's result, or the report of what it raised.
     """
     token = _REMOTE.set(True)
     try:
-        return ("ok", _lookup(obj, label, method)(*args, **kwargs))
-    except BaseException as exc:
-        return ("error", ErrorReport.capture(f"{method}() of {label}", exc))
+        return Outcome(_lookup(obj, label, method)(*args, **kwargs), None)
+    except BaseException as exc:  # noqa: BLE001
+        # whatever the method raised (KeyboardInterrupt included) is its caller's to see.
+        return Outcome(None, ErrorReport.capture(f"{method}() of {label}", exc))
     finally:
         _REMOTE.reset(token)
 
@@ -149,8 +158,8 @@ class Dispatcher:
         self._lock = threading.Lock()
 
     def invoke(self, method: Any, args: tuple, kwargs: Dict[str, Any],
-               client: Optional[int] = None) -> Tuple:
-        """Run one call; ``("ok", result)`` or ``("error", ErrorReport)``.
+               client: Optional[int] = None) -> Outcome:
+        """Run one call: its result, or the report of what it raised.
 
         Args:
             method (str): a public method, or ``RUN`` / ``REF``.
@@ -222,12 +231,13 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def _guarded(what: str, body: Callable[[], Any]) -> Tuple:
+def _guarded(what: str, body: Callable[[], Any]) -> Outcome:
     token = _REMOTE.set(True)
     try:
-        return ("ok", body())
-    except BaseException as exc:
-        return ("error", ErrorReport.capture(what, exc))
+        return Outcome(body(), None)
+    except BaseException as exc:  # noqa: BLE001
+        # whatever user code raised (KeyboardInterrupt included) is its caller's to see.
+        return Outcome(None, ErrorReport.capture(what, exc))
     finally:
         _REMOTE.reset(token)
 

@@ -23,7 +23,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 from .handle import _BACKENDS, Service, ServiceHandle, lookup
 from .naming import live_records, services_dir
 
-__all__ = ["names", "is_member", "pair", "get_paired", "PairedValue"]
+__all__ = ["PairedValue", "get_paired", "is_member", "names", "pair"]
 
 
 def names(

@@ -358,9 +358,11 @@ class ServiceHandle:
         if exc_type is None:
             self.close()
             return
-        try:  # the exception already propagating matters more
+        try:  # noqa: SIM105 - the except below says why it is broad
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001
+            # Whatever close() raises, the exception already propagating
+            # matters more: it must not be masked.
             pass
 
     def __reduce__(self) -> Any:

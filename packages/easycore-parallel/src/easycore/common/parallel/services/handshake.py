@@ -21,7 +21,7 @@ import time
 from multiprocessing import connection
 from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["watchdog", "Watch", "open_socket", "connection_on"]
+__all__ = ["Watch", "connection_on", "open_socket", "watchdog"]
 
 
 class Watch:
@@ -74,10 +74,8 @@ def watchdog(
                     if done.is_set():
                         return
                     watch.reason = reason
-                    try:
+                    with contextlib.suppress(OSError):  # closed meanwhile: nothing to end
                         sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
                 return
 
     thread = None

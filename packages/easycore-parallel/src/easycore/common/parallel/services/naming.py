@@ -20,6 +20,7 @@ found stale, by ``lookup`` and by the next start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,15 +31,15 @@ from urllib.parse import quote, unquote
 
 __all__ = [
     "ENV_DIR",
-    "services_dir",
-    "new_socket_address",
-    "register",
-    "unregister",
     "find",
     "live_records",
+    "new_socket_address",
     "pid_alive",
     "pid_namespace",
+    "register",
     "remove_quietly",
+    "services_dir",
+    "unregister",
 ]
 
 #: environment variable naming the directory (tests and several users of one account)
@@ -67,10 +68,8 @@ def services_dir() -> str:
 
 
 def _private_dir(path: str) -> None:
-    try:
+    with contextlib.suppress(FileExistsError):  # checked below, as a new one is
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise PermissionError(f"services directory {path!r} is not a directory (a link?)")
@@ -112,9 +111,9 @@ def _sweep_sockets(base: str) -> None:
         return
     for entry in entries:
         parts = entry.split("-")
-        if entry.startswith("s-") and len(parts) == 3 and parts[1].isdigit():
-            if not pid_alive(int(parts[1])):
-                remove_quietly(os.path.join(base, entry))
+        if (entry.startswith("s-") and len(parts) == 3 and parts[1].isdigit()
+                and not pid_alive(int(parts[1]))):
+            remove_quietly(os.path.join(base, entry))
 
 
 def _entry_path(base: str, name: str, namespace: Optional[str], create: bool) -> str:
@@ -130,10 +129,8 @@ def _entry_path(base: str, name: str, namespace: Optional[str], create: bool) ->
     directory = os.path.join(names, dir_name)
     if create:
         for d in (names, directory):
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
     return os.path.join(directory, file_name)
 
 
@@ -262,10 +259,8 @@ def _remove_if_unchanged(path: str) -> None:
 def remove_quietly(path: Optional[str]) -> None:
     """Unlink ``path`` if it exists; never raises."""
     if path:
-        try:
+        with contextlib.suppress(OSError):  # gone already
             os.unlink(path)
-        except OSError:
-            pass
 
 
 def pid_namespace() -> Optional[int]:

@@ -29,8 +29,9 @@ from ..errors import ErrorReport, WorkerError
 from ..ray_backend import acquire_ray, import_ray, is_cuda, release_ray
 from .dispatch import REF, Dispatcher, build, close_object
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
+from .wire import Outcome, ServiceInfo
 
-__all__ = ["CallFailed", "RayTarget", "RayChannel", "start_ray", "lookup_ray"]
+__all__ = ["CallFailed", "RayChannel", "RayTarget", "lookup_ray", "start_ray"]
 
 
 class CallFailed(Exception):
@@ -55,30 +56,31 @@ class _ServiceActor:
         self._obj: Any = None
         try:
             self._obj = build(spec)
-        except BaseException as exc:  # reported by ready(), not as a failed actor
+        except BaseException as exc:  # noqa: BLE001 - reported by ready(), not as a failed actor
             self._error = ErrorReport.capture(f"starting {label}", exc)
         self._dispatcher = Dispatcher(self._obj, label)
 
-    def ready(self) -> tuple:
+    def ready(self) -> Outcome:
+        """The service's `ServiceInfo`, or the report of its factory's error."""
         if self._error is not None:
-            return ("error", self._error)
-        return ("ok", {"pid": os.getpid(), "label": self._label, "device": self._device})
+            return Outcome(None, self._error)
+        return Outcome(ServiceInfo(os.getpid(), self._label, self._device), None)
 
     def groups(self) -> list:
         return self._groups
 
     def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
-        reply = self._dispatcher.invoke(method, args, kwargs)
-        if reply[0] == "ok":
-            return reply[1]
-        raise CallFailed(reply[1])
+        outcome = self._dispatcher.invoke(method, args, kwargs)
+        if outcome.report is None:
+            return outcome.value
+        raise CallFailed(outcome.report)
 
-    def stop(self) -> tuple:
+    def stop(self) -> Outcome:
         try:
             close_object(self._obj)
-        except BaseException as exc:
-            return ("error", ErrorReport.capture(f"close() of {self._label}", exc))
-        return ("ok", None)
+        except BaseException as exc:  # noqa: BLE001 - close()'s error goes to the owner
+            return Outcome(None, ErrorReport.capture(f"close() of {self._label}", exc))
+        return Outcome(None, None)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ class RayChannel:
                 value = inner.result()
             except ray.exceptions.RayError as exc:
                 error = self._error(exc)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - whatever it is, the caller's future gets it
                 error = exc
             else:
                 _settle(result, value=value)
@@ -200,9 +202,12 @@ class RayChannel:
         while self._releases:
             ids.append(self._releases.popleft())
         if ids:
-            try:
+            try:  # noqa: SIM105 - the except below says why it is broad
                 self._actor.call.remote(REF, "release", ids)  # nobody waits on it
-            except Exception:
+            except Exception:  # noqa: BLE001
+                # Best effort: a lost release only leaves values in a service
+                # that is gone or closing, and the releaser thread must outlive
+                # whatever Ray raises while it shuts down.
                 pass
 
     def close(self) -> None:
@@ -212,9 +217,11 @@ class RayChannel:
             releaser.join(5.0)
         if self._owns_session and os.getpid() == self.pid:
             self._owns_session = False
-            try:
+            try:  # noqa: SIM105 - the except below says why it is broad
                 release_ray(self._ray)
-            except Exception:
+            except Exception:  # noqa: BLE001
+                # Closing a handle: Ray failing to shut down (whatever it
+                # raises) must not fail the close; the session is left as is.
                 pass
 
 
@@ -257,9 +264,9 @@ class _RayOwner:
         try:
             if ray.is_initialized():
                 try:
-                    reply = ray.get(self.actor.stop.remote(), timeout=timeout)
-                    if reply[0] == "error":
-                        error = WorkerError.from_report(reply[1], self.target.device, 0,
+                    stopped = ray.get(self.actor.stop.remote(), timeout=timeout)
+                    if stopped.report is not None:
+                        error = WorkerError.from_report(stopped.report, self.target.device, 0,
                                                         self.target.pid)
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                     pass  # died earlier (its clients were told), or stuck: killed below
@@ -314,17 +321,17 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
                                  f"namespace {ns!r}; close it, or choose another name") from None
             raise
         try:
-            reply = ray.get(actor.ready.remote())
+            ready = ray.get(actor.ready.remote())
         except ray.exceptions.RayActorError as exc:
             raise WorkerError(device, f"starting {label}", 0, None, type(exc).__name__,
                               "the actor could not be created (is the factory importable on "
                               "the Ray nodes? see runtime_env in ray_init_kwargs)", str(exc)
                               ) from None
         target = RayTarget(actor_name, ns, context.gcs_address, device, label, None)
-        if reply[0] == "error":
+        if ready.report is not None:
             _RayOwner(ray, actor, target, False)._kill()
-            raise WorkerError.from_report(reply[1], device, 0, None)
-        target = RayTarget(actor_name, ns, context.gcs_address, device, label, reply[1]["pid"])
+            raise WorkerError.from_report(ready.report, device, 0, None)
+        target = RayTarget(actor_name, ns, context.gcs_address, device, label, ready.value.pid)
     except BaseException:
         if owns:
             release_ray(ray)
@@ -378,12 +385,12 @@ def lookup_ray(name: str, namespace: Optional[str], timeout: float,
                 ) from None
             time.sleep(0.05)
     try:
-        reply = ray.get(actor.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+        ready = ray.get(actor.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
     except ray.exceptions.RayActorError:
         raise ServiceNotFoundError(f"the Ray service named {name!r} is dead") from None
-    if reply[0] != "ok":
+    if ready.report is not None:
         raise ServiceNotFoundError(f"the Ray service named {name!r} failed to start")
-    info = reply[1]
-    target = RayTarget(name, ns, ray.get_runtime_context().gcs_address, info["device"],
-                       info["label"], info["pid"])
+    info: ServiceInfo = ready.value
+    target = RayTarget(name, ns, ray.get_runtime_context().gcs_address, info.device,
+                       info.label, info.pid)
     return ServiceHandle("ray", target, None, name=name, namespace=ns)

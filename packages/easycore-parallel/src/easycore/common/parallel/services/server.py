@@ -36,6 +36,7 @@ process with exit code 70, so that clients see the death instead of waiting.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import selectors
@@ -57,7 +58,7 @@ from .frames import READ_CHUNK, FrameReader, FrameWriter
 from .frames import frame as frame_pieces
 from .handshake import connection_on, watchdog
 
-__all__ = ["ServiceServer", "ServiceHost"]
+__all__ = ["ServiceHost", "ServiceServer"]
 
 EXIT_LOOP_CRASHED = 70
 
@@ -65,8 +66,17 @@ EXIT_LOOP_CRASHED = 70
 class _Peer:
     """One client connection: its socket, buffers and two transports (see wire)."""
 
-    __slots__ = ("sock", "reply", "request", "pid", "reader", "writer", "frames", "key",
-                 "watching")
+    __slots__ = (
+        "frames",
+        "key",
+        "pid",
+        "reader",
+        "reply",
+        "request",
+        "sock",
+        "watching",
+        "writer",
+    )
 
     def __init__(self, sock: socket.socket, reply: Any, request: Any, pid: int) -> None:
         self.sock = sock
@@ -167,10 +177,8 @@ class ServiceServer:
         with self._lock:
             if not self._wake_fds_open:
                 return
-            try:
+            with contextlib.suppress(OSError):  # full: a wake is pending anyway
                 os.write(self._wake_w, b"\0")
-            except OSError:  # full: a wake is pending anyway
-                pass
 
     # ------------------------------------------------------------- handshakes
     def _accept_loop(self) -> None:
@@ -207,7 +215,9 @@ class ServiceServer:
                 connection.deliver_challenge(conn, self._authkey)
                 connection.answer_challenge(conn, self._authkey)
                 peer = self._greet(conn, sock)
-        except Exception:  # a wrong key, a silent or dead client, garbage
+        except Exception:  # noqa: BLE001
+            # A wrong key, a silent or dead client, garbage (unpickling it can
+            # raise anything): that connection is turned away, nothing else.
             peer = None
         finally:
             if conn is not None:
@@ -225,36 +235,37 @@ class ServiceServer:
             self._wake()
             return
         if peer is not None:  # greeted while the service stopped
-            _send_quietly(sock, wire.dumps((wire.CLOSED,)))
+            _send_quietly(sock, wire.CLOSED)
             _drop_transports(peer, client_died=False)
         sock.close()
 
     def _greet(self, conn: Any, sock: socket.socket) -> _Peer:
         if not conn.poll(self.hello_timeout):
             raise TimeoutError("no hello")
-        kind, reply, tracker, pid = pickle.loads(conn.recv_bytes())
-        if kind != wire.HELLO:
-            raise ValueError(f"expected hello, got {kind!r}")
+        hello = wire.loads(conn.recv_bytes())
+        if type(hello) is not wire.Hello:
+            raise ValueError(f"expected Hello, got {type(hello).__name__}")
+        reply = hello.transport
         request = type(reply)()
         request.prepare()
-        if tracker is None or tracker != self._identity:
+        if hello.tracker is None or hello.tracker != self._identity:
             # Different resource trackers: handing over shared memory would
             # leave their books inconsistent (see wire), so stay in-band.
             wire.in_band(reply)
             wire.in_band(request)
         reply.bind_worker(0)
         if self._stopping:
-            conn.send_bytes(wire.dumps((wire.CLOSED,)))
+            conn.send_bytes(wire.CLOSED)
             raise ConnectionAbortedError("stopping")
-        info = {"pid": os.getpid(), "label": self.label, "device": self.device}
-        conn.send_bytes(wire.dumps((wire.WELCOME, request, info)))
-        return _Peer(sock, reply, request, pid)
+        info = wire.ServiceInfo(os.getpid(), self.label, self.device)
+        conn.send_bytes(wire.dumps(wire.Welcome(request, info)))
+        return _Peer(sock, reply, request, hello.pid)
 
     # ------------------------------------------------------------ serve loop
     def _serve_loop(self) -> None:
         try:
             self._serve()
-        except BaseException:  # a bug here must not leave clients waiting forever
+        except BaseException:  # noqa: BLE001 - a bug here must not leave clients waiting forever
             traceback.print_exc()
             sys.stderr.flush()
             os._exit(EXIT_LOOP_CRASHED)
@@ -350,10 +361,8 @@ class ServiceServer:
     def _drop(self, sel: selectors.BaseSelector, peers: Dict[int, _Peer], peer: _Peer,
               client_died: bool) -> None:
         peers.pop(peer.key, None)
-        try:
+        with contextlib.suppress(KeyError, ValueError):  # never registered, or closed
             sel.unregister(peer.sock)
-        except (KeyError, ValueError):
-            pass
         peer.sock.close()
         self.dispatcher.drop_client(peer.key)
         _drop_transports(peer, client_died)
@@ -373,7 +382,7 @@ class ServiceServer:
             peers[peer.key] = peer
             sel.register(peer.sock, selectors.EVENT_READ, peer.key)
         for peer in peers.values():
-            peer.writer.put(wire.dumps((wire.CLOSED,)))
+            peer.writer.put(wire.CLOSED)
         deadline = time.monotonic() + self.flush_timeout
         waiting = dict(peers)
         while waiting and time.monotonic() < deadline:
@@ -398,34 +407,34 @@ class ServiceServer:
         """Answer one message from ``peer``: True, or None for its goodbye,
         False when it sent garbage."""
         try:
-            message = pickle.loads(data)
-            if message[0] == wire.BYE:
-                return None
-            _, call_id, method, payload, feedback = message
-            if feedback:
-                peer.reply.on_feedback(feedback)
-        except Exception:  # garbage: not a client of ours
+            call = wire.loads(data)
+            if type(call) is not wire.Call:
+                return None if type(call) is wire.Bye else False
+            if call.feedback:
+                peer.reply.on_feedback(call.feedback)
+        except Exception:  # noqa: BLE001 - garbage (unpickling it can raise anything): not ours
             return False
-        reply = self._call(peer, method, payload)
-        if reply[0] == "ok":
+        outcome = self._call(peer, call.method, call.payload)
+        payload, report = None, outcome.report
+        if report is None:
             try:
-                encoded, _ = encode(peer.reply, reply[1])
-                reply = (wire.OK, encoded)
-            except BaseException as exc:
-                hook = f"sending the result of {method}() of {self.label}"
-                reply = (wire.ERROR, ErrorReport.capture(hook, exc))
+                payload, _ = encode(peer.reply, outcome.value)
+            except BaseException as exc:  # noqa: BLE001 - any pickling error goes to the caller
+                hook = f"sending the result of {call.method}() of {self.label}"
+                report = ErrorReport.capture(hook, exc)
+        del outcome  # the result may hold the arguments: freed before the feedback below
         # Computed last: the arguments were released above, so their
         # shared memory goes back to the client now, not one call later.
         back = peer.request.feedback(0)
-        peer.writer.put(wire.dumps((reply[0], call_id, reply[1], back)))
+        peer.writer.put(wire.dumps(wire.Reply(call.call_id, payload, report, back)))
         return True
 
-    def _call(self, peer: _Peer, method: Any, payload: Any) -> tuple:
+    def _call(self, peer: _Peer, method: Any, payload: Any) -> wire.Outcome:
         try:
             args, kwargs = peer.request.decode_results(0, payload)[0]
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - any unpickling error goes to the caller
             hook = f"receiving the arguments of {method}() of {self.label}"
-            return ("error", ErrorReport.capture(hook, exc))
+            return wire.Outcome(None, ErrorReport.capture(hook, exc))
         return self.dispatcher.invoke(method, args, kwargs, client=peer.key)
 
 
@@ -446,33 +455,30 @@ def _drain(fd: int) -> None:
 
 
 def _shutdown(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):  # not connected (any more): nothing to end
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
-    try:
+    with contextlib.suppress(OSError):  # a client that left: it needs no news
         sock.settimeout(1.0)
         for piece in frame_pieces(data):
             sock.sendall(piece)
-    except OSError:
-        pass
 
 
 def remove_socket_file(path: str) -> None:
     """Unlink the socket file (ours: the directory is private)."""
-    try:
+    with contextlib.suppress(OSError):  # gone already
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def _cleanup(transport: Any) -> None:
-    try:
+    try:  # noqa: SIM105 - the except below says why it is broad
         transport.cleanup()
-    except Exception:
+    except Exception:  # noqa: BLE001
+        # Any Transport class (the client's choice) cleans up here, in the
+        # serve loop: its failure must not end the loop for every client, and
+        # the connection is gone either way.
         pass
 
 
