@@ -17,6 +17,12 @@ it has them, workers kept alive between calls):
   files, its documented fast path.
 * ``apply``: one ``apply`` and one ``map`` of 10 items on a kept-alive pool
   (per-call latency), against the stdlib's and mpire's.
+* ``messages``: what pickling costs per chunk of tiny items (1 and 64 items
+  of ``x * x``), both ways, without pipes: a chunk's items and results as the
+  pool sends them now (the transport pickles the list, the message pickles
+  that payload again: 4 pickles and 4 unpickles per chunk), beside one pickle
+  per message (the list inline in its message: 2 and 2), the most that
+  framing messages could save (issue 24). No goal: it prices the change.
 
 Arrays are new objects every time (``np.empty`` with the item written on every
 4 KiB page, see ``bench_parallel``). mpire and joblib rows read "n/a" when they
@@ -30,6 +36,7 @@ for a 16-core GPU node. Run: ``scripts/bench pool`` or
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import sys
 import time
 
@@ -47,6 +54,7 @@ from _harness import (
 from bench_parallel import array_checksum, fresh_array, fresh_arrays, page_sum, square
 
 import easycore.common.parallel as ecp
+from easycore.common.parallel.protocol import ChunkDone, RunChunk
 
 try:
     from mpire import WorkerPool
@@ -264,6 +272,56 @@ def section_apply(cfg, pools):
     ]
 
 
+def _chunk_now(transport, worker, items):
+    """One chunk both ways as the pool sends it: payloads pickled inside messages."""
+    payload, _ = transport.encode_items(0, items)
+    message = pickle.loads(pickle.dumps(RunChunk(1, 0, payload, None, (), None, 0),
+                                        protocol=pickle.HIGHEST_PROTOCOL))
+    results = [x * x for x in worker.decode_items(message.items)]
+    payload, nbytes = worker.encode_results(results)
+    done = pickle.loads(pickle.dumps(ChunkDone(1, 0, payload, len(results), 0.0, nbytes, [],
+                                               None), protocol=pickle.HIGHEST_PROTOCOL))
+    return transport.decode_results(0, done.results)
+
+
+def _chunk_inline(items):
+    """The same chunk with each list inline in its message: one pickle per message."""
+    message = pickle.loads(pickle.dumps(RunChunk(1, 0, items, None, (), None, 0),
+                                        protocol=pickle.HIGHEST_PROTOCOL))
+    results = [x * x for x in message.items]
+    done = pickle.loads(pickle.dumps(ChunkDone(1, 0, results, len(results), 0.0, 0, [], None),
+                                     protocol=pickle.HIGHEST_PROTOCOL))
+    return done.results
+
+
+def section_messages(cfg):
+    chunks = cfg.message_chunks
+    print(f"\n[messages] pickling per chunk of tiny items, both ways, no pipes; {chunks:,} "
+          f"chunks, best of {cfg.rounds} rounds")
+    transport = ecp.SharedMemoryTransport()  # the caller's; the worker's is its pickled copy
+    worker = pickle.loads(pickle.dumps(transport))
+    worker.bind_worker(0)
+    try:
+        for size in (1, 64):
+            items = list(range(size))
+            ok = expect([x * x for x in items])
+            rows = [
+                Contender(f"payload pickled, then its message (now), {size} item(s)",
+                          lambda items=items: [_chunk_now(transport, worker, items)
+                                               for _ in range(chunks)][-1], ok),
+                Contender(f"one pickle per message (items inline), {size} item(s)",
+                          lambda items=items: [_chunk_inline(items)
+                                               for _ in range(chunks)][-1], ok),
+            ]
+            got = take_turns(rows, cfg.rounds)
+            print_rows(f"  a chunk of {size} both ways", got, rows[0].name, chunks, "chunk",
+                       per_call=True)
+            flush()
+    finally:
+        transport.cleanup()
+    return []
+
+
 class Config:
     def __init__(self, args):
         self.cpus = available_cpus()
@@ -272,11 +330,12 @@ class Config:
         self.n_tiny = 200_000
         self.n_arrays = 40 if quick else 100
         self.latency_calls = 200 if quick else 1000
+        self.message_chunks = 20_000 if quick else 100_000
         self.workers = args.workers or self.cpus
         self.array_workers = args.workers or min(4, self.cpus)
 
 
-SECTIONS = ("tiny", "results", "inputs", "apply")
+SECTIONS = ("tiny", "results", "inputs", "apply", "messages")
 
 
 def main():
@@ -316,6 +375,8 @@ def main():
             for direction in ("results", "inputs"):
                 if direction in wanted:
                     goals += section_arrays(cfg, pools, direction)
+    if "messages" in wanted:
+        goals += section_messages(cfg)
     print("\nGoals (this run):")
     for line in goals:
         print(line)

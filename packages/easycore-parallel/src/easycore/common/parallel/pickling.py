@@ -15,7 +15,7 @@ import io
 import pickle
 import sys
 import types
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["dumps_code", "loads_code"]
 
@@ -44,7 +44,7 @@ class _MainFinder(pickle.Pickler):
         return NotImplemented  # pickle it as usual
 
 
-def _refers_to_main(obj: Any) -> Optional[bytes]:
+def _refers_to_main(obj: Any) -> bytes | None:
     """``obj`` pickled by reference, or None if that fails or it refers to ``__main__``."""
     buffer = io.BytesIO()
     finder = _MainFinder(buffer, protocol=_PROTOCOL)
@@ -94,7 +94,7 @@ def dumps_either(obj: Any) -> bytes:
     import cloudpickle
 
     try:
-        by_reference: Optional[bytes] = pickle.dumps(obj, protocol=_PROTOCOL)
+        by_reference: bytes | None = pickle.dumps(obj, protocol=_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError):
         by_reference = None  # a lambda or a local function
     try:

@@ -27,18 +27,18 @@ pickles); the protocol does not look inside them.
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 from .errors import ErrorReport
 
 __all__ = [
+    "ChunkDone",
+    "ItemFailure",
     "RunChunk",
     "StopWorker",
-    "WorkerReady",
-    "ChunkDone",
-    "WorkerFailed",
     "WorkerEnded",
-    "ItemFailure",
+    "WorkerFailed",
+    "WorkerReady",
 ]
 
 
@@ -50,10 +50,11 @@ class RunChunk(NamedTuple):
     items: Any  #: the transport's payload of the list of items
     #: the job's function, sent with the first chunk of the job a worker gets
     #: (None afterwards: the worker keeps it until told to forget the job)
-    function: Optional[bytes]
+    function: bytes | None
     #: ids of finished jobs whose functions the worker may drop
-    forget: Tuple[int, ...]
-    #: transport data for the worker (e.g. shared-memory segments it may reuse)
+    forget: tuple[int, ...]
+    #: the transport's data for the worker, or None (the shared-memory
+    #: transport's ``transport.CallerFeedback``)
     feedback: Any
     #: what the worker writes to its progress slot per item: 0 nothing (the
     #: chunk's receipt only), 1 the item's index (a death then costs one
@@ -70,13 +71,13 @@ TRACK_TIMES = 2
 class StopWorker(NamedTuple):
     """Run the end hook, then exit."""
 
-    feedback: Any = None
+    feedback: Any = None  #: as ``RunChunk.feedback``
 
 
 class WorkerReady(NamedTuple):
     """The init hooks returned: the worker takes chunks now."""
 
-    pid: Optional[int]
+    pid: int | None
 
 
 class ItemFailure(NamedTuple):
@@ -95,8 +96,10 @@ class ChunkDone(NamedTuple):
     n_items: int
     seconds: float  #: time the worker spent on the chunk, for the chunker
     nbytes: int  #: bytes moved (inputs and results), for the chunker
-    failures: List[ItemFailure]
-    feedback: Any  #: transport data for the caller (e.g. segments released)
+    failures: list[ItemFailure]
+    #: the transport's data for the caller, or None (the shared-memory
+    #: transport's ``transport.WorkerFeedback``)
+    feedback: Any
     #: of ``seconds``, the time in the job's function (user code); the rest
     #: moved data (insights). 0.0: not measured apart (all counts as work).
     working: float = 0.0
@@ -105,12 +108,12 @@ class ChunkDone(NamedTuple):
 class WorkerFailed(NamedTuple):
     """A hook that is not per item (init, end) raised, or a message was unreadable."""
 
-    job: Optional[int]
-    seq: Optional[int]
+    job: int | None
+    seq: int | None
     report: ErrorReport
 
 
 class WorkerEnded(NamedTuple):
     """The end hook ran; the worker exits next."""
 
-    feedback: Any = None
+    feedback: Any = None  #: as ``ChunkDone.feedback``

@@ -30,24 +30,25 @@ in ``/dev/shm``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
 import os
 import secrets
 import weakref
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 __all__ = [
     "AVAILABLE",
-    "SharedMemoryFull",
+    "BufferView",
     "SegmentVanished",
+    "SharedMemoryFull",
     "create",
+    "make_prefix",
     "open_existing",
     "release",
     "sweep",
-    "make_prefix",
-    "BufferView",
 ]
 
 _posixshmem: Any = None
@@ -204,9 +205,10 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
         except FileNotFoundError:
             return
         try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass
+            # Best effort: the name goes below anyway, the memory then with
+            # its last mapping.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
         finally:
             os.close(fd)
     if not registered:
@@ -218,13 +220,11 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
 
 
 def _unlink(name: str) -> None:
-    try:
+    # Removed by someone else (something deleting /dev/shm entries): the
+    # tracker must still forget it, or at exit it reports it "leaked" and
+    # fails to unlink it again.
+    with contextlib.suppress(FileNotFoundError):
         _posixshmem.shm_unlink(name)
-    except FileNotFoundError:
-        # Removed by someone else (something deleting /dev/shm entries): the
-        # tracker must still forget it, or at exit it reports it "leaked"
-        # and fails to unlink it again.
-        pass
     resource_tracker.unregister(name, "shared_memory")
 
 
@@ -242,14 +242,13 @@ def sweep(prefix: str) -> None:
         return
     for entry in names:
         if entry.startswith(prefix):
-            try:
+            # Gone meanwhile, or not ours to remove: the sweep goes on.
+            with contextlib.suppress(OSError):
                 release("/" + entry, free_now=True, registered=False)
-            except Exception:
-                pass
 
 
 # ------------------------------------------------------------ watched views
-_view_types: Dict[int, Any] = {}
+_view_types: dict[int, Any] = {}
 
 
 def _view_type(size: int) -> Any:
@@ -274,12 +273,12 @@ class BufferView:
     while it runs.
     """
 
-    __slots__ = ("memory", "_ref")
+    __slots__ = ("_ref", "memory")
 
     def __init__(self, mm: mmap.mmap, size: int, on_free: Callable[[Any], Any]) -> None:
         view = _view_type(size).from_buffer(mm)
         self._ref = weakref.ref(view, on_free)
-        self.memory: Optional[memoryview] = memoryview(view).cast("B")
+        self.memory: memoryview | None = memoryview(view).cast("B")
 
     @property
     def ref(self) -> weakref.ref:

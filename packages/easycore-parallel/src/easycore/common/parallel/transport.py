@@ -1,5 +1,9 @@
 """How items, results and ``cfg`` cross between the caller and its workers.
 
+(One module over 400 lines on purpose: it is the one file that answers "how
+do inputs and results travel through shared memory", both halves side by
+side.)
+
 A [`Transport`][easycore.common.parallel.Transport] is made in the caller's
 process (the runner's ``make_transport`` seam), pickled into every worker,
 and used on both sides of the pipe, in both directions:
@@ -45,6 +49,27 @@ segment. What it guarantees:
   sweeps ``/dev/shm`` for this activation's name prefix, to catch segments a
   killed worker made but never reported (see [`shm`][easycore.common.parallel.shm]).
 
+How it is built: both directions run the same two steps. *Encoding*
+(``_encode``) pickles the object once, out-of-band buffers apart, and copies
+what is large into a segment that the *sending side* picks; *decoding*
+(``_decode``) maps the segment the payload names, on the *receiving side*,
+and unpickles over views of it, watching when the last view dies. Only where
+segments come from and what happens to them differs, and that is the job of
+two classes, one per side:
+
+* ``_CallerSide`` (the caller's half) owns every segment: it lends free ones
+  for items, grants free ones for a worker's next results, adopts the ones
+  results came in, takes them back when their views die, and retires and
+  unlinks them.
+* ``_WorkerSide`` (a worker's half) maps what it was lent, writes its
+  results into a grant (or a segment of its own, which the caller adopts),
+  and reports which of its input segments it no longer views.
+
+The two halves talk through the *feedback* that rides on every protocol
+message, as two named messages: ``CallerFeedback`` (caller to worker: grants,
+segments to unmap, grants revoked) and ``WorkerFeedback`` (worker to caller:
+input segments returned, grants unused, ``/dev/shm`` full).
+
 Subclasses change *what* goes out of band by overriding
 [`dumps`][easycore.common.parallel.SharedMemoryTransport.dumps] (easycore-torch
 reduces CPU tensors to a buffer over their bytes).
@@ -52,18 +77,28 @@ reduces CPU tensors to a buffer over their bytes).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import warnings
 from collections import deque
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, NamedTuple
 
 from . import shm
 
-__all__ = ["Transport", "PickleTransport", "SharedMemoryTransport"]
+__all__ = [
+    "CallerFeedback",
+    "PickleTransport",
+    "SharedMemoryTransport",
+    "Transport",
+    "WorkerFeedback",
+]
 
 _ALIGN = 64  # cache-line aligned buffers, as NumPy prefers
 _HIGHEST = pickle.HIGHEST_PROTOCOL
+
+#: ``(name, size, mapping)`` of the segment an encoding writes into
+SegmentFor = Callable[[int], tuple[str, int, Any]]
 
 
 class Transport:
@@ -73,7 +108,7 @@ class Transport:
     def prepare(self) -> None:
         """In the caller's process, before any worker starts."""
 
-    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+    def encode_items(self, worker: int, items: list[Any]) -> tuple[Any, int]:
         """A chunk of inputs as a picklable payload for ``worker``.
 
         Args:
@@ -86,7 +121,7 @@ class Transport:
         data = pickle.dumps(items, protocol=_HIGHEST)
         return data, len(data)
 
-    def decode_results(self, worker: int, payload: Any) -> List[Any]:
+    def decode_results(self, worker: int, payload: Any) -> list[Any]:
         """The result list back from a worker's payload.
 
         Args:
@@ -136,11 +171,11 @@ class Transport:
         """In the worker: this worker's own ``cfg``."""
         return pickle.loads(payload)
 
-    def decode_items(self, payload: Any) -> List[Any]:
+    def decode_items(self, payload: Any) -> list[Any]:
         """In the worker: the items of a chunk."""
         return pickle.loads(payload)
 
-    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
+    def encode_results(self, results: list[Any]) -> tuple[Any, int]:
         """In the worker: a chunk's results as a payload.
 
         Args:
@@ -164,10 +199,68 @@ class PickleTransport(Transport):
     """Everything pickled in-band through the pipe (the classic way)."""
 
 
+# --------------------------------------------------------------- the messages
+class CallerFeedback(NamedTuple):
+    """Caller to worker, with its next message: changes to the segments it may use."""
+
+    #: ``(name, size)`` of free segments the worker may write its next results into
+    grants: list[tuple[str, int]] | None
+    #: segments the caller retired: the worker unmaps them and never uses them again
+    unmap: list[str] | None
+    #: every grant the worker holds is taken back (the caller went idle)
+    revoke: bool
+
+
+class WorkerFeedback(NamedTuple):
+    """Worker to caller, with its next message: segments it is done with."""
+
+    #: input segments whose last view died in the worker
+    returned: list[str]
+    #: grants the worker hands back unused (too small for its results)
+    unused: list[str]
+    #: ``/dev/shm`` was full: some results travelled in-band
+    full: bool
+
+
+# ----------------------------------------------------------- the mechanism
+class _Packed(tuple):
+    """A payload that travels partly in a segment: (data, name, size, layout, data_span)."""
+
+    __slots__ = ()
+
+
+class _Returns:
+    """Views of segments handed out by decoding, and which of them came back.
+
+    A segment returns when the last object viewing it dies: the view's
+    weakref lands in ``died`` (``deque.append``, C code: see ``shm.BufferView``).
+    """
+
+    __slots__ = ("died", "names")
+
+    def __init__(self) -> None:
+        self.died: deque = deque()  # weakrefs of views that died
+        self.names: dict[int, tuple[Any, str]] = {}  # id(weakref) -> (weakref, name)
+
+    def collect(self) -> list[str]:
+        """Names of the segments that came back since the last call."""
+        died, names = self.died, self.names
+        back = []
+        while died:
+            entry = names.pop(id(died.popleft()), None)
+            if entry is not None:
+                back.append(entry[1])
+        return back
+
+    def clear(self) -> None:
+        self.died.clear()
+        self.names.clear()
+
+
 class _Segment:
     """The caller's record of one segment."""
 
-    __slots__ = ("name", "size", "mm", "worker", "state")
+    __slots__ = ("mm", "name", "size", "state", "worker")
 
     def __init__(self, name: str, size: int, mm: Any, worker: int, state: str) -> None:
         self.name = name
@@ -177,12 +270,6 @@ class _Segment:
         # "free" | "items" (lent to the worker) | "granted" (the worker may write
         # its results there) | "results" (the caller's arrays view it)
         self.state = state
-
-
-class _Packed(tuple):
-    """A payload that travels partly in a segment: (data, name, size, layout, data_span)."""
-
-    __slots__ = ()
 
 
 class SharedMemoryTransport(Transport):
@@ -206,7 +293,7 @@ class SharedMemoryTransport(Transport):
     #: name tag of the segments (a leak check can tell torch's from ours)
     tag = "ecp"
 
-    def __init__(self, threshold: Optional[int] = None) -> None:
+    def __init__(self, threshold: int | None = None) -> None:
         if threshold is not None:
             self.threshold = int(threshold)
         self.prefix = shm.make_prefix(self.tag)
@@ -215,25 +302,9 @@ class SharedMemoryTransport(Transport):
     def _init_state(self) -> None:
         self._counter = 0
         self._warned = False
-        # caller side
-        self._segs: Dict[str, _Segment] = {}
-        self._free: Dict[int, List[_Segment]] = {}
-        self._granted: Dict[int, List[_Segment]] = {}
-        self._unmap: Dict[int, List[str]] = {}  # names a worker should unmap
-        self._revoke: set = set()  # workers whose grants were taken back
-        self._returned: deque = deque()  # weakrefs of result views that died
-        self._watch: Dict[int, Tuple[Any, str]] = {}  # id(weakref) -> (weakref, name)
-        self._cfg_segment: Optional[str] = None
-        self._big_results: set = set()  # workers whose results came in a segment
-        # worker side
-        self._index = -1
-        self._maps: Dict[str, Any] = {}  # name -> mapping
-        self._grants: List[Tuple[str, int]] = []
-        self._lent_inputs: deque = deque()  # weakrefs of item views that died
-        self._input_watch: Dict[int, Tuple[Any, str]] = {}
-        self._created: List[Tuple[str, int]] = []
-        self._unused: List[str] = []  # grants handed back
-        self._full = False
+        self._full = False  # the last _pack found /dev/shm full
+        self._caller = _CallerSide(self)
+        self._worker = _WorkerSide(self)
 
     def __getstate__(self) -> dict:
         # Only configuration crosses into a worker, never mappings or tables.
@@ -249,7 +320,7 @@ class SharedMemoryTransport(Transport):
         return shm.AVAILABLE
 
     # ------------------------------------------------------------- pickling
-    def dumps(self, obj: Any) -> Tuple[bytes, List[memoryview], Any]:
+    def dumps(self, obj: Any) -> tuple[bytes, list[memoryview], Any]:
         """Pickle ``obj``, large buffers out of band.
 
         Override to send more kinds of objects out of band.
@@ -261,7 +332,7 @@ class SharedMemoryTransport(Transport):
             tuple: ``(pickle bytes, out-of-band buffers, keepalive)``;
             ``keepalive`` holds temporaries the buffers point into until copied.
         """
-        buffers: List[memoryview] = []
+        buffers: list[memoryview] = []
         threshold = self.threshold
 
         def out_of_band(buf: pickle.PickleBuffer) -> bool:
@@ -276,8 +347,11 @@ class SharedMemoryTransport(Transport):
 
         return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), buffers, None
 
-    def _pack(self, obj: Any, segment_for: Any) -> Tuple[Any, int]:
-        """Pickle ``obj``; big parts into the segment ``segment_for(nbytes)`` returns."""
+    def _pack(self, obj: Any, segment_for: SegmentFor) -> tuple[Any, int]:
+        """Pickle ``obj``; big parts into the segment ``segment_for(nbytes)`` returns.
+
+        Sets ``_full`` when there was no room: ``obj`` then went in-band.
+        """
         data, buffers, keepalive = self.dumps(obj)
         if not buffers and len(data) < self.threshold:
             return data, len(data)
@@ -305,7 +379,8 @@ class SharedMemoryTransport(Transport):
         del keepalive
         return _Packed((None if data_span else data, name, size, layout, data_span)), total
 
-    def _unpack(self, payload: Any, mm: Any, on_free: Any, watch: Dict[int, Any]) -> Any:
+    def _unpack(self, payload: Any, mm: Any, on_free: Any, watch: dict[int, Any]) -> Any:
+        """Unpickle ``payload`` over views of ``mm``; ``on_free`` hears when they all died."""
         data, name, size, layout, data_span = payload
         view = shm.BufferView(mm, size, on_free)
         # Keyed by id: the view is unhashable; the entry keeps the ref alive.
@@ -315,6 +390,27 @@ class SharedMemoryTransport(Transport):
         buffers = [view.slice(off, n) for off, n in layout]
         view.drop()
         return pickle.loads(data, buffers=buffers)
+
+    # ------------------------------------------------ one way, both directions
+    def _encode(self, obj: Any, segment_for: SegmentFor,
+                on_full: Callable[[], None]) -> tuple[Any, int]:
+        """Items (caller) or results (worker): the sending side picks the segment."""
+        if not self.available:
+            data = pickle.dumps(obj, protocol=_HIGHEST)
+            return data, len(data)
+        payload, nbytes = self._pack(obj, segment_for)
+        if self._full:
+            self._full = False
+            on_full()
+        return payload, nbytes
+
+    def _decode(self, payload: Any, mapping: Callable[[str, int], Any],
+                returns: _Returns) -> Any:
+        """Results (caller) or items (worker): the receiving side maps the segment."""
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        mm = mapping(payload[1], payload[2])
+        return self._unpack(payload, mm, returns.died.append, returns.names)
 
     def _new_name(self, who: str) -> str:
         self._counter += 1
@@ -338,7 +434,7 @@ class SharedMemoryTransport(Transport):
                 "(slower); give the container more shared memory (e.g. docker run "
                 "--shm-size=1g) to restore the fast path",
                 ResourceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     # ---------------------------------------------------------- caller side
@@ -349,47 +445,114 @@ class SharedMemoryTransport(Transport):
             shm.resource_tracker.ensure_running()
 
     def encode_cfg(self, cfg: Any) -> Any:
+        return self._encode(cfg, self._caller.cfg_segment, self._warn_full)[0]
+
+    def encode_items(self, worker: int, items: list[Any]) -> tuple[Any, int]:
+        caller = self._caller
+        return self._encode(items, lambda nbytes: caller.lend(worker, nbytes), self._warn_full)
+
+    def decode_results(self, worker: int, payload: Any) -> list[Any]:
+        caller = self._caller
+        return self._decode(payload, lambda name, size: caller.adopt(worker, name, size),
+                            caller.returns)
+
+    def discard(self, worker: int, payload: Any) -> None:
+        if isinstance(payload, _Packed):
+            self._caller.discard(worker, payload[1], payload[2])
+
+    def item_payload_done(self, worker: int, payload: Any) -> None:
+        if isinstance(payload, _Packed):
+            self._caller.items_done(payload[1])
+
+    def feedback(self, worker: int) -> CallerFeedback | None:
         if not self.available:
-            return super().encode_cfg(cfg)
+            return None
+        return self._caller.feedback(worker)
 
-        def segment_for(nbytes: int) -> Tuple[str, int, Any]:
-            name = self._new_name("g")
-            mm = shm.create(name, nbytes)
-            self._cfg_segment = name
-            return name, nbytes, mm
-
-        payload, _ = self._pack(cfg, segment_for)
-        if self._full:
-            self._full = False
+    def on_worker_feedback(self, worker: int, data: WorkerFeedback) -> None:
+        self._caller.on_feedback(data)
+        if data.full:
             self._warn_full()
-        return payload
 
-    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
+    def idle(self) -> None:
+        if self.available:
+            self._caller.idle()
+
+    def worker_gone(self, worker: int) -> None:
+        self._caller.worker_gone(worker)
+
+    def cleanup(self) -> None:
         if not self.available:
-            return super().encode_items(worker, items)
-        used: List[_Segment] = []
+            return
+        self._caller.cleanup()
+        shm.sweep(self.prefix)
 
-        def segment_for(nbytes: int) -> Tuple[str, int, Any]:
-            seg = self._take_free(worker, nbytes)
-            if seg is None:
-                name = self._new_name("c")
-                size = self._size_class(nbytes)
-                seg = _Segment(name, size, shm.create(name, size), worker, "items")
-                self._segs[name] = seg
-            seg.state = "items"
-            if seg.mm is None:
-                seg.mm = shm.open_existing(seg.name, seg.size)
-            used.append(seg)
-            return seg.name, seg.size, seg.mm
+    # ---------------------------------------------------------- worker side
+    def bind_worker(self, worker_index: int) -> None:
+        self._worker.index = worker_index
 
-        payload, nbytes = self._pack(items, segment_for)
-        if self._full:
-            self._full = False
-            self._warn_full()
-        return payload, nbytes
+    def decode_cfg(self, payload: Any) -> Any:
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        data, name, size, layout, data_span = payload
+        # Copy-on-write, never watched: this worker's cfg is its own for good.
+        mm = shm.open_existing(name, size, private=True)
+        view = memoryview(mm)
+        if data_span is not None:
+            data = bytes(view[data_span[0] : data_span[0] + data_span[1]])
+        return pickle.loads(data, buffers=[view[off : off + n] for off, n in layout])
 
-    def _take_free(self, worker: int, nbytes: int) -> Optional[_Segment]:
-        free = self._free.get(worker)
+    def decode_items(self, payload: Any) -> list[Any]:
+        worker = self._worker
+        return self._decode(payload, worker.map, worker.returns)
+
+    def encode_results(self, results: list[Any]) -> tuple[Any, int]:
+        worker = self._worker
+        return self._encode(results, worker.results_segment, worker.on_full)
+
+    def on_feedback(self, data: CallerFeedback) -> None:
+        self._worker.on_feedback(data)
+
+    def worker_feedback(self) -> WorkerFeedback | None:
+        return self._worker.feedback()
+
+
+class _CallerSide:
+    """The caller's half: owns, lends, grants, adopts, takes back and retires segments."""
+
+    def __init__(self, transport: SharedMemoryTransport) -> None:
+        self.t = transport  # configuration (read live: the engine tunes grants_per_worker)
+        self.segs: dict[str, _Segment] = {}
+        self.free: dict[int, list[_Segment]] = {}
+        self.granted: dict[int, list[_Segment]] = {}
+        self.unmap: dict[int, list[str]] = {}  # names a worker should unmap
+        self.revoke: set[int] = set()  # workers whose grants were taken back
+        self.returns = _Returns()  # result views
+        self.cfg_name: str | None = None
+        self.big_results: set[int] = set()  # workers whose results came in a segment
+
+    # -- where segments come from (encoding) and go to (decoding)
+    def cfg_segment(self, nbytes: int) -> tuple[str, int, Any]:
+        name = self.t._new_name("g")
+        mm = shm.create(name, nbytes)
+        self.cfg_name = name
+        return name, nbytes, mm
+
+    def lend(self, worker: int, nbytes: int) -> tuple[str, int, Any]:
+        """A segment for ``worker``'s items: a free one that fits, or a new one."""
+        seg = self._take_free(worker, nbytes)
+        if seg is None:
+            name = self.t._new_name("c")
+            size = self.t._size_class(nbytes)
+            seg = _Segment(name, size, shm.create(name, size), worker, "items")
+            self.segs[name] = seg
+        seg.state = "items"
+        if seg.mm is None:
+            seg.mm = shm.open_existing(seg.name, seg.size)
+        return seg.name, seg.size, seg.mm
+
+    def _take_free(self, worker: int, nbytes: int) -> _Segment | None:
+        free = self.free.get(worker)
         if not free:
             return None
         fits = [s for s in free if s.size >= nbytes]
@@ -399,84 +562,75 @@ class SharedMemoryTransport(Transport):
         free.remove(best)
         return best
 
-    def decode_results(self, worker: int, payload: Any) -> List[Any]:
-        if not isinstance(payload, _Packed):
-            return pickle.loads(payload)
-        name, size = payload[1], payload[2]
-        self._big_results.add(worker)
-        seg = self._segs.get(name)
+    def adopt(self, worker: int, name: str, size: int) -> Any:
+        """The mapping of a segment ``worker``'s results came in; the caller's from now on."""
+        self.big_results.add(worker)
+        seg = self.segs.get(name)
         if seg is None:  # made by the worker: now the caller's
-            seg = self._segs[name] = _Segment(name, size, None, worker, "results")
+            seg = self.segs[name] = _Segment(name, size, None, worker, "results")
         else:
             self._remove_grant(seg)
         seg.state = "results"
         if seg.mm is None:
             seg.mm = shm.open_existing(name, size)
-        return self._unpack(payload, seg.mm, self._returned.append, self._watch)
+        return seg.mm
+
+    # -- segments coming back
+    def discard(self, worker: int, name: str, size: int) -> None:
+        seg = self.segs.get(name)
+        if seg is None:
+            seg = self.segs[name] = _Segment(name, size, None, worker, "free")
+        else:
+            self._remove_grant(seg)
+        self._make_free(seg)
+
+    def items_done(self, name: str) -> None:
+        seg = self.segs.get(name)
+        if seg is not None and seg.state == "items":
+            self._make_free(seg)
+
+    def _collect_returns(self) -> None:
+        for name in self.returns.collect():
+            seg = self.segs.get(name)
+            if seg is not None and seg.state == "results":
+                self._make_free(seg)
 
     def _remove_grant(self, seg: _Segment) -> None:
-        granted = self._granted.get(seg.worker)
+        granted = self.granted.get(seg.worker)
         if granted and seg in granted:
             granted.remove(seg)
 
-    def discard(self, worker: int, payload: Any) -> None:
-        if isinstance(payload, _Packed):
-            name, size = payload[1], payload[2]
-            seg = self._segs.get(name)
-            if seg is None:
-                seg = self._segs[name] = _Segment(name, size, None, worker, "free")
-            else:
-                self._remove_grant(seg)
-            self._make_free(seg)
-
-    def item_payload_done(self, worker: int, payload: Any) -> None:
-        if isinstance(payload, _Packed):
-            seg = self._segs.get(payload[1])
-            if seg is not None and seg.state == "items":
-                self._make_free(seg)
-
     def _make_free(self, seg: _Segment) -> None:
         seg.state = "free"
-        free = self._free.setdefault(seg.worker, [])
+        free = self.free.setdefault(seg.worker, [])
         free.append(seg)
-        while len(free) > self.max_free_per_worker:
+        while len(free) > self.t.max_free_per_worker:
             self._retire(free.pop(0))
 
     def _retire(self, seg: _Segment) -> None:
         """Give a free segment's memory back now; the worker unmaps it later."""
-        self._segs.pop(seg.name, None)
-        self._unmap.setdefault(seg.worker, []).append(seg.name)
+        self.segs.pop(seg.name, None)
+        self.unmap.setdefault(seg.worker, []).append(seg.name)
         self._close(seg)
         shm.release(seg.name, free_now=True)
 
     @staticmethod
     def _close(seg: _Segment) -> None:
         if seg.mm is not None:
-            try:
+            with contextlib.suppress(BufferError):  # still viewed: dropped with its last view
                 seg.mm.close()
-            except BufferError:  # still viewed: dropped with its last view
-                pass
             seg.mm = None
 
-    def _collect_returns(self) -> None:
-        returned, watch = self._returned, self._watch
-        while returned:
-            entry = watch.pop(id(returned.popleft()), None)
-            seg = self._segs.get(entry[1]) if entry is not None else None
-            if seg is not None and seg.state == "results":
-                self._make_free(seg)
-
-    def feedback(self, worker: int) -> Any:
-        if not self.available:
-            return None
+    # -- the feedback channel
+    def feedback(self, worker: int) -> CallerFeedback | None:
         self._collect_returns()
-        unmap = self._unmap.pop(worker, None)
+        unmap = self.unmap.pop(worker, None)
         grants = None
-        granted = self._granted.setdefault(worker, [])
+        granted = self.granted.setdefault(worker, [])
         # Only to a worker whose results use segments: grants given to one
         # that returns small results sit unused while its inputs need segments.
-        free = self._free.get(worker) if worker in self._big_results else None
-        while free and len(granted) < self.grants_per_worker:
+        free = self.free.get(worker) if worker in self.big_results else None
+        while free and len(granted) < self.t.grants_per_worker:
             seg = max(free, key=lambda s: s.size)
             free.remove(seg)
             seg.state = "granted"
@@ -484,45 +638,41 @@ class SharedMemoryTransport(Transport):
             if grants is None:
                 grants = []
             grants.append((seg.name, seg.size))
-        revoke = worker in self._revoke
+        revoke = worker in self.revoke
         if revoke:
-            self._revoke.discard(worker)
+            self.revoke.discard(worker)
         if unmap is None and grants is None and not revoke:
             return None
-        return (grants, unmap, revoke)
+        return CallerFeedback(grants, unmap, revoke)
 
-    def on_worker_feedback(self, worker: int, data: Any) -> None:
-        released, unused, full = data
-        for name in released:  # inputs the worker no longer views
-            seg = self._segs.get(name)
+    def on_feedback(self, data: WorkerFeedback) -> None:
+        for name in data.returned:  # inputs the worker no longer views
+            seg = self.segs.get(name)
             if seg is not None and seg.state == "items":
                 self._make_free(seg)
-        for name in unused:  # grants the worker handed back
-            seg = self._segs.get(name)
+        for name in data.unused:  # grants the worker handed back
+            seg = self.segs.get(name)
             if seg is not None and seg.state == "granted":
                 self._remove_grant(seg)
                 self._make_free(seg)
-        if full:
-            self._warn_full()
 
+    # -- the end of a call, of a worker, of everything
     def idle(self) -> None:
-        if not self.available:
-            return
         self._collect_returns()
         # Grants are idle too: the worker writes into one only while it runs a
         # chunk, and it reads this revocation (with the next chunk) first.
-        for worker, granted in self._granted.items():
+        for worker, granted in self.granted.items():
             if granted:
-                self._revoke.add(worker)
+                self.revoke.add(worker)
             for seg in granted:
                 seg.state = "free"
-                self._free.setdefault(worker, []).append(seg)
+                self.free.setdefault(worker, []).append(seg)
             granted.clear()
-        for free in self._free.values():
+        for free in self.free.values():
             free.sort(key=lambda s: s.size)
             kept = 0
             for seg in list(free):
-                if kept + seg.size <= self.idle_keep_bytes:
+                if kept + seg.size <= self.t.idle_keep_bytes:
                     kept += seg.size
                     continue
                 free.remove(seg)
@@ -530,120 +680,101 @@ class SharedMemoryTransport(Transport):
 
     def worker_gone(self, worker: int) -> None:
         # Its mappings died with it: whatever it held is free memory now.
-        for seg in list(self._segs.values()):
+        for seg in list(self.segs.values()):
             if seg.worker == worker and seg.state in ("items", "granted", "free"):
                 self._remove_grant(seg)
-                if seg in self._free.get(worker, ()):
-                    self._free[worker].remove(seg)
+                if seg in self.free.get(worker, ()):
+                    self.free[worker].remove(seg)
                 self._retire(seg)
-        self._unmap.pop(worker, None)
-        self._granted.pop(worker, None)
-        self._revoke.discard(worker)
-        self._big_results.discard(worker)
+        self.unmap.pop(worker, None)
+        self.granted.pop(worker, None)
+        self.revoke.discard(worker)
+        self.big_results.discard(worker)
 
     def cleanup(self) -> None:
-        if not self.available:
-            return
         self._collect_returns()
-        for seg in list(self._segs.values()):
+        for seg in list(self.segs.values()):
             # Result arrays the caller still holds keep their memory until they
             # die (unlinking only removes the name); nothing else reads the rest.
             viewed = seg.state == "results"
-            try:
+            # On failure the caller's sweep of the prefix still removes it.
+            with contextlib.suppress(OSError):
                 if not viewed:
                     self._close(seg)
                 shm.release(seg.name, free_now=not viewed)
-            except Exception:
-                pass  # the sweep below still removes it
-        self._segs.clear()
-        self._free.clear()
-        self._granted.clear()
-        self._unmap.clear()
-        self._watch.clear()
-        self._returned.clear()
-        if self._cfg_segment is not None:
+        self.segs.clear()
+        self.free.clear()
+        self.granted.clear()
+        self.unmap.clear()
+        self.returns.clear()
+        if self.cfg_name is not None:
             # Workers map it copy-on-write: its pages may still back theirs.
-            shm.release(self._cfg_segment)
-            self._cfg_segment = None
-        shm.sweep(self.prefix)
+            shm.release(self.cfg_name)
+            self.cfg_name = None
 
-    # ---------------------------------------------------------- worker side
-    def bind_worker(self, worker_index: int) -> None:
-        self._index = worker_index
 
-    def decode_cfg(self, payload: Any) -> Any:
-        if not isinstance(payload, _Packed):
-            return pickle.loads(payload)
-        data, name, size, layout, data_span = payload
-        mm = shm.open_existing(name, size, private=True)
-        view = memoryview(mm)
-        if data_span is not None:
-            data = bytes(view[data_span[0] : data_span[0] + data_span[1]])
-        return pickle.loads(data, buffers=[view[off : off + n] for off, n in layout])
+class _WorkerSide:
+    """A worker's half: maps what it was lent, writes results into grants, reports returns."""
 
-    def decode_items(self, payload: Any) -> List[Any]:
-        if not isinstance(payload, _Packed):
-            return pickle.loads(payload)
-        name, size = payload[1], payload[2]
-        mm = self._maps.get(name)
+    def __init__(self, transport: SharedMemoryTransport) -> None:
+        self.t = transport
+        self.index = -1
+        self.maps: dict[str, Any] = {}  # name -> mapping
+        self.grants: list[tuple[str, int]] = []
+        self.returns = _Returns()  # item views
+        self.unused: list[str] = []  # grants handed back
+        self.full = False
+
+    def map(self, name: str, size: int) -> Any:
+        """The mapping of a segment the caller lent (opened once, kept open)."""
+        mm = self.maps.get(name)
         if mm is None:
-            mm = self._maps[name] = shm.open_existing(name, size)
-        return self._unpack(payload, mm, self._lent_inputs.append, self._input_watch)
+            mm = self.maps[name] = shm.open_existing(name, size)
+        return mm
 
-    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
-        if not self.available:
-            return super().encode_results(results)
-        return self._pack(results, self._result_segment)
+    def on_full(self) -> None:
+        self.full = True  # the caller warns, once per runner
 
-    def _result_segment(self, nbytes: int) -> Tuple[str, int, Any]:
-        fits = [g for g in self._grants if g[1] >= nbytes]
+    def results_segment(self, nbytes: int) -> tuple[str, int, Any]:
+        """A segment for this chunk's results: the smallest grant that fits, or a new one."""
+        fits = [g for g in self.grants if g[1] >= nbytes]
         if fits:
             name, size = min(fits, key=lambda g: g[1])
-            self._grants.remove((name, size))
+            self.grants.remove((name, size))
         else:
             # The pid in the name: a replacement worker (same index) never
             # collides with a name its predecessor made.
-            name = self._new_name(f"w{self._index}.{os.getpid():x}-")
-            size = self._size_class(nbytes)
-            self._maps[name] = shm.create(name, size)
+            name = self.t._new_name(f"w{self.index}.{os.getpid():x}-")
+            size = self.t._size_class(nbytes)
+            self.maps[name] = shm.create(name, size)
             # Grants too small for results this size will not be used soon.
-            self._unused.extend(g[0] for g in self._grants)
-            for g in self._grants:
+            self.unused.extend(g[0] for g in self.grants)
+            for g in self.grants:
                 self._unmap_one(g[0])
-            self._grants.clear()
-        mm = self._maps.get(name)
-        if mm is None:
-            mm = self._maps[name] = shm.open_existing(name, size)
-        return name, size, mm
+            self.grants.clear()
+        return name, size, self.map(name, size)
 
-    def on_feedback(self, data: Any) -> None:
-        grants, unmap, revoke = data
-        if revoke:
-            self._grants.clear()
-        if unmap:
-            for name in unmap:
+    def on_feedback(self, data: CallerFeedback) -> None:
+        if data.revoke:
+            self.grants.clear()
+        if data.unmap:
+            for name in data.unmap:
                 self._unmap_one(name)
-                self._grants = [g for g in self._grants if g[0] != name]
-        if grants:
-            self._grants.extend(grants)
+                self.grants = [g for g in self.grants if g[0] != name]
+        if data.grants:
+            self.grants.extend(data.grants)
 
     def _unmap_one(self, name: str) -> None:
-        mm = self._maps.pop(name, None)
+        mm = self.maps.pop(name, None)
         if mm is not None:
-            try:
+            # A user's object may still view it: then it goes with that object.
+            with contextlib.suppress(BufferError):
                 mm.close()
-            except BufferError:  # a user's object still views it: it goes with that
-                pass
 
-    def worker_feedback(self) -> Any:
-        lent, watch = self._lent_inputs, self._input_watch
-        released = []
-        while lent:
-            entry = watch.pop(id(lent.popleft()), None)
-            if entry is not None:
-                released.append(entry[1])
-        unused, self._unused = self._unused, []
-        full, self._full = self._full, False
-        if not released and not unused and not full:
+    def feedback(self) -> WorkerFeedback | None:
+        returned = self.returns.collect()
+        unused, self.unused = self.unused, []
+        full, self.full = self.full, False
+        if not returned and not unused and not full:
             return None
-        return (released, unused, full)
+        return WorkerFeedback(returned, unused, full)
