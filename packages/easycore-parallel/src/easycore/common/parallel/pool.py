@@ -55,13 +55,13 @@ from .backend import Backend, BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
+from .executor import WorkerContext, WorkerProgram
 from .insights import Insights, Recorder
 from .pickling import dumps_code, loads_code
 from .policy import DevicePolicy
 from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
-from .worker import WorkerContext, WorkerProgram
 
 __all__ = ["Pool", "AsyncResult", "MapResult", "IMapIterator", "TimeoutError"]
 

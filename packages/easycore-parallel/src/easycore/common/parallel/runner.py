@@ -33,13 +33,13 @@ from .chunking import AdaptiveChunker
 from .defaults import chosen_transport
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
+from .executor import RunnerProgram, WorkerProgram
 from .insights import Insights, Recorder
 from .policy import DevicePolicy
 from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
-from .worker import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "UnorderedRunner", "OrderedRunner"]
 
