@@ -9,20 +9,16 @@ is built) and then chunks of *jobs*:
   ``producer_work`` per item, ``producer_end``). ``Pool`` brings its own.
 * [`Executor`][easycore.common.parallel.executor.Executor] answers the
   [`protocol`][easycore.common.parallel.protocol]'s messages for one device:
-  [`start`][easycore.common.parallel.executor.Executor.start] runs the init
-  hooks and answers ``WorkerReady`` (or ``WorkerFailed``);
-  [`handle`][easycore.common.parallel.executor.Executor.handle] answers a
-  ``RunChunk`` with ``ChunkDone`` (or ``WorkerFailed``) and a ``StopWorker``
-  with ``WorkerEnded`` (or ``WorkerFailed``). In between it caches each job's
-  function (sent once per job), decodes items and encodes results with the
-  worker half of a transport, marks each item in its
-  [item slot][easycore.common.parallel.slots] as the chunk asks, and turns
-  every error into an ``ErrorReport``: an item that raises fails alone, the
-  others keep their results.
+  ``start()`` runs the init hooks (``WorkerReady``), ``handle(message)``
+  answers a ``RunChunk`` (``ChunkDone``) or a ``StopWorker`` (``WorkerEnded``),
+  and either says ``WorkerFailed`` when something raised. In between it caches
+  each job's function, decodes items and encodes results with the worker half
+  of a transport, marks each item in its [item slot][easycore.common.parallel.slots]
+  as the chunk asks, and turns every error into an ``ErrorReport`` (an item
+  that raises fails alone).
 
-The carriers only move messages and start and stop workers: the process loop
-([`worker`][easycore.common.parallel.worker]), the thread back-end and the
-Ray actor each call ``start`` once and ``handle`` per message.
+The carriers (the process loop in ``worker``, the thread back-end, the Ray
+actor) only move messages, and start and stop workers.
 """
 
 from __future__ import annotations
@@ -45,16 +41,8 @@ from .protocol import (
 )
 from .slots import MARK_INDEX, MARK_NONE, ItemSlots
 
-__all__ = [
-    "Executor",
-    "HookFailed",
-    "PassThrough",
-    "RunnerProgram",
-    "Terminated",
-    "WorkerContext",
-    "WorkerProgram",
-    "reported",
-]
+__all__ = ["Executor", "HookFailed", "PassThrough", "RunnerProgram", "Terminated",
+           "WorkerContext", "WorkerProgram", "reported"]
 
 #: what [`Executor.handle`][easycore.common.parallel.executor.Executor.handle] answers
 Reply = Union[ChunkDone, WorkerFailed, WorkerEnded]
