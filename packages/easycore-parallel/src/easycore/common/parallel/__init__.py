@@ -62,6 +62,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .executor import Executor, WorkerContext, WorkerProgram
 from .insights import Insights, Verdict, WorkerInsights
 from .jobqueue import JobQueue
 from .policy import DevicePolicy
@@ -70,7 +71,6 @@ from .process_backend import ProcessBackend
 from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
 from .transport import PickleTransport, SharedMemoryTransport, Transport
-from .worker import Executor, WorkerContext, WorkerProgram
 
 __all__ = [
     "Pool",

@@ -8,7 +8,7 @@ workers live is replaceable: [`ProcessBackend`][easycore.common.parallel.Process
 (one Ray actor per device).
 
 Every worker slot ``0 .. len(devices) - 1`` runs one
-[`Executor`][easycore.common.parallel.worker.Executor] at a time; the
+[`Executor`][easycore.common.parallel.executor.Executor] at a time; the
 messages are those of [`protocol`][easycore.common.parallel.protocol].
 All methods are called in the caller's process:
 
@@ -40,6 +40,8 @@ from __future__ import annotations
 import abc
 from typing import Any, List, NamedTuple, Optional, Tuple
 
+from .slots import ItemSlot
+
 __all__ = [
     "Backend",
     "BackendSpec",
@@ -66,14 +68,12 @@ class WorkerExited(NamedTuple):
 
 
 class Backend(abc.ABC):
-    """Runs [`Executor`][easycore.common.parallel.worker.Executor]s on a set of devices."""
+    """Runs [`Executor`][easycore.common.parallel.executor.Executor]s on a set of devices."""
 
     #: devices, one worker each, in order
     devices: List[str]
     #: the transport the engine encodes items and decodes results with
     transport: Any
-    #: whether this back-end can say which item of a chunk runs (task timeouts)
-    tracks_items: bool = False
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -135,8 +135,9 @@ class Backend(abc.ABC):
 
         return WorkerDiedError(self.devices[worker], worker, exited.pid, exited.exitcode, items)
 
-    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
-        """``(job, seq, item, started)`` that ``worker`` last reported, if it can."""
+    def item_slot(self, worker: int) -> Optional[ItemSlot]:
+        """What ``worker`` last wrote to its [item slot][easycore.common.parallel.slots]
+        (which item runs, since when); None: this back-end keeps none."""
         return None
 
     @abc.abstractmethod
@@ -189,7 +190,7 @@ class DirectTransport:
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
-    #: the [`WorkerProgram`][easycore.common.parallel.worker.WorkerProgram] every worker runs
+    #: the [`WorkerProgram`][easycore.common.parallel.executor.WorkerProgram] every worker runs
     program: Any
     devices: List[str]
     cfg: Any  #: each worker gets its own copy
@@ -197,7 +198,7 @@ class BackendSpec(NamedTuple):
     start_method: Optional[str] = None
     threads: Optional[int] = None  #: each worker's thread budget (None: leave alone)
     contexts: Optional[List[Any]] = None  #: per-worker context (Pool's worker_contexts)
-    track_items: bool = False  #: keep progress slots for task timeouts
+    item_slots: bool = False  #: keep item slots (which item runs: deaths, task timeouts)
 
 
 def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> None:

@@ -20,7 +20,7 @@ sink for results) and the engine does the rest:
 * **Failures.** With ``fail_fast`` (the runners) the first error (an item
   that raised, a worker that died) is raised by ``pump``. Otherwise (pools)
   an item that raises fails alone; a worker that dies fails only the item it
-  was running, as its progress slot says (the rest of its chunk and the
+  was running, as its item slot says (the rest of its chunk and the
   chunks queued behind it go to other workers; work it never received costs
   nothing) and is replaced; a task past its ``timeout`` fails with
   [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], its worker
@@ -55,8 +55,6 @@ from .errors import (
     WorkerError,
 )
 from .protocol import (
-    TRACK_INDEX,
-    TRACK_TIMES,
     ChunkDone,
     RunChunk,
     StopWorker,
@@ -64,6 +62,7 @@ from .protocol import (
     WorkerFailed,
     WorkerReady,
 )
+from .slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 
 __all__ = ["Engine", "Job", "JobSink", "ItemError"]
 
@@ -296,7 +295,7 @@ class Engine:
     linger = 0.02
     #: how long one pump waits at most when nothing happens
     tick = 0.25
-    #: seconds per item above which workers write each item's index (see ``_tracking``)
+    #: seconds per item above which workers write each item's index (see ``_mark``)
     mark_items_above = 5e-6
     #: memory an ordered job may hold waiting for a late chunk (each item counts
     #: at least 64 bytes)
@@ -674,16 +673,16 @@ class Engine:
         if self.recorder is not None:
             self.recorder.chunk_sent(len(items))
         message = RunChunk(job.id, chunk.seq, payload, function, forget,
-                           transport.feedback(slot), self._tracking(job, len(items)))
+                           transport.feedback(slot), self._mark(job, len(items)))
         try:
             self.backend.send(slot, message)
         except ChannelBroken:
             pass  # the worker died: its exit, soon reported, re-routes this chunk
 
-    def _tracking(self, job: Job, n: int) -> int:
+    def _mark(self, job: Job, n: int) -> int:
         """What the worker writes per item of a chunk of ``n`` items of ``job``."""
         if job.timeout is not None:
-            return TRACK_TIMES
+            return MARK_TIMES
         if n > 1:
             per_item = job.chunker.seconds_per_item
             # One store per item costs ~40 ns: nothing next to an item of a
@@ -691,8 +690,8 @@ class Engine:
             # unmarked; a death there is traced by running the chunk again
             # one item at a time (see _lost_running).
             if per_item == 0.0 or per_item >= self.mark_items_above:
-                return TRACK_INDEX
-        return 0
+                return MARK_INDEX
+        return MARK_NONE
 
     # ----------------------------------------------------------------- pump
     def pump(self, timeout: Optional[float] = None) -> None:
@@ -918,10 +917,10 @@ class Engine:
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
-        if at is None and self.backend.tracks_items:
-            # Which item was running: the worker writes its progress slot when
+        if at is None:
+            # Which item was running: the worker writes its item slot when
             # it receives a chunk (item -1) and before each item.
-            prog = self.backend.progress(slot)
+            prog = self.backend.item_slot(slot)
             if prog is not None and prog[0] == job.id and prog[1] == running.seq:
                 at = prog[2] if prog[2] >= 0 else None
                 if (at is None and what == "died" and not self.fail_fast and running.n > 1
@@ -1037,7 +1036,7 @@ class Engine:
         return best
 
     def _started(self, w: _Worker, head: _Chunk) -> float:
-        prog = self.backend.progress(w.slot)
+        prog = self.backend.item_slot(w.slot)
         if _runs(prog, head):
             return prog[3]  # type: ignore[index]
         # Not started yet by the worker's own account: it starts after the
@@ -1053,7 +1052,7 @@ class Engine:
                 head = w.fifo[0]
                 if head is _RESERVED or head.job.timeout is None or head.job.done:
                     continue
-                prog = self.backend.progress(w.slot)
+                prog = self.backend.item_slot(w.slot)
                 tracked = _runs(prog, head)
                 started = prog[3] if prog is not None and tracked else max(head.sent_at,
                                                                             w.last_at)
@@ -1132,7 +1131,7 @@ class Engine:
 
 
 def _runs(prog: Optional[Tuple[int, int, int, float]], head: _Chunk) -> bool:
-    """Whether a progress slot says that an item of ``head`` runs (since ``prog[3]``)."""
+    """Whether an item slot says that an item of ``head`` runs (since ``prog[3]``)."""
     return (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
             and prog[2] >= 0)
 

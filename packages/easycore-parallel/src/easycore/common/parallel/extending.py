@@ -16,6 +16,7 @@ page says what each name is for. Importing this module does not import Ray:
 from .backend import DirectTransport, check_options
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
+from .executor import HookFailed, RunnerProgram, Terminated
 from .pickling import dumps_code, loads_code
 from .policy import default_start_method
 from .progress import ProgressOption
@@ -31,9 +32,9 @@ from .protocol import (
 from .ray_backend import RayBackend
 from .seeding import RandomStreams
 from .services.server import ServiceHost
+from .slots import ItemSlot
 from .thread_backend import ThreadBackend
 from .threads import budget as thread_budget
-from .worker import HookFailed, RunnerProgram, Terminated
 
 __all__ = [
     # the engine
@@ -55,6 +56,7 @@ __all__ = [
     "HookFailed",
     "Terminated",
     # back-ends and what they share
+    "ItemSlot",
     "ThreadBackend",
     "RayBackend",
     "DirectTransport",

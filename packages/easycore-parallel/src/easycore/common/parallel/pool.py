@@ -57,13 +57,13 @@ from .backend import BackendSpec
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
+from .executor import WorkerContext, WorkerProgram
 from .insights import Insights, Recorder
 from .options import WorkerOptions, check_callable, check_chunksize
 from .pickling import dumps_code, loads_code
 from .policy import BACKENDS, DevicePolicy, build_backend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
-from .worker import WorkerContext, WorkerProgram
 
 __all__ = [
     "AsyncResult",

@@ -42,8 +42,9 @@ from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_op
 from .errors import WorkerDiedError, WorkerError
 from .pickling import dumps_either
 from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
+from .slots import ItemSlot, ItemSlots
 from .transport import Transport
-from .worker import ProgressSlots, WorkerSpec, process_main
+from .worker import WorkerSpec, process_main
 
 __all__ = ["ProcessBackend"]
 
@@ -129,7 +130,7 @@ class _Handle:
             self.out.clear()
 
 
-def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[str],
+def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional[str],
               inherited: Optional[inherit.Inherited] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     inherit.release(inherited)  # no later fork needs it: let the program go
@@ -159,9 +160,9 @@ def _kill_all(handles: List[_Handle], transport: Transport, progress: Optional[s
         transport.cleanup()
     except Exception:
         pass
-    if progress is not None:
+    if item_slots is not None:
         try:
-            shm.release(progress)
+            shm.release(item_slots)
         except Exception:
             pass
 
@@ -173,7 +174,6 @@ class ProcessBackend(Backend):
     tick = 0.25
     #: seconds a worker gets to exit after SIGTERM before it is killed
     term_grace = 0.5
-    tracks_items = True
 
     def __init__(
         self,
@@ -204,8 +204,8 @@ class ProcessBackend(Backend):
         self._writers_lock = threading.Lock()
         self._registered_writers: set = set()
         self._cfg_payload: Any = None
-        self._progress_name: Optional[str] = None
-        self._progress: Optional[ProgressSlots] = None
+        self._item_slots_name: Optional[str] = None
+        self._item_slots: Optional[ItemSlots] = None
         self._finalizer: Any = None
         self._closed = False
         # Under fork the program (and what it holds: a target's object, an
@@ -266,16 +266,15 @@ class ProcessBackend(Backend):
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
             mm = None
-            if self._spec.track_items and shm.AVAILABLE:
+            if self._spec.item_slots and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
                 try:
-                    mm = shm.create(name, ProgressSlots.nbytes(len(self.devices)))
+                    mm = shm.create(name, ItemSlots.nbytes(len(self.devices)))
                 except shm.SharedMemoryFull:
                     pass  # a full /dev/shm: task timeouts then count per chunk
             if mm is not None:
-                self._progress_name, self._progress = name, ProgressSlots(mm)
-                for slot in range(len(self.devices)):  # no job -1: nothing runs yet
-                    self._progress.write(slot, -1, -1, -1, 0.0)
+                self._item_slots_name, self._item_slots = name, ItemSlots(mm)
+                self._item_slots.clear(len(self.devices))
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name,
@@ -309,7 +308,7 @@ class ProcessBackend(Backend):
         program: Any = spec.program if self._program_ref is None else self._program_ref
         worker_spec = WorkerSpec(
             program, slot, self.devices[slot], self._cfg_payload, context,
-            self.transport, self._progress_name,
+            self.transport, self._item_slots_name,
         )
         spec_bytes = _dump_spec(worker_spec)
         # Under fork the worker inherits the bytes with the Process object. A
@@ -510,10 +509,10 @@ class ProcessBackend(Backend):
             self._writers.discard(h.slot)
 
     # ---------------------------------------------------- one worker at a time
-    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
-        if self._progress is None:
+    def item_slot(self, worker: int) -> Optional[ItemSlot]:
+        if self._item_slots is None:
             return None
-        return self._progress.read(worker)
+        return self._item_slots.read(worker)
 
     def kill(self, worker: int) -> None:
         h = self._by_slot[worker]

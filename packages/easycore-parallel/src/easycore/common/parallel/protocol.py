@@ -56,16 +56,10 @@ class RunChunk(NamedTuple):
     #: the transport's data for the worker, or None (the shared-memory
     #: transport's ``transport.CallerFeedback``)
     feedback: Any
-    #: what the worker writes to its progress slot per item: 0 nothing (the
-    #: chunk's receipt only), 1 the item's index (a death then costs one
-    #: item), 2 its index and start time (task timeouts)
-    track_items: int
-
-
-#: ``RunChunk.track_items``: each item's index in the progress slot
-TRACK_INDEX = 1
-#: ``RunChunk.track_items``: each item's index and start time (task timeouts)
-TRACK_TIMES = 2
+    #: what the worker writes to its item slot per item: ``MARK_NONE`` (the
+    #: chunk's receipt only), ``MARK_INDEX`` (a death then costs one item) or
+    #: ``MARK_TIMES`` (task timeouts); see [`slots`][easycore.common.parallel.slots]
+    mark: int
 
 
 class StopWorker(NamedTuple):

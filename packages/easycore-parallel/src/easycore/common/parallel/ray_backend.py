@@ -66,9 +66,9 @@ from .backend import (
     check_options,
 )
 from .errors import ParallelError, WorkerDiedError, WorkerError
+from .executor import Executor, PassThrough, WorkerContext
 from .lifeline import run_into
-from .protocol import ChunkDone, RunChunk, WorkerEnded, WorkerFailed, WorkerReady
-from .worker import Executor, HookFailed, WorkerContext
+from .protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 
 __all__ = ["RayBackend", "RayWorkerDiedError"]
 
@@ -119,14 +119,17 @@ class RayWorkerDiedError(WorkerDiedError):
 
 class _Actor:
     """One worker; made a Ray actor class by
-    [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]."""
+    [`RayBackend.start`][easycore.common.parallel.ray_backend.RayBackend]: it
+    answers the protocol's messages with an
+    [`Executor`][easycore.common.parallel.executor.Executor]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
         self.n_threads = n_threads
         if n_threads is not None:
             _threads.limit_threads(n_threads)
-        self.executor = Executor(program, WorkerContext(index, device, cfg, context))
+        self.executor = Executor(program, WorkerContext(index, device, cfg, context),
+                                 transport=_ObjectStore())
 
     def _keep_thread_env(self) -> None:
         # Older Ray releases (2.9 and 2.10 among them) set OMP_NUM_THREADS to the
@@ -143,36 +146,22 @@ class _Actor:
         ctx = ray.get_runtime_context()
         return os.getpid(), ctx.get_node_id(), ray.util.get_node_ip_address()
 
-    def init(self) -> Any:
+    def start(self) -> Any:
         self._keep_thread_env()
-        try:
-            self.executor.init()
-        except HookFailed as failed:
-            return WorkerFailed(None, None, failed.report)
-        return WorkerReady(os.getpid())
+        return self.executor.start()
 
-    def run(self, job: int, seq: int, function: Optional[bytes], items: List[Any],
-            forget: Tuple[int, ...], track: bool) -> Any:
+    def handle(self, message: Any) -> Any:
         self._keep_thread_env()
-        start = time.perf_counter()
-        if forget:
-            self.executor.forget(forget)
-        try:
-            out, failures = self.executor.run_chunk(job, seq, function, items, track)
-        except HookFailed as failed:
-            return WorkerFailed(job, seq, failed.report)
+        return self.executor.handle(message)
+
+
+class _ObjectStore(PassThrough):
+    """The actor's half of the transport: Ray's object store moves the results."""
+
+    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
         # For the chunker only: the bytes of top-level arrays and tensors.
-        nbytes = sum(getattr(r, "nbytes", 0) or 0 for r in out if not isinstance(r, int))
-        return ChunkDone(job, seq, out, len(items), time.perf_counter() - start, nbytes,
-                         failures, None)
-
-    def end(self) -> Any:
-        self._keep_thread_env()
-        try:
-            self.executor.end()
-        except HookFailed as failed:
-            return WorkerFailed(None, None, failed.report)
-        return WorkerEnded()
+        return results, sum(getattr(r, "nbytes", 0) or 0 for r in results
+                            if not isinstance(r, int))
 
 
 # The Ray this module started, shared by every runner that finds it running:
@@ -426,7 +415,7 @@ class RayBackend(Backend):
         self._dead.discard(slot)
         self._killed.discard(slot)
         with self._lock:
-            self._pending[actor.init.remote()] = (slot, None, None)
+            self._pending[actor.start.remote()] = (slot, None, None)
         self._changed.set()
 
     def _check_resources(self) -> None:
@@ -468,13 +457,11 @@ class RayBackend(Backend):
         if self._closed or worker in self._dead:
             raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is gone")
         actor = self._actors[worker]
+        ref = actor.handle.remote(message)
         if isinstance(message, RunChunk):
-            ref = actor.run.remote(message.job, message.seq, message.function, message.items,
-                                   message.forget, message.track_items)
             tag: Tuple[int, Any, Any] = (worker, message.job, message.seq)
         else:  # StopWorker
             self._ending.add(worker)
-            ref = actor.end.remote()
             tag = (worker, None, None)
         # Returns at once: Ray queues the task on the actor; the engine's
         # credits bound how many are queued.
@@ -573,7 +560,8 @@ class RayBackend(Backend):
                 if slot not in self._dead:
                     self._ending.add(slot)
                     with self._lock:
-                        self._pending[self._actors[slot].end.remote()] = (slot, None, None)
+                        ref = self._actors[slot].handle.remote(StopWorker())
+                        self._pending[ref] = (slot, None, None)
             while any(s not in self._dead for s in range(len(self.devices))):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:

@@ -32,6 +32,7 @@ from .backend import Backend, BackendSpec, check_options
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
+from .executor import RunnerProgram, WorkerProgram
 from .insights import Insights, Recorder
 from .options import WorkerOptions
 from .policy import BACKENDS, DevicePolicy, build_backend
@@ -39,7 +40,6 @@ from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
 from .threads import ThreadsOption
 from .transport import SharedMemoryTransport, Transport
-from .worker import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 

@@ -36,8 +36,9 @@ from .backend import (
     check_options,
 )
 from .errors import WorkerError
-from .protocol import ChunkDone, RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
-from .worker import Executor, HookFailed, WorkerContext
+from .executor import Executor, WorkerContext
+from .protocol import RunChunk, StopWorker, WorkerFailed, WorkerReady
+from .slots import ItemSlot, ItemSlots
 
 __all__ = ["ThreadBackend"]
 
@@ -45,33 +46,17 @@ _WAKE = object()
 
 
 class _Slot:
-    __slots__ = ("thread", "inbox", "token", "progress", "index")
+    __slots__ = ("inbox", "index", "thread", "token")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.thread: Optional[threading.Thread] = None
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.token: Optional[object] = None  # the running thread's; None: abandoned
-        self.progress: List[Any] = [-1, -1, -1, 0.0]
-
-
-class _ThreadProgress:
-    """Progress slots for threads: plain lists, no shared memory needed."""
-
-    def __init__(self, slot: _Slot) -> None:
-        self._slot = slot
-
-    def write(self, index: int, job: int, seq: int, item: int, started: float) -> None:
-        self._slot.progress[:] = [job, seq, item, started]
-
-    def item_cell(self, index: int) -> Tuple[Any, int]:
-        return self._slot.progress, 2
 
 
 class ThreadBackend(Backend):
     """Runs each device's worker in a thread of this process."""
-
-    tracks_items = True
 
     def __init__(self, spec: BackendSpec) -> None:
         """
@@ -82,6 +67,7 @@ class ThreadBackend(Backend):
         self.transport = DirectTransport()
         self._spec = spec
         self._slots = [_Slot(i) for i in range(len(self.devices))]
+        self._item_slots = ItemSlots.local(len(self.devices))  # no shared memory needed
         self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
 
@@ -122,7 +108,7 @@ class ThreadBackend(Backend):
         context = spec.contexts[slot.index] if spec.contexts is not None else None
         cfg = copy.deepcopy(spec.cfg)
         ctx = WorkerContext(slot.index, self.devices[slot.index], cfg, context)
-        executor = Executor(spec.program, ctx, _ThreadProgress(slot))  # type: ignore[arg-type]
+        executor = Executor(spec.program, ctx, self._item_slots)
         slot.thread = threading.Thread(
             target=self._run, args=(slot, token, slot.inbox, executor),
             name=f"easycore-worker-{slot.index}[{self.devices[slot.index]}]", daemon=True,
@@ -132,45 +118,24 @@ class ThreadBackend(Backend):
     def _run(self, slot: _Slot, token: object, inbox: Any, executor: Executor) -> None:
         post = self._out.put
         index = slot.index
-        try:
-            executor.init()
-        except HookFailed as failed:
-            post((index, WorkerFailed(None, None, failed.report)))
+        ready = executor.start()
+        post((index, ready))
+        if type(ready) is WorkerFailed:
             return
-        post((index, WorkerReady(os.getpid())))
         while True:
             message = inbox.get()
             if slot.token is not token:
                 return  # abandoned or replaced: whatever is left belongs to nobody
-            if isinstance(message, StopWorker):
-                break
-            start = time.perf_counter()
-            if message.forget:
-                executor.forget(message.forget)
-            working = time.perf_counter()  # insights: items travel by reference here
-            try:
-                out, failures = executor.run_chunk(message.job, message.seq, message.function,
-                                                   message.items, message.track_items)
-                working = time.perf_counter() - working
-            except HookFailed as failed:
-                if slot.token is token:
-                    post((index, WorkerFailed(message.job, message.seq, failed.report)))
-                continue
+            reply = executor.handle(message)
             if slot.token is not token:
-                return  # timed out and replaced: its results are nobody's
-            post((index, ChunkDone(message.job, message.seq, out, len(message.items),
-                                   time.perf_counter() - start, 0, failures, None, working)))
+                return  # timed out and replaced: its answer is nobody's
+            post((index, reply))
+            if type(message) is StopWorker:
+                post((index, WorkerExited(os.getpid(), 0, True)))
+                return
             # Not kept while this worker waits for its next chunk: the caller
             # may have dropped these inputs and results already (bpo-29861).
-            del message, out, failures
-        try:
-            executor.end()
-        except HookFailed as failed:
-            post((index, WorkerFailed(None, None, failed.report)))
-            post((index, WorkerExited(os.getpid(), 0, True)))
-            return
-        post((index, WorkerEnded()))
-        post((index, WorkerExited(os.getpid(), 0, True)))
+            del message, reply
 
     def send(self, worker: int, message: Any) -> None:
         if self._closed:
@@ -198,9 +163,8 @@ class ThreadBackend(Backend):
     def wakeup(self) -> None:
         self._out.put(_WAKE)
 
-    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
-        p = self._slots[worker].progress
-        return (p[0], p[1], p[2], p[3])
+    def item_slot(self, worker: int) -> Optional[ItemSlot]:
+        return self._item_slots.read(worker)
 
     def kill(self, worker: int) -> None:
         slot = self._slots[worker]

@@ -28,7 +28,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from easycore.common.parallel import Backend, ParallelError, WorkerExited
-from easycore.common.parallel.extending import Engine
+from easycore.common.parallel.extending import Engine, ItemSlot
 
 from .failures import name_rank
 from .rank_worker import HostStore, Init, Join
@@ -65,7 +65,6 @@ class GroupBackend(Backend):
         """
         self.devices = list(inner.devices)
         self.transport = inner.transport
-        self.tracks_items = inner.tracks_items
         self.backend = backend
         self.timeout = timeout
         self._inner = inner
@@ -145,8 +144,8 @@ class GroupBackend(Backend):
                     items: Optional[List[int]] = None) -> BaseException:
         return self._inner.death_error(worker, exited, items)
 
-    def progress(self, worker: int) -> Optional[Tuple[int, int, int, float]]:
-        return self._inner.progress(worker)
+    def item_slot(self, worker: int) -> Optional[ItemSlot]:
+        return self._inner.item_slot(worker)
 
     @property
     def pids(self) -> List[Optional[int]]:
