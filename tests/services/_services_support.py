@@ -125,11 +125,7 @@ def _close_fds_then_die(seconds):
             s = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
-<<<<<<< HEAD
-        with contextlib.suppress(OSError):
-=======
         with contextlib.suppress(OSError):  # not a socket, or not connected
->>>>>>> h-wire
             s.shutdown(socket.SHUT_RDWR)
         s.close()
     os.closerange(3, 65536)

@@ -111,11 +111,7 @@ def _blocked_client(handle, gate, errors):
     try:
         handle.call("wait_for", gate)
         errors.put("returned")
-<<<<<<< HEAD
-    except Exception as exc:  # noqa: BLE001 (the test checks the type by name)
-=======
     except Exception as exc:  # noqa: BLE001 - whichever error it is, the test reads its name
->>>>>>> h-wire
         errors.put(type(exc).__name__)
     errors.close()
     errors.join_thread()

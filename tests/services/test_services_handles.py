@@ -227,15 +227,9 @@ def test_a_wrong_key_is_refused(no_leaks):
 
     with Service.start(Tool) as h:
         target = replace(h._state.target, authkey=os.urandom(32))
-<<<<<<< HEAD
-        with ServiceHandle("process", target, h._state.transport_class) as forged:  # noqa: SIM117 (as one, the line would pass 100 columns)
-            with pytest.raises(ParallelError, match="wrong auth key"):
-                forged.call("pid")
-=======
         with ServiceHandle("process", target, h._state.transport_class) as forged, \
                 pytest.raises(ParallelError, match="wrong auth key"):
             forged.call("pid")
->>>>>>> h-wire
         assert h.call("echo", 1) == ((1,), {})
 
 
