@@ -6,7 +6,6 @@ import functools
 import multiprocessing
 import pickle
 import queue
-import re
 import threading
 
 import pytest
