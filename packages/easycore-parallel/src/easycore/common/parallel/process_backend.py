@@ -521,12 +521,13 @@ class ProcessBackend(Backend):
         self._terminate([h], graceful=False)
 
     def restart(self, worker: int) -> None:
+        # The engine calls this outside its lock, after the transport forgot
+        # what the old worker held (see ``supervision``).
         with self._poll_lock:
             old = self._by_slot[worker]
             if not old.gone:
                 raise RuntimeError(f"worker {worker} is still running")
             old.close()
-            self.transport.worker_gone(worker)
             self._start_one(worker)
 
     # ------------------------------------------------------------------ end
