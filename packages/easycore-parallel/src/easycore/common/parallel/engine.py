@@ -1,12 +1,10 @@
 """The engine: many jobs over one set of workers, and what happens when things fail.
 
 This module is the engine's front (jobs in, ``pump``, results out, close);
-its three other jobs each have a module of their own:
-[`dispatch`][easycore.common.parallel.dispatch] (credits: who gets the next
-chunk), [`ordering`][easycore.common.parallel.ordering] (how results are
-ordered) and [`supervision`][easycore.common.parallel.supervision] (how a dead
-worker is replaced, task deadlines); a job and its sink are in
-[`job`][easycore.common.parallel.job].
+its three other jobs each have a module of their own: ``dispatch`` (credits:
+who gets the next chunk), ``ordering`` (how results are ordered) and
+``supervision`` (how a dead worker is replaced, task deadlines); a job and
+its sink are in ``job``.
 (Over 400 lines: what is left is one job, the engine's state under one lock,
 and about a third of it is the docstrings of the clients' entry points.)
 

@@ -37,7 +37,8 @@ exit its back-end reports (``WorkerExited``), every hook failure
    step 1 takes it from there once its exit is reported.
 
 Back-ends only start, kill and restart one worker; what a death means is
-decided here.
+decided here. (About 400 lines on purpose: this module is the one-file answer
+to "how is a dead worker replaced", comments included.)
 """
 
 from __future__ import annotations
