@@ -33,6 +33,7 @@ class _Gate:
         self.restarting = threading.Event()
         self.release = threading.Event()
         self.sent_meanwhile = threading.Event()
+        self.replaced = threading.Event()  # a replacement was started
         self._first = True
 
     def hold(self) -> None:
@@ -63,6 +64,7 @@ def _gated_pool(gate: _Gate) -> type:
         def restart(self, worker: int) -> None:
             gate.hold()
             super().restart(worker)
+            gate.replaced.set()
 
         def send(self, worker: int, message) -> None:
             super().send(worker, message)
@@ -112,9 +114,11 @@ def test_a_feeding_thread_does_not_wait_for_a_replacement_process(method, no_lea
 def test_a_feeding_thread_does_not_wait_for_a_replacement_thread(no_leaks):
     gate = _Gate()
     stuck = threading.Event()
+    stalled: list = []
 
     def stalls_on_zero(x):
         if x == 0:
+            stalled.append(threading.current_thread())
             stuck.wait(WAIT)  # past its task_timeout: abandoned, replaced
         return x
 
@@ -130,3 +134,44 @@ def test_a_feeding_thread_does_not_wait_for_a_replacement_thread(no_leaks):
             assert len(set(pool.broadcast(threading.get_ident))) == 2  # the new one works
     finally:
         stuck.set()  # the abandoned thread returns and exits
+        for thread in stalled:
+            thread.join(WAIT)
+
+
+def test_a_chunk_whose_worker_is_replaced_while_it_is_filled_runs_on_the_replacement(
+        monkeypatch, no_leaks):
+    # The feeding thread reserves the worker's credit, then fills the chunk
+    # outside the engine lock; meanwhile the worker is killed (a task past its
+    # timeout) and replaced, which empties its queue, the reservation too.
+    # The chunk must still run, not fail its job.
+    from easycore.common.parallel import pool as pool_module
+
+    gate = _Gate()
+    gate.release.set()  # replacements start at once here
+    stuck = threading.Event()
+    stalled: list = []
+    take = pool_module._ReadAhead.take
+
+    def slow_take(self, n):
+        items, ended = take(self, n)
+        if 1 in items:
+            gate.replaced.wait(WAIT)  # the credit is reserved: hold it until the worker died
+        return items, ended
+
+    monkeypatch.setattr(pool_module._ReadAhead, "take", slow_take)
+
+    def stalls_on_zero(x):
+        if x == 0:
+            stalled.append(threading.current_thread())
+            stuck.wait(WAIT)
+        return x
+
+    try:
+        with _gated_pool(gate)(1, backend="thread") as pool:
+            it = pool.imap(stalls_on_zero, iter(range(8)), chunksize=1, task_timeout=0.5)
+            assert _collect(it) == [TaskTimeoutError, *range(1, 8)]
+            assert gate.replaced.is_set()
+    finally:
+        stuck.set()  # the abandoned thread returns and exits
+        for thread in stalled:
+            thread.join(WAIT)
