@@ -80,4 +80,4 @@ def test_a_worker_whose_segment_vanished_names_it(no_leaks):
         gc.collect()
     assert not any(f is _remove_progress_at_boot for _, _, f in list(util._afterfork_registry))
     message = str(info.value)
-    assert "vanished" in message and "progress slots" in message and "'/ecs-" in message
+    assert "vanished" in message and "item slots" in message and "'/ecs-" in message

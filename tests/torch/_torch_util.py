@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = HERE / "scripts"
-# torch runners', plain runners', progress slots', and torch's own (file_system strategy)
+# torch runners', plain runners', item slots', and torch's own (file_system strategy)
 SHM_PATTERNS = ("ect-{pid:x}-", "ecp-{pid:x}-", "ecs-{pid:x}-", "torch_{pid}_")
 
 

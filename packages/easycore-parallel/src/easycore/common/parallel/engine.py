@@ -1,15 +1,23 @@
 """The engine: many jobs over one set of workers, and what happens when things fail.
 
+This module is the engine's front (jobs in, ``pump``, results out, close);
+its three other jobs each have a module of their own: ``dispatch`` (credits:
+who gets the next chunk), ``ordering`` (how results are ordered) and
+``supervision`` (how a dead worker is replaced, task deadlines); a job and
+its sink are in ``job``.
+(Over 400 lines: what is left is one job, the engine's state under one lock,
+and about a third of it is the docstrings of the clients' entry points.)
+
 Runners, ``Pool``, ``BackgroundTask`` and ``JobQueue`` are all clients of
 this one engine. A client makes a [`Job`][easycore.common.parallel.engine.Job]
 (a function sent once to each worker that needs it, a source of items, a
 sink for results) and the engine does the rest:
 
-* **Chunks and credits.** Items travel in chunks sized by an
+* **Chunks and credits** (``dispatch``). Items travel in chunks sized by an
   [`AdaptiveChunker`][easycore.common.parallel.chunking.AdaptiveChunker]; a
   worker holds at most ``credits`` chunks at a time, which bounds how far any
   input is read ahead. Jobs take turns for free credits.
-* **Ordering.** An ordered job delivers chunks in input order; how far it
+* **Ordering** (``ordering``). An ordered job delivers chunks in input order; how far it
   runs ahead of its slowest chunk is bounded by the memory its reorder buffer
   holds (``reorder_bytes``), not by a number of chunks, so one slow item
   does not stall every worker.
@@ -17,7 +25,7 @@ sink for results) and the engine does the rest:
   jobs, checks task deadlines and hands out free credits. Any thread may call
   it; one does at a time. A runner's calling thread pumps itself (its consumer
   hooks run there); a pool runs a coordinator thread that pumps.
-* **Failures.** With ``fail_fast`` (the runners) the first error (an item
+* **Failures** (``supervision``). With ``fail_fast`` (the runners) the first error (an item
   that raised, a worker that died) is raised by ``pump``. Otherwise (pools)
   an item that raises fails alone; a worker that dies fails only the item it
   was running, as its item slot says (the rest of its chunk and the
@@ -36,267 +44,32 @@ feeding never waits in the user's iterator.
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 import typing
-from collections import deque
-from itertools import islice
-from typing import Any, Callable, Deque, Dict, Final, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional
 
 from . import interrupts
-from .backend import Backend, ChannelBroken, WorkerExited
+from .backend import Backend, WorkerExited
 from .chunking import AdaptiveChunker
-from .errors import (
-    ErrorReport,
-    ParallelError,
-    RunnerClosedError,
-    TaskTimeoutError,
-    WorkerError,
-)
-from .protocol import (
-    ChunkDone,
-    RunChunk,
-    StopWorker,
-    WorkerEnded,
-    WorkerFailed,
-    WorkerReady,
-)
-from .slots import MARK_INDEX, MARK_NONE, MARK_TIMES
+from .dispatch import Dispatch, WorkerState, pop_chunk
+from .errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
+from .job import ItemError, Job, JobSink
+from .ordering import deliver
+from .protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
+from .supervision import Supervisor
 
-__all__ = ["Engine", "Job", "JobSink", "ItemError"]
+__all__ = ["Engine", "ItemError", "Job", "JobSink"]
 
 if typing.TYPE_CHECKING:
     from .insights import Recorder
 
 
-class ItemError:
-    """An item's failure as its sink receives it: an exception to raise for it."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-class JobSink:
-    """Receives a job's results; subclass for each kind of client.
-
-    The engine sets ``job`` before the first chunk is sent, so that a sink can
-    act on its job (e.g. cancel it) from its very first delivery.
-    """
-
-    job: Optional[Job] = None
-
-    def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
-        """A chunk's results, in input order if the job is ordered.
-
-        Args:
-            first_index (int): index (in the input) of ``results[0]``.
-            results (list): one result per item.
-            failed (dict): position in ``results`` -> the item's error.
-        """
-
-    def finish(self, error: Optional[BaseException]) -> None:
-        """The job ended: every item delivered (error None), or it failed."""
-
-    def claim(self) -> bool:
-        """The job's first chunk is about to be sent (engine lock held).
-
-        Returns:
-            bool: False to drop the job instead (it was cancelled before any
-            worker got it: it ends with no error and nothing runs).
-        """
-        return True
-
-
-class _Chunk:
-    """A chunk in flight (caller side)."""
-
-    __slots__ = ("job", "seq", "first", "items", "n", "payload", "worker", "sent_at", "cost",
-                 "in_bytes")
-
-    def __init__(self, job: Job, seq: int, first: int, items: Optional[List[Any]], n: int) -> None:
-        self.job = job
-        self.seq = seq
-        self.first = first  # index of the first item in the job's input
-        self.items = items  # kept for a retry when the job allows it
-        self.n = n
-        self.payload: Any = None
-        self.worker = -1
-        self.sent_at = 0.0
-        self.cost = 0  # bytes counted against the job's reorder buffer
-        self.in_bytes = 0  # bytes the items moved (a worker sees only the pipe's share)
-
-
-class Job:
-    """One function over a stream of items, run by an
-    [`Engine`][easycore.common.parallel.engine.Engine]."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        job_id: int,
-        function: Optional[bytes],
-        source: Any,
-        sink: JobSink,
-        *,
-        ordered: bool,
-        lazy: bool,
-        timeout: Optional[float],
-        chunker: AdaptiveChunker,
-        chunk_size: Optional[int],
-        retry: bool,
-        targets: Optional[List[int]] = None,
-        window: Optional[int] = None,
-    ) -> None:
-        self.engine = engine
-        self.id = job_id
-        self.function = function
-        self.sink = sink
-        self.ordered = ordered
-        self.lazy = lazy
-        self.timeout = timeout
-        self.chunker = chunker
-        self.chunk_size = chunk_size
-        self.retry = retry
-        self.targets = targets  # broadcast: item k runs on worker targets[k]
-        self.window = window  # items taken but not yet consumed, at most
-        self.consumed_items = 0
-        self._source = source
-        self._iterator: Optional[Iterator] = iter(source) if lazy else None
-        self._next_index = 0
-        self._total = None if lazy else len(source)
-        self.exhausted = self._total == 0
-        self._retry: Deque[Tuple[int, List[Any]]] = deque()
-        self.outstanding = 0  # chunks sent or reserved, not yet received back
-        self.seq = 0
-        self.delivered_items = 0
-        self.taken_items = 0
-        self.deaths = 0
-        self.done = False
-        self.finished = threading.Event()  # set with done, for threads that wait
-        self.error: Optional[BaseException] = None
-        self.pull_cap = chunker.max_items
-        # ordered delivery, by input index (retried items come back in pieces)
-        self._pending: Dict[int, Tuple[List[Any], Dict[int, ItemError], int]] = {}
-        self._next_index_out = 0
-        self.buffered = 0  # bytes waiting in the reorder buffer
-
-    # --------------------------------------------------------------- source
-    def has_work(self) -> bool:
-        """Whether a chunk could be taken now (ignoring credits)."""
-        return bool(self._retry) or not self.exhausted
-
-    def next_size(self) -> int:
-        if self.chunk_size is not None:
-            return self.chunk_size
-        size = min(self.chunker.size, self.pull_cap)
-        if self.timeout is not None:
-            size = min(size, max(1, int(self.timeout / 4 / max(self.chunker.seconds_per_item,
-                                                             1e-9))))
-        return max(1, size)
-
-    def take(self, size: int) -> Tuple[int, List[Any]]:
-        """Take up to ``size`` items (not for lazy sources: see ``pull``)."""
-        if self._retry:
-            return self._retry.popleft()
-        start = self._next_index
-        if self.targets is not None:
-            size = 1
-        items = list(self._source[start : start + size])
-        self._next_index += len(items)
-        self.taken_items += len(items)
-        if self._next_index >= self._total:  # type: ignore[operator]
-            self.exhausted = True
-        return start, items
-
-    def pull(self, size: int, linger: float) -> Tuple[int, List[Any]]:
-        """Pull up to ``size`` items from a lazy source; may block in the user's iterator."""
-        if self._retry:
-            return self._retry.popleft()
-        assert self._iterator is not None
-        start = self._next_index
-        t0 = time.perf_counter()
-        take = getattr(self._iterator, "take", None)
-        if take is not None:
-            # A source read ahead by a thread of its own (``Pool.imap``'s):
-            # ``take(n)`` never blocks, so feeding never waits in the user's
-            # iterator; it returns what is there and whether the input ended.
-            items, ended = take(size)
-        else:
-            items = list(islice(self._iterator, size))
-            ended = len(items) < size
-        elapsed = time.perf_counter() - t0
-        recorder = self.engine.recorder
-        if recorder is not None:  # insights
-            recorder.reading_input += elapsed
-        if elapsed > 0 and items and take is None:
-            # A slow input must not hold finished items back: cap the chunk at
-            # what the input makes in ``linger`` seconds.
-            self.pull_cap = max(1, int(linger / (elapsed / len(items))))
-        if ended:
-            self.exhausted = True
-        self._next_index += len(items)
-        self.taken_items += len(items)
-        return start, items
-
-    def requeue(self, first: int, items: List[Any]) -> None:
-        self._retry.append((first, items))
-
-    @property
-    def total(self) -> Optional[int]:
-        return self._total if self.exhausted or not self.lazy else None
-
-    # -------------------------------------------------------------- results
-    def complete(self) -> bool:
-        """Whether every item was delivered."""
-        return self.exhausted and not self._retry and self.outstanding == 0 and not self._pending
-
-
-class _Reserved(enum.Enum):
-    """A place in a worker's fifo whose credit is taken for a chunk not yet sent."""
-
-    PLACE = 0
-
-
-#: Holds a worker's credit while its chunk is taken and encoded (see ``_reserve``);
-#: ``_send`` puts the chunk in its place, ``_unreserve`` gives it back.
-_RESERVED: Final = _Reserved.PLACE
-
-
-class _Worker:
-    """The engine's view of one worker slot."""
-
-    __slots__ = ("slot", "ready", "fifo", "jobs", "forget", "items_done", "retiring", "last_at",
-                 "kill_reason", "alive", "restarts", "lock", "start_deaths")
-
-    def __init__(self, slot: int) -> None:
-        self.slot = slot
-        self.ready = False
-        # chunks sent (and places reserved), in the order it runs them
-        self.fifo: Deque[Union[_Chunk, _Reserved]] = deque()
-        self.jobs: set = set()  # jobs whose function it has
-        self.forget: List[int] = []
-        self.items_done = 0
-        self.retiring = False
-        self.last_at = 0.0  # when it last finished a chunk
-        self.kill_reason: Optional[Tuple[str, Any]] = None
-        self.alive = True
-        self.restarts = 0
-        self.start_deaths = 0  # deaths in a row before the init hooks returned
-        self.lock = threading.Lock()
-
-
-class Engine:
+class Engine(Dispatch):
     """Jobs over one back-end's workers; see the module docstring."""
 
-    #: seconds a lazy input may take to fill a chunk before it is sent
-    linger = 0.02
     #: how long one pump waits at most when nothing happens
     tick = 0.25
-    #: seconds per item above which workers write each item's index (see ``_mark``)
-    mark_items_above = 5e-6
     #: memory an ordered job may hold waiting for a late chunk (each item counts
     #: at least 64 bytes)
     reorder_bytes_default = 64 << 20
@@ -305,7 +78,7 @@ class Engine:
         self,
         backend: Backend,
         *,
-        credits: int = 3,
+        credits: int = 3,  # noqa: A002 -- the engine's word for it, a public keyword
         fail_fast: bool = True,
         max_deaths: int = 3,
         maxtasksperchild: Optional[int] = None,
@@ -336,12 +109,13 @@ class Engine:
         self.max_deaths = max_deaths
         self.maxtasksperchild = maxtasksperchild
         self.reorder_bytes = self.reorder_bytes_default if reorder_bytes is None else reorder_bytes
-        self._workers = [_Worker(i) for i in range(len(backend.devices))]
+        self._workers = [WorkerState(i) for i in range(len(backend.devices))]
         self._jobs: Dict[int, Job] = {}
         self._active: List[Job] = []  # jobs with items left to send, in turn order
         self._next_job = 0
         self._lock = threading.RLock()  # scheduling state and the transport
         self._pump_lock = threading.Lock()
+        self._supervisor = Supervisor(self, fail_fast=fail_fast, max_deaths=max_deaths)
         self._closing = False
         self._broken: Optional[BaseException] = None
         self._rr = 0
@@ -374,10 +148,6 @@ class Engine:
             self.recorder.started_all(time.perf_counter() - t0)
         for w in self._workers:
             w.ready = True
-
-    @property
-    def devices(self) -> List[str]:
-        return self.backend.devices
 
     @property
     def broken(self) -> Optional[BaseException]:
@@ -505,193 +275,6 @@ class Engine:
         """bool: whether a close was requested or done."""
         return self._closing
 
-    def has_credit(self) -> bool:
-        """Whether some worker could take a chunk now."""
-        with self._lock:
-            return any(self._usable(w) and len(w.fifo) < self.credits for w in self._workers)
-
-    def feed(self, job: Job, budget: Optional[float] = None) -> bool:
-        """Pull and send a lazy job's items while credits allow (owner's thread).
-
-        Args:
-            job (Job): a job made with ``lazy=True``.
-            budget (float or None): stop after about this many seconds (default
-                ``linger``), so that the caller gets to deliver results.
-
-        Returns:
-            bool: whether the input can still give items (False: exhausted).
-        """
-        stop_at = time.perf_counter() + (self.linger if budget is None else budget)
-        while not job.done:
-            if time.perf_counter() > stop_at:
-                return job.has_work()
-            with self._lock:
-                self._check_usable()
-                if not job.has_work():
-                    return False
-                worker = self._reserve(job)
-                if worker is None:
-                    return True
-                size = self._size_for(job, worker)
-            try:
-                # The user's iterator may block: a Ctrl-C here gives the credit back.
-                first, items = job.pull(size, self.linger)
-            except BaseException:
-                with self._lock:
-                    self._unreserve(worker, job)
-                raise
-            with interrupts.deferred(), self._lock:
-                if not items or job.done:
-                    self._unreserve(worker, job)
-                    if not job.done and job.complete():
-                        self._finish(job, None)
-                    if not items and not job.exhausted and not job.done:
-                        return True  # a read-ahead source has nothing for now
-                    continue
-                self._send(job, worker, first, items)
-        return False
-
-    # ------------------------------------------------------------- dispatch
-    def _usable(self, w: _Worker) -> bool:
-        if not (w.ready and w.alive and not w.retiring and w.kill_reason is None):
-            return False
-        if self.maxtasksperchild is not None:
-            # Never more in flight than the worker may still run: queued
-            # chunks would run past maxtasksperchild before it retires.
-            queued = sum(1 if c is _RESERVED else c.n for c in w.fifo)
-            return w.items_done + queued < self.maxtasksperchild
-        return True
-
-    def _reserve(self, job: Job) -> Optional[int]:
-        """A worker with a free credit for ``job`` (credit taken), or None."""
-        if job.ordered and job.buffered > self.reorder_bytes:
-            return None
-        if job.window is not None and job.taken_items - job.consumed_items >= job.window:
-            return None
-        if job.targets is not None:
-            if job._retry:
-                index = job._retry[0][0]
-            elif not job.exhausted:
-                index = job._next_index
-            else:
-                return None
-            w = self._workers[job.targets[index]]
-            if self._usable(w) and len(w.fifo) < self.credits:
-                job.outstanding += 1
-                w.fifo.append(_RESERVED)
-                return w.slot
-            return None
-        best = None
-        n = len(self._workers)
-        for k in range(n):
-            w = self._workers[(self._rr + k) % n]
-            if self._usable(w) and len(w.fifo) < self.credits:
-                if best is None or len(w.fifo) < len(best.fifo):
-                    best = w
-        if best is None:
-            return None
-        self._rr = (best.slot + 1) % n
-        job.outstanding += 1
-        best.fifo.append(_RESERVED)
-        return best.slot
-
-    def _size_for(self, job: Job, slot: int) -> int:
-        """The next chunk's size for ``job`` on worker ``slot`` (credit reserved; lock held)."""
-        size = job.next_size()
-        if self.maxtasksperchild is not None:
-            w = self._workers[slot]
-            queued = sum(1 if c is _RESERVED else c.n for c in w.fifo) - 1  # less this credit
-            size = max(1, min(size, self.maxtasksperchild - w.items_done - queued))
-        return size
-
-    def _unreserve(self, slot: int, job: Job) -> None:
-        w = self._workers[slot]
-        try:
-            w.fifo.remove(_RESERVED)
-        except ValueError:
-            pass
-        job.outstanding -= 1
-
-    def _dispatch(self) -> None:
-        """Hand free credits to jobs over in-memory inputs, in turn (lock held)."""
-        if self._closing or self._broken is not None:
-            return
-        progress = True
-        while progress and self._active:
-            progress = False
-            for job in list(self._active):
-                if job.done or not job.has_work():
-                    if job in self._active and (job.done or job.exhausted):
-                        self._active.remove(job)
-                    continue
-                if job.lazy and not job._retry:
-                    continue  # fed by its owner's thread
-                worker = self._reserve(job)
-                if worker is None:
-                    continue
-                first, items = job.take(self._size_for(job, worker))
-                if not items:
-                    self._unreserve(worker, job)
-                    continue
-                self._send(job, worker, first, items)
-                progress = True
-
-    def _send(self, job: Job, slot: int, first: int, items: List[Any]) -> None:
-        """Encode and send a chunk to a worker whose credit is reserved (lock held)."""
-        w = self._workers[slot]
-        if job.seq == 0 and not job.sink.claim():
-            self._unreserve(slot, job)
-            self._finish(job, None)
-            return
-        chunk = _Chunk(job, job.seq, first, items if job.retry else None, len(items))
-        job.seq += 1
-        function = None
-        if job.id not in w.jobs:
-            function = job.function
-            w.jobs.add(job.id)
-        forget, w.forget = tuple(w.forget), []
-        transport = self.transport
-        try:
-            payload, chunk.in_bytes = transport.encode_items(slot, items)
-        except BaseException as exc:
-            # The credit goes back, whatever it was (a Ctrl-C raised from an
-            # item's __reduce__, too): a credit kept for a chunk never sent
-            # wedges the worker's queue.
-            self._unreserve(slot, job)
-            job.seq -= 1
-            if not isinstance(exc, Exception):
-                self._finish(job, exc)
-                raise
-            self._finish(job, _wrap_encode_error(exc, self.devices[slot], slot, first))
-            return
-        chunk.payload = payload
-        chunk.worker = slot
-        chunk.sent_at = time.monotonic()
-        # Replace the reserved place: the fifo is in the order the worker runs.
-        idx = w.fifo.index(_RESERVED)
-        w.fifo[idx] = chunk
-        if self.recorder is not None:
-            self.recorder.chunk_sent(len(items))
-        message = RunChunk(job.id, chunk.seq, payload, function, forget,
-                           transport.feedback(slot), self._mark(job, len(items)))
-        try:
-            self.backend.send(slot, message)
-        except ChannelBroken:
-            pass  # the worker died: its exit, soon reported, re-routes this chunk
-
-    def _mark(self, job: Job, n: int) -> int:
-        """What the worker writes per item of a chunk of ``n`` items of ``job``."""
-        if job.timeout is not None:
-            return MARK_TIMES
-        if n > 1:
-            per_item = job.chunker.seconds_per_item
-            # One store per item costs ~40 ns: nothing next to an item of a
-            # few microseconds, 10-20 % of the tiniest (~0.3 us). Those go
-            # unmarked; a death there is traced by running the chunk again
-            # one item at a time (see _lost_running).
-            if per_item == 0.0 or per_item >= self.mark_items_above:
-                return MARK_INDEX
-        return MARK_NONE
 
     # ----------------------------------------------------------------- pump
     def pump(self, timeout: Optional[float] = None) -> None:
@@ -701,7 +284,8 @@ class Engine:
             timeout (float or None): seconds to wait for something to happen.
         """
         with self._pump_lock:
-            deadline = self._next_deadline()
+            self._supervisor.start_replacements()  # any left by a pump that raised
+            deadline = self._supervisor.next_deadline()
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
@@ -714,7 +298,8 @@ class Engine:
                 events = self.backend.poll(timeout)
             for slot, message in events:
                 self._handle(slot, message)
-            self._check_timeouts()
+            self._supervisor.start_replacements()  # outside the engine lock
+            self._supervisor.check_deadlines()
             with self._lock:
                 self._dispatch()
                 if events and not self._jobs and not any(w.fifo for w in self._workers):
@@ -722,10 +307,7 @@ class Engine:
                     # were delivered while the delivering frames still held them:
                     # only now can segments their consumer dropped count as free,
                     # and an idle runner give them back.
-                    try:
-                        self.transport.idle()
-                    except Exception:
-                        pass
+                    self._transport_idle()
 
     def _handle(self, slot: int, message: Any) -> None:
         feedback = getattr(message, "feedback", None)
@@ -738,9 +320,9 @@ class Engine:
         if kind is ChunkDone:
             self._on_chunk(slot, message)
         elif kind is WorkerExited:
-            self._on_exit(slot, message)
+            self._supervisor.on_exit(slot, message)
         elif kind is WorkerFailed:
-            self._on_worker_failed(slot, message)
+            self._supervisor.on_worker_failed(slot, message)
         elif kind is WorkerReady:
             w = self._workers[slot]
             w.ready, w.alive = True, True
@@ -752,7 +334,7 @@ class Engine:
     def _on_chunk(self, slot: int, msg: ChunkDone) -> None:
         w = self._workers[slot]
         with self._lock:
-            chunk = _pop_chunk(w, msg.job, msg.seq)
+            chunk = pop_chunk(w, msg.job, msg.seq)
             w.last_at = time.monotonic()
             w.items_done += msg.n_items
             self._busy[slot] += msg.seconds
@@ -776,7 +358,8 @@ class Engine:
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
             try:
                 results = self.transport.decode_results(slot, msg.results)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- the user's results (any unpickling
+                # error of theirs): reported as the job's error, with its cause
                 err = ParallelError(
                     f"results of worker {slot} on device {self.devices[slot]!r} could not be "
                     f"decoded in the caller: {type(exc).__name__}: {exc}"
@@ -808,263 +391,23 @@ class Engine:
 
     def _deliver(self, job: Job, first: int, results: List[Any],
                  failed: Dict[int, ItemError], cost: int = 0) -> None:
-        """Hand results to the job's sink, in input order if ordered (pump thread)."""
-        if not job.ordered:
-            job.sink.deliver(first, results, failed)
-            job.delivered_items += len(results)
-        else:
-            job._pending[first] = (results, failed, cost)
-            job.buffered += cost
-            while job._next_index_out in job._pending and not job.done:
-                start = job._next_index_out
-                res, fail, c = job._pending.pop(start)
-                job.buffered -= c
-                job._next_index_out = start + len(res)
-                job.sink.deliver(start, res, fail)
-                job.delivered_items += len(res)
+        """Hand results to the job's sink (in input order if ordered: see
+        ``ordering``) and end the job when they were its last (pump thread)."""
+        deliver(job, first, results, failed, cost)
         with self._lock:
             if not job.done and job.complete():
                 self._finish(job, None)
 
-    def _after_chunk(self, w: _Worker) -> None:
-        if (self.maxtasksperchild is not None and w.items_done >= self.maxtasksperchild
-                and not w.retiring):
-            w.retiring = True
-        if w.retiring and not w.fifo and w.alive and w.ready:
-            w.ready = False
-            try:
-                self.backend.send(w.slot, StopWorker(self.transport.feedback(w.slot)))
-            except ChannelBroken:
-                pass
+    def _after_chunk(self, w: WorkerState) -> None:
+        self._supervisor.retire_if_due(w)
         if not any(x.fifo for x in self._workers):
             # Between jobs only: a job whose input is slower than its workers
             # empties the queues after every chunk, and giving its segments
             # back each time made every chunk create a new one.
             if not self._jobs:
-                try:
-                    self.transport.idle()
-                except Exception:
-                    pass
+                self._transport_idle()
             if self._on_idle is not None:
                 self._on_idle()
-
-    def _on_worker_failed(self, slot: int, msg: WorkerFailed) -> None:
-        device = self.devices[slot]
-        pid = self.backend.pids[slot] if slot < len(self.backend.pids) else None
-        err = WorkerError.from_report(msg.report, device, slot, pid)
-        with self._lock:
-            w = self._workers[slot]
-            if msg.job is None:  # an init or end hook: the worker exits next
-                if self.fail_fast or not w.ready:
-                    self._break(err)
-                return
-            chunk = _pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
-            job = chunk.job if chunk is not None else self._jobs.get(msg.job)
-            if chunk is not None:
-                chunk.job.outstanding -= 1  # its inputs: released by the worker, as above
-            self._after_chunk(w)
-            if job is not None and not job.done:
-                self._fail(job, err)
-
-    def _on_exit(self, slot: int, msg: WorkerExited) -> None:
-        w = self._workers[slot]
-        with self._lock:
-            if not (w.ready or w.retiring or msg.expected or self._closing or w.fifo):
-                # Died before its init hooks returned. Once may be bad luck (a
-                # kill); again and again, every replacement would die the same
-                # way, forever: as an init hook's error does, that ends the
-                # engine (what a start that waited for it raised).
-                w.start_deaths += 1
-                if w.start_deaths >= self.max_deaths:
-                    w.alive = False
-                    self._break(self.backend.death_error(slot, msg))
-                    return
-            elif w.ready:
-                w.start_deaths = 0
-            w.alive, w.ready = False, False
-            reason, w.kill_reason = w.kill_reason, None
-            chunks = [c for c in w.fifo if c is not _RESERVED]
-            w.fifo.clear()
-            w.jobs.clear()
-            w.forget.clear()
-            for c in chunks:
-                c.job.outstanding -= 1
-                self.transport.item_payload_done(slot, c.payload)
-            if self._closing:
-                return
-            if reason is None and (msg.expected and w.retiring):
-                self._restart(w)  # maxtasksperchild: a planned replacement
-                return
-            if reason is not None:
-                self._lost_running(w, chunks, reason, msg)
-            elif msg.expected:
-                return
-            else:
-                self._lost_running(w, chunks, ("died", None), msg)
-            if self._broken is None and not self._closing:
-                self._restart(w)
-
-    def _lost_running(self, w: _Worker, chunks: List[_Chunk], reason: Tuple[str, Any],
-                      msg: WorkerExited) -> None:
-        """A worker is gone with ``chunks``: fail what it ran, re-route the rest (lock held)."""
-        slot, device = w.slot, self.devices[w.slot]
-        what, at = reason
-        if self.recorder is not None:
-            self.recorder.lost(slot, what == "timeout")
-        if not chunks:
-            if what == "died":
-                self._died(w, self.backend.death_error(slot, msg))
-            return
-        running, queued = chunks[0], chunks[1:]
-        job = running.job
-        if at is None:
-            # Which item was running: the worker writes its item slot when
-            # it receives a chunk (item -1) and before each item.
-            prog = self.backend.item_slot(slot)
-            if prog is not None and prog[0] == job.id and prog[1] == running.seq:
-                at = prog[2] if prog[2] >= 0 else None
-                if (at is None and what == "died" and not self.fail_fast and running.n > 1
-                        and running.items is not None and job.deaths + 1 < self.max_deaths):
-                    # It received the chunk; which item killed it is unknown
-                    # (tiny items go unmarked). The chunk runs again one item
-                    # at a time, elsewhere: the guilty item then fails alone.
-                    job.deaths += 1
-                    for k, item in enumerate(running.items):
-                        self._requeue(job, running.first + k, [item], 1)
-                    for c in queued:
-                        self._requeue(c.job, c.first, c.items, c.n)
-                    return
-            elif prog is not None and what == "died" and not self.fail_fast:
-                # It never received the chunk at the head of its queue: it
-                # died idle (killed from outside) and these were sent before
-                # its death was seen. Nothing of them ran, no item is at
-                # fault: all go to other workers, no death counts.
-                for c in chunks:
-                    self._requeue(c.job, c.first, c.items, c.n)
-                return
-        err: BaseException
-        if what == "timeout":
-            index = running.first + (at or 0)
-            err = TaskTimeoutError(device, slot, msg.pid, index, job.timeout or 0)
-            failed_items = [index]
-        else:
-            if at is not None:
-                failed_items = [running.first + at]
-            else:
-                failed_items = list(range(running.first, running.first + running.n))
-            err = self.backend.death_error(slot, msg, failed_items)
-            job.deaths += 1
-            if self.fail_fast:
-                self._died(w, err)
-                return
-        if self.fail_fast:  # a timeout: the call fails, the runner keeps its workers
-            self._fail(job, err)
-            for c in queued:
-                if c.job is not job:
-                    self._fail(c.job, err)
-            return
-        # The innocent go to other workers: queued chunks, and the running
-        # chunk's other items (those before ``at`` ran, but their results died
-        # with the worker).
-        for c in queued:
-            self._requeue(c.job, c.first, c.items, c.n)
-        if at is not None and running.items is not None:
-            before, after = running.items[:at], running.items[at + 1 :]
-            if before:
-                self._requeue(job, running.first, before, len(before))
-            if after:
-                self._requeue(job, running.first + at + 1, after, len(after))
-        if what != "timeout" and job.deaths >= self.max_deaths:
-            self._fail(job, err)
-            return
-        if not job.done:
-            failed = {k: ItemError(err) for k in range(len(failed_items))}
-            if at is not None:
-                self._deliver_locked(job, failed_items[0], [None], failed)
-            else:
-                self._deliver_locked(job, running.first, [None] * running.n, failed)
-
-    def _deliver_locked(self, job: Job, first: int, results: List[Any],
-                        failed: Dict[int, ItemError]) -> None:
-        # Called with the lock held, from the pump thread: the sinks of pools
-        # only store results, they do not call back into the engine.
-        self._deliver(job, first, results, failed)
-
-    def _died(self, w: _Worker, err: BaseException) -> None:
-        if self.fail_fast:
-            self._break(err)
-
-    def _requeue(self, job: Job, first: int, items: Optional[List[Any]], n: int) -> None:
-        if job.done:
-            return
-        if items is None:
-            # Not kept (fail-fast jobs never get here): nothing to run again.
-            self._fail(job, ParallelError(f"items {first}..{first + n - 1} were lost"))
-            return
-        job.requeue(first, items)
-        if self.recorder is not None:
-            self.recorder.retries += len(items)
-        if job not in self._active:
-            self._active.append(job)
-
-    def _restart(self, w: _Worker) -> None:
-        w.retiring = False
-        w.items_done = 0  # the replacement's own count (maxtasksperchild)
-        w.restarts += 1
-        if self.recorder is not None:
-            self.recorder.restarting(w.slot)
-        try:
-            self.backend.restart(w.slot)
-            w.alive = True
-        except Exception as exc:
-            self._break(ParallelError(
-                f"worker {w.slot} on device {self.devices[w.slot]!r} could not be restarted: "
-                f"{type(exc).__name__}: {exc}"))
-
-    # ------------------------------------------------------------- timeouts
-    def _next_deadline(self) -> Optional[float]:
-        best = None
-        for w in self._workers:
-            if not w.fifo:
-                continue
-            head = w.fifo[0]
-            if head is _RESERVED or head.job.timeout is None:
-                continue
-            started = self._started(w, head)
-            d = started + head.job.timeout
-            best = d if best is None else min(best, d)
-        return best
-
-    def _started(self, w: _Worker, head: _Chunk) -> float:
-        prog = self.backend.item_slot(w.slot)
-        if _runs(prog, head):
-            return prog[3]  # type: ignore[index]
-        # Not started yet by the worker's own account: it starts after the
-        # chunk before it came back, and not before it was sent.
-        return max(head.sent_at, w.last_at)
-
-    def _check_timeouts(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for w in self._workers:
-                if not w.fifo or w.kill_reason is not None or not w.alive:
-                    continue
-                head = w.fifo[0]
-                if head is _RESERVED or head.job.timeout is None or head.job.done:
-                    continue
-                prog = self.backend.item_slot(w.slot)
-                tracked = _runs(prog, head)
-                started = prog[3] if prog is not None and tracked else max(head.sent_at,
-                                                                            w.last_at)
-                # Untracked, the whole chunk shares the limit (chunks are small then).
-                limit = head.job.timeout * (1 if tracked else max(1, head.n))
-                if now - started <= limit:
-                    continue
-                w.kill_reason = ("timeout", prog[2] if prog is not None and tracked else None)
-                try:
-                    self.backend.kill(w.slot)
-                except Exception:
-                    pass
 
     # --------------------------------------------------------------- ending
     def _fail(self, job: Job, error: BaseException) -> None:
@@ -1090,10 +433,14 @@ class Engine:
         finally:
             job.finished.set()
             if not any(x.fifo for x in self._workers):
-                try:
-                    self.transport.idle()
-                except Exception:
-                    pass
+                self._transport_idle()
+
+    def _transport_idle(self) -> None:
+        """Nothing in flight: the transport may give back what it keeps for speed."""
+        try:  # noqa: SIM105
+            self.transport.idle()
+        except Exception:  # noqa: BLE001 -- best effort (shared memory it could not
+            pass  # unmap, a custom transport's own error): cleanup releases it at the end
 
     def _break(self, error: BaseException) -> None:
         """The engine cannot go on: fail every job (lock held)."""
@@ -1108,6 +455,8 @@ class Engine:
             self._closing = True
             for job in list(self._jobs.values()):
                 self._fail(job, RunnerClosedError("the workers were closed"))
+            # A replacement being started now must be in the back-end when it stops.
+            self._supervisor.wait_for_starts()
         self.backend.stop(timeout)
 
     def request_close(self) -> None:
@@ -1121,37 +470,11 @@ class Engine:
         try:
             with self._lock:
                 for job in list(self._jobs.values()):
-                    try:
+                    try:  # noqa: SIM105
                         self._fail(job, RunnerClosedError("the workers were stopped"))
-                    except Exception:
-                        pass
-        except Exception:
-            pass
+                    except Exception:  # noqa: BLE001 -- a sink's error: abort never raises,
+                        pass  # and the other jobs and the workers must still end
+        except Exception:  # noqa: BLE001 -- abort never raises: whatever failed above,
+            pass  # the workers must still end
         self.backend.abort()
 
-
-def _runs(prog: Optional[Tuple[int, int, int, float]], head: _Chunk) -> bool:
-    """Whether an item slot says that an item of ``head`` runs (since ``prog[3]``)."""
-    return (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
-            and prog[2] >= 0)
-
-
-def _pop_chunk(w: _Worker, job: int, seq: int) -> Optional[_Chunk]:
-    for i, c in enumerate(w.fifo):
-        if c is not _RESERVED and c.job.id == job and c.seq == seq:
-            del w.fifo[i]
-            return c
-    return None
-
-
-def _wrap_encode_error(exc: BaseException, device: str, slot: int, first: int) -> BaseException:
-    """The error of items that could not be sent: the original, with where it happened."""
-    where = (f"while sending items from index {first} to worker {slot} on device {device!r} "
-             f"(items are pickled to reach a worker process)")
-    if hasattr(exc, "add_note"):
-        exc.add_note(where)
-        return exc
-    try:
-        return type(exc)(f"{exc} ({where})")
-    except Exception:
-        return exc

@@ -24,6 +24,7 @@ interpreter's shutdown, which ends the daemonic processes it started), then
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -123,11 +124,18 @@ class _Handle:
                 return
             self.closed = True
             for conn in (self.tasks, self.results):
-                try:
+                with contextlib.suppress(OSError):
                     conn.close()
-                except OSError:
-                    pass
             self.out.clear()
+
+
+def _quietly(fn: Any, *args: Any) -> None:
+    """``fn(*args)``, whatever it raises: one step of a cleanup that must never raise
+    (at interpreter exit, in ``abort``), where a step that fails must not stop the next."""
+    try:  # noqa: SIM105
+        fn(*args)
+    except Exception:  # noqa: BLE001 -- see the docstring
+        pass
 
 
 def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional[str],
@@ -143,28 +151,16 @@ def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional
             try:
                 below += lifeline.descendants(h.process.pid)  # what it started goes too
                 h.process.kill()
-            except Exception:
+            except Exception:  # noqa: BLE001 -- never raises (see _quietly): the others go on
                 pass
-    try:
-        lifeline.kill_pids(below)
-    except Exception:
-        pass
+    _quietly(lifeline.kill_pids, below)
     deadline = time.monotonic() + grace
     for h in handles:
         if h.started() and not h.gone:
-            try:
-                h.process.join(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                pass
-    try:
-        transport.cleanup()
-    except Exception:
-        pass
+            _quietly(h.process.join, max(0.0, deadline - time.monotonic()))
+    _quietly(transport.cleanup)
     if item_slots is not None:
-        try:
-            shm.release(item_slots)
-        except Exception:
-            pass
+        _quietly(shm.release, item_slots)
 
 
 class ProcessBackend(Backend):
@@ -268,10 +264,9 @@ class ProcessBackend(Backend):
             mm = None
             if self._spec.item_slots and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
-                try:
+                # A full /dev/shm: task timeouts then count per chunk.
+                with contextlib.suppress(shm.SharedMemoryFull):
                     mm = shm.create(name, ItemSlots.nbytes(len(self.devices)))
-                except shm.SharedMemoryFull:
-                    pass  # a full /dev/shm: task timeouts then count per chunk
             if mm is not None:
                 self._item_slots_name, self._item_slots = name, ItemSlots(mm)
                 self._item_slots.clear(len(self.devices))
@@ -343,10 +338,8 @@ class ProcessBackend(Backend):
             self._sel.register(res_r.fileno(), selectors.EVENT_READ, ("result", slot))
             self._sel.register(process.sentinel, selectors.EVENT_READ, ("exit", slot))
         if not inherited:
-            try:
+            with contextlib.suppress(ChannelBroken):  # it died at once: poll reports its exit
                 self._send_frame(slot, _frame(spec_bytes))
-            except ChannelBroken:
-                pass  # it died at once: poll reports its exit
 
     # ------------------------------------------------------------- messages
     def send(self, worker: int, message: Any) -> None:
@@ -520,12 +513,13 @@ class ProcessBackend(Backend):
         self._terminate([h], graceful=False)
 
     def restart(self, worker: int) -> None:
+        # The engine calls this outside its lock, after the transport forgot
+        # what the old worker held (see ``supervision``).
         with self._poll_lock:
             old = self._by_slot[worker]
             if not old.gone:
                 raise RuntimeError(f"worker {worker} is still running")
             old.close()
-            self.transport.worker_gone(worker)
             self._start_one(worker)
 
     # ------------------------------------------------------------------ end
@@ -542,10 +536,8 @@ class ProcessBackend(Backend):
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
-                try:
+                with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
-                except ChannelBroken:
-                    pass  # already gone: poll reports it
             while any(not (h.gone or h.ended or h.failed) for h in self._by_slot.values()):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -585,32 +577,21 @@ class ProcessBackend(Backend):
                        if h.started() and not h.gone and h.process.exitcode is None]
             for h in handles:
                 h.expected_exit = True
-            try:
-                self._terminate(handles, graceful=True)
-            except Exception:
-                pass
+            _quietly(self._terminate, handles, True)
             for h in self._handles:
                 if h.started() and not h.gone:
-                    try:
-                        h.process.join(1.0)
-                    except Exception:
-                        pass
+                    _quietly(h.process.join, 1.0)
                     h.gone = True
                 self._discard_pending(h)
                 h.close()
             if self._sel is not None:
-                try:
-                    self._sel.close()
-                except Exception:
-                    pass
+                _quietly(self._sel.close)
                 self._sel = None
             with self._wake_lock:
                 for fd in (self._wake_r, self._wake_w):
                     if fd is not None:
-                        try:
+                        with contextlib.suppress(OSError):
                             os.close(fd)
-                        except OSError:
-                            pass
                 self._wake_r = self._wake_w = None
             if self._finalizer is not None:
                 self._finalizer()  # kills what is left, cleans up the transport
@@ -628,8 +609,8 @@ class ProcessBackend(Backend):
                 feedback = getattr(message, "feedback", None)
                 if feedback is not None:
                     self.transport.on_worker_feedback(h.slot, feedback)
-        except Exception:
-            pass  # EOF: drained
+        except Exception:  # noqa: BLE001 -- EOF (drained), or a message that does not
+            pass  # unpickle (the user's results): nobody waits for it, abort goes on
 
     def _terminate(self, handles: List[_Handle], graceful: bool) -> None:
         """End ``handles``: SIGTERM and a short grace if ``graceful``, then SIGKILL,
@@ -640,19 +621,13 @@ class ProcessBackend(Backend):
         below = {h.slot: trees[h.pid] for h in handles if h.pid}
         if graceful and hasattr(signal, "SIGTERM"):
             for h in handles:
-                try:
-                    h.process.terminate()
-                except Exception:
-                    pass
+                _quietly(h.process.terminate)
             deadline = time.monotonic() + self.term_grace
             for h in handles:
                 h.process.join(max(0.0, deadline - time.monotonic()))
         for h in handles:
             if h.process.exitcode is None:
-                try:
-                    h.process.kill()
-                except Exception:
-                    pass
+                _quietly(h.process.kill)
             lifeline.kill_pids(below.get(h.slot, []))
 
     @property

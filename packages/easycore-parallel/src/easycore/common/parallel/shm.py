@@ -138,7 +138,7 @@ def _what(name: str) -> str:
     """What a segment of ``name`` holds, from the names easycore gives them."""
     base = name.lstrip("/")
     if base.startswith("ecs-") and base.endswith("-p"):
-        return "the workers' progress slots"
+        return "the workers' item slots"
     parts = base.split("-")
     role = parts[3][:1] if len(parts) > 3 else ""
     return {"g": "the cfg", "c": "items or results the caller lent",

@@ -1,0 +1,426 @@
+"""How a dead worker is replaced: deaths, what they cost, restarts and task deadlines.
+
+The [`Engine`][easycore.common.parallel.engine.Engine] hands every worker
+exit its back-end reports (``WorkerExited``), every hook failure
+(``WorkerFailed``) and every pump's deadline check to one
+[`Supervisor`][easycore.common.parallel.supervision.Supervisor]. Its path:
+
+1. **The exit is taken in** (``on_exit``, engine lock held): the worker's
+   queue is taken back (its chunks, its credits, the functions it had) and
+   the kill reason, if the engine killed it, is read. A worker that dies
+   before its init hooks returned ``max_deaths`` times in a row ends the
+   engine: every replacement would die the same way.
+2. **What it ran is settled by a policy.** Which item was running is read
+   from the worker's item slot (it writes ``(job, seq, item, started)``
+   as it receives a chunk and before each item), unless the kill reason says.
+   Then one of two strategies decides:
+
+   * [`FailFast`][easycore.common.parallel.supervision.FailFast] (runners):
+     a death ends the call (the engine breaks, naming the item); a task past
+     its deadline fails its job, and the runner keeps its workers.
+   * [`ReplaceWorker`][easycore.common.parallel.supervision.ReplaceWorker]
+     (pools): only the running item fails; the rest of its chunk and the
+     chunks queued behind it are requeued for other workers (work the worker
+     never received costs nothing). A job whose items killed ``max_deaths``
+     workers fails as a whole.
+
+3. **The worker is replaced**, unless the engine broke or closes, and after a
+   planned exit too (``maxtasksperchild``): the slot is queued for a restart
+   under the lock, and the pumping thread starts the replacement *outside*
+   the engine lock (``start_replacements``), so a thread feeding a lazy input
+   is not held up by a start that may take seconds (``spawn``). The
+   transport forgets what the dead worker held first. ``close`` waits for
+   starts in flight, so that the back-end's stop sees every worker.
+4. **Deadlines** (``task_timeout``): ``next_deadline`` tells the pump how
+   long it may wait; ``check_deadlines`` kills a worker whose running item is
+   past its job's timeout, with the kill reason ``("timeout", item)``, and
+   step 1 takes it from there once its exit is reported.
+
+Back-ends only start, kill and restart one worker; what a death means is
+decided here. (About 400 lines on purpose: this module is the one-file answer
+to "how is a dead worker replaced", comments included.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
+
+from .backend import ChannelBroken, WorkerExited
+from .dispatch import WorkerState, pop_chunk
+from .errors import ParallelError, TaskTimeoutError, WorkerError
+from .job import Chunk, ItemError, Job
+from .protocol import StopWorker, WorkerFailed
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["FailFast", "ReplaceWorker", "Supervisor"]
+
+
+class Supervisor:
+    """Worker exits, hook failures, restarts and task deadlines of one engine."""
+
+    def __init__(self, engine: Engine, *, fail_fast: bool, max_deaths: int) -> None:
+        """
+        Args:
+            engine (Engine): whose workers are supervised.
+            fail_fast (bool): the policy: ``FailFast`` (runners), else
+                ``ReplaceWorker`` (pools).
+            max_deaths (int): worker deaths one job may cause before it fails.
+        """
+        self.engine = engine
+        self.max_deaths = max_deaths
+        self.policy: _Policy = FailFast(self) if fail_fast else ReplaceWorker(self)
+        self._replace: Deque[WorkerState] = deque()  # slots to restart, outside the lock
+        self._starting = 0  # replacements being started now
+        self._started = threading.Condition(engine._lock)
+
+    # ----------------------------------------------------------------- exits
+    def on_exit(self, slot: int, msg: WorkerExited) -> None:
+        """``slot``'s worker is gone: settle what it ran, plan its replacement."""
+        engine = self.engine
+        w = engine._workers[slot]
+        with engine._lock:
+            if not (w.ready or w.retiring or msg.expected or engine._closing or w.fifo):
+                # Died before its init hooks returned. Once may be bad luck (a
+                # kill); again and again, every replacement would die the same
+                # way, forever: as an init hook's error does, that ends the
+                # engine (what a start that waited for it raised).
+                w.start_deaths += 1
+                if w.start_deaths >= self.max_deaths:
+                    w.alive = False
+                    engine._break(engine.backend.death_error(slot, msg))
+                    return
+            elif w.ready:
+                w.start_deaths = 0
+            chunks, reason = self._take_back(w)
+            if engine._closing:
+                return
+            if reason is None and msg.expected:
+                if w.retiring:
+                    self._plan_restart(w)  # maxtasksperchild: a planned replacement
+                return
+            what, at = reason if reason is not None else ("died", None)
+            if engine.recorder is not None:
+                engine.recorder.lost(slot, what == "timeout")
+            self.policy.lost(w, chunks, what, at, msg)
+            if engine._broken is None:
+                self._plan_restart(w)
+
+    def _take_back(self, w: WorkerState) -> Tuple[List[Chunk], Optional[Tuple[str, Any]]]:
+        """Empty a gone worker's queue: its chunks (in the order it ran them) and
+        why it was killed (None: it was not)."""
+        w.alive, w.ready = False, False
+        reason, w.kill_reason = w.kill_reason, None
+        chunks = [c for c in w.fifo if isinstance(c, Chunk)]  # not the places reserved
+        w.fifo.clear()
+        w.jobs.clear()
+        w.forget.clear()
+        for c in chunks:
+            c.job.outstanding -= 1
+            self.engine.transport.item_payload_done(w.slot, c.payload)
+        return chunks, reason
+
+    def on_worker_failed(self, slot: int, msg: WorkerFailed) -> None:
+        """A hook raised in ``slot``'s worker (not an item: those come with their chunk)."""
+        engine = self.engine
+        device = engine.devices[slot]
+        pid = engine.backend.pids[slot] if slot < len(engine.backend.pids) else None
+        err = WorkerError.from_report(msg.report, device, slot, pid)
+        with engine._lock:
+            w = engine._workers[slot]
+            if msg.job is None:  # an init or end hook: the worker exits next
+                self.policy.hook_failed(w, err)
+                return
+            chunk = pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
+            job = chunk.job if chunk is not None else engine._jobs.get(msg.job)
+            if chunk is not None:
+                chunk.job.outstanding -= 1  # its inputs: released by the worker
+            engine._after_chunk(w)
+            if job is not None and not job.done:
+                engine._fail(job, err)
+
+    # ------------------------------------------------------- what was lost
+    def received(self, w: WorkerState, chunk: Chunk) -> Tuple[Optional[bool], Optional[int]]:
+        """Whether ``w`` received ``chunk``, by its item slot, and which item of it ran.
+
+        Returns:
+            tuple: (True, item or None if unmarked), (False, None) if its slot
+            names another chunk, (None, None) if the back-end cannot tell.
+        """
+        backend = self.engine.backend
+        prog = backend.item_slot(w.slot)
+        if prog is None:
+            return None, None
+        if prog[0] == chunk.job.id and prog[1] == chunk.seq:
+            return True, (prog[2] if prog[2] >= 0 else None)
+        return False, None
+
+    def death_error(self, w: WorkerState, msg: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        return self.engine.backend.death_error(w.slot, msg, items)
+
+    def timeout_error(self, w: WorkerState, msg: WorkerExited, index: int,
+                      job: Job) -> TaskTimeoutError:
+        return TaskTimeoutError(self.engine.devices[w.slot], w.slot, msg.pid, index,
+                                job.timeout or 0)
+
+    def requeue(self, job: Job, first: int, items: Optional[List[Any]], n: int) -> None:
+        """Items a dead worker did not finish go back to their job, for other workers."""
+        engine = self.engine
+        if job.done:
+            return
+        if items is None:
+            # Not kept (fail-fast jobs never get here): nothing to run again.
+            engine._fail(job, ParallelError(f"items {first}..{first + n - 1} were lost"))
+            return
+        job.requeue(first, items)
+        if engine.recorder is not None:
+            engine.recorder.retries += len(items)
+        if job not in engine._active:
+            engine._active.append(job)
+
+    # -------------------------------------------------------------- restarts
+    def retire_if_due(self, w: WorkerState) -> None:
+        """``maxtasksperchild``: stop a worker that ran its share once its queue is empty
+        (its exit, expected, then plans its replacement)."""
+        engine = self.engine
+        limit = engine.maxtasksperchild
+        if limit is not None and w.items_done >= limit and not w.retiring:
+            w.retiring = True
+        if w.retiring and not w.fifo and w.alive and w.ready:
+            w.ready = False
+            with contextlib.suppress(ChannelBroken):  # gone already: its exit is reported
+                engine.backend.send(w.slot, StopWorker(engine.transport.feedback(w.slot)))
+
+    def _plan_restart(self, w: WorkerState) -> None:
+        """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""
+        w.retiring = False
+        w.items_done = 0  # the replacement's own count (maxtasksperchild)
+        w.restarts += 1
+        if self.engine.recorder is not None:
+            self.engine.recorder.restarting(w.slot)
+        self._replace.append(w)
+
+    def start_replacements(self) -> None:
+        """Start the planned replacements (pumping thread, engine lock NOT held).
+
+        A start may take seconds (``spawn`` imports the program anew): other
+        threads feed and submit meanwhile; the slot takes work once its
+        ``WorkerReady`` comes in.
+        """
+        engine = self.engine
+        while self._replace:
+            with engine._lock:
+                if not self._replace:
+                    return
+                w = self._replace.popleft()
+                if engine._closing or engine._broken is not None:
+                    continue
+                # Its mappings died with it: whatever it held is free memory
+                # now (under the lock: the transport is shared with senders).
+                engine.transport.worker_gone(w.slot)
+                self._starting += 1
+            error: Optional[Exception] = None
+            try:
+                engine.backend.restart(w.slot)
+            except Exception as exc:  # noqa: BLE001 -- any failure to start ends the engine, named
+                error = exc
+            finally:
+                with engine._lock:
+                    self._starting -= 1
+                    self._started.notify_all()
+                    if error is None:
+                        w.alive = True
+                    else:
+                        engine._break(ParallelError(
+                            f"worker {w.slot} on device {engine.devices[w.slot]!r} could not be "
+                            f"restarted: {type(error).__name__}: {error}"))
+
+    def wait_for_starts(self) -> None:
+        """Until no replacement is being started (engine lock held; ``close`` calls it)."""
+        while self._starting:
+            self._started.wait()
+
+    # ------------------------------------------------------------- deadlines
+    def next_deadline(self) -> Optional[float]:
+        """When the earliest running task passes its timeout (``time.monotonic``), if any."""
+        best = None
+        for w in self.engine._workers:
+            timed = _timed_head(w)
+            if timed is None:
+                continue
+            head, timeout = timed
+            d = self._started_at(w, head)[0] + timeout
+            best = d if best is None else min(best, d)
+        return best
+
+    def check_deadlines(self) -> None:
+        """Kill every worker whose running task is past its job's timeout."""
+        engine = self.engine
+        now = time.monotonic()
+        with engine._lock:
+            for w in engine._workers:
+                if w.kill_reason is not None or not w.alive:
+                    continue
+                timed = _timed_head(w)
+                if timed is None or timed[0].job.done:
+                    continue
+                head, timeout = timed
+                started, item = self._started_at(w, head)
+                # Untracked, the whole chunk shares the limit (chunks are small then).
+                limit = timeout * (1 if item is not None else max(1, head.n))
+                if now - started <= limit:
+                    continue
+                w.kill_reason = ("timeout", item)
+                try:  # noqa: SIM105
+                    engine.backend.kill(w.slot)
+                except Exception:  # noqa: BLE001 -- whatever a back-end's kill raises (it may
+                    pass  # be gone already, or unable to kill), the pumping must go on
+
+    def _started_at(self, w: WorkerState, head: Chunk) -> Tuple[float, Optional[int]]:
+        """When ``head``'s running item started, and which item it is (None: not known)."""
+        prog = self.engine.backend.item_slot(w.slot)
+        if (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
+                and prog[2] >= 0):
+            return prog[3], prog[2]
+        # Not started yet by the worker's own account: it starts after the
+        # chunk before it came back, and not before it was sent.
+        return max(head.sent_at, w.last_at), None
+
+
+def _timed_head(w: WorkerState) -> Optional[Tuple[Chunk, float]]:
+    """The chunk ``w`` runs now and its job's timeout, if it has one."""
+    head = w.fifo[0] if w.fifo else None
+    if not isinstance(head, Chunk) or head.job.timeout is None:
+        return None  # nothing, a place reserved, or no timeout
+    return head, head.job.timeout
+
+
+class _Policy:
+    """What a worker's death or timeout costs (engine lock held)."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.sup = supervisor
+        self.engine = supervisor.engine
+
+    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
+             msg: WorkerExited) -> None:
+        """``w`` is gone with ``chunks`` (the first one running).
+
+        Args:
+            w (WorkerState): the slot.
+            chunks (list): its chunks, in the order it ran them.
+            what (str): "died", or "timeout" (the engine killed it).
+            at (int or None): position in ``chunks[0]`` of the item running, if known.
+            msg (WorkerExited): what the back-end reported.
+        """
+        raise NotImplementedError
+
+    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
+        """An init or end hook of ``w`` raised (its exit comes next)."""
+        raise NotImplementedError
+
+
+class FailFast(_Policy):
+    """Runners: a death ends the call; a task past its deadline fails its job (and the
+    jobs queued behind it), the worker is replaced and the runner keeps going."""
+
+    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
+        self.engine._break(err)
+
+    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
+             msg: WorkerExited) -> None:
+        sup, engine = self.sup, self.engine
+        if not chunks:
+            if what == "died":
+                engine._break(sup.death_error(w, msg))
+            return
+        running, queued = chunks[0], chunks[1:]
+        job = running.job
+        if at is None:
+            at = sup.received(w, running)[1]
+        if what == "timeout":
+            err: BaseException = sup.timeout_error(w, msg, running.first + (at or 0), job)
+            engine._fail(job, err)
+            for c in queued:
+                if c.job is not job:
+                    engine._fail(c.job, err)
+            return
+        job.deaths += 1
+        items = ([running.first + at] if at is not None
+                 else list(range(running.first, running.first + running.n)))
+        engine._break(sup.death_error(w, msg, items))
+
+
+class ReplaceWorker(_Policy):
+    """Pools: the running item fails alone, the rest runs elsewhere, the worker is
+    replaced; a job whose items killed ``max_deaths`` workers fails."""
+
+    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
+        if not w.ready:  # a start that failed: every replacement would fail the same way
+            self.engine._break(err)
+
+    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
+             msg: WorkerExited) -> None:
+        sup = self.sup
+        if not chunks:
+            return  # it died idle: nothing was lost
+        running, queued = chunks[0], chunks[1:]
+        job = running.job
+        if at is None:
+            received, at = sup.received(w, running)
+            if received is False and what == "died":
+                # It never received the chunk at the head of its queue: it
+                # died idle (killed from outside) and these were sent before
+                # its death was seen. Nothing of them ran, no item is at
+                # fault: all go to other workers, no death counts.
+                for c in chunks:
+                    sup.requeue(c.job, c.first, c.items, c.n)
+                return
+            if (received and at is None and what == "died" and running.n > 1
+                    and running.items is not None and job.deaths + 1 < sup.max_deaths):
+                # It received the chunk; which item killed it is unknown (tiny
+                # items go unmarked). The chunk runs again one item at a time,
+                # elsewhere: the guilty item then fails alone.
+                job.deaths += 1
+                for k, item in enumerate(running.items):
+                    sup.requeue(job, running.first + k, [item], 1)
+                for c in queued:
+                    sup.requeue(c.job, c.first, c.items, c.n)
+                return
+        err: BaseException
+        if what == "timeout":
+            failed_items = [running.first + (at or 0)]
+            err = sup.timeout_error(w, msg, failed_items[0], job)
+        else:
+            failed_items = ([running.first + at] if at is not None
+                            else list(range(running.first, running.first + running.n)))
+            err = sup.death_error(w, msg, failed_items)
+            job.deaths += 1
+        # The innocent go to other workers: queued chunks, and the running
+        # chunk's other items (those before ``at`` ran, but their results died
+        # with the worker).
+        for c in queued:
+            sup.requeue(c.job, c.first, c.items, c.n)
+        if at is not None and running.items is not None:
+            before, after = running.items[:at], running.items[at + 1 :]
+            if before:
+                sup.requeue(job, running.first, before, len(before))
+            if after:
+                sup.requeue(job, running.first + at + 1, after, len(after))
+        if what != "timeout" and job.deaths >= sup.max_deaths:
+            self.engine._fail(job, err)
+            return
+        if not job.done:
+            # Under the lock, on the pumping thread: a pool's sinks only store
+            # results, they do not call back into the engine.
+            failed = {k: ItemError(err) for k in range(len(failed_items))}
+            if at is not None:
+                self.engine._deliver(job, failed_items[0], [None], failed)
+            else:
+                self.engine._deliver(job, running.first, [None] * running.n, failed)
