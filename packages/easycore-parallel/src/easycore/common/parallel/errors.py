@@ -75,11 +75,11 @@ class ErrorReport(NamedTuple):
             data = pickle.dumps(exc)
             pickle.loads(data)  # exceptions with custom __init__ often fail only here
             blob = data
-        except Exception:
+        except Exception:  # noqa: BLE001 (a user's exception may fail to pickle any way)
             blob = None
         try:
             message = str(exc)
-        except Exception:
+        except Exception:  # noqa: BLE001 (a user's __str__ may raise anything)
             message = "<unprintable>"
         return cls(hook, type(exc).__qualname__, message, text, blob)
 
@@ -90,7 +90,7 @@ class ErrorReport(NamedTuple):
             return None
         try:
             return pickle.loads(blob)
-        except Exception:
+        except Exception:  # noqa: BLE001 (rebuilding a user's exception may raise anything)
             return None
 
 
@@ -324,7 +324,7 @@ class ResultEncodingError(_StdMaybeEncodingError):
         """The error for ``value``, which raised ``exc`` when pickled."""
         try:
             text = repr(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 (a user's __repr__ may raise anything)
             text = f"<{type(value).__name__} object>"
         if len(text) > 200:
             text = text[:200] + "..."

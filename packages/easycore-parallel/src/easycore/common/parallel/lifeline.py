@@ -22,6 +22,7 @@ Mechanisms, because each misses cases the others catch:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -90,10 +91,8 @@ def detach_from_forkserver() -> None:
     server: Any = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
     if server is not None and fd is not None:
-        try:
+        with contextlib.suppress(OSError):  # already closed
             os.close(fd)
-        except OSError:
-            pass
         server._forkserver_alive_fd = None
 
 
@@ -118,7 +117,7 @@ def run_into(future: Future, fn: Callable[[], Any]) -> None:
     """
     try:
         future.set_result(fn())
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 (handed to the caller, whatever it is)
         future.set_exception(exc)
 
 

@@ -390,10 +390,8 @@ class ProcessBackend(Backend):
             if self._wake_pending or self._wake_w is None:
                 return
             self._wake_pending = True
-            try:
+            with contextlib.suppress(OSError):  # the pipe is closed: nothing to wake
                 os.write(self._wake_w, b"x")
-            except OSError:
-                pass
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         with self._poll_lock:
@@ -450,10 +448,8 @@ class ProcessBackend(Backend):
         for slot in self._registered_writers - want:
             h = self._by_slot.get(slot)
             if h is not None and not h.closed:
-                try:
+                with contextlib.suppress(KeyError, ValueError):  # not registered now
                     sel.unregister(h.task_fd)
-                except (KeyError, ValueError):
-                    pass
             self._registered_writers.discard(slot)
 
     def _drain(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
@@ -493,10 +489,8 @@ class ProcessBackend(Backend):
                    h.task_fd if h.slot in self._registered_writers else None):
             if fd is None:
                 continue
-            try:
+            with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
                 sel.unregister(fd)
-            except (KeyError, ValueError, OSError):
-                pass
         self._registered_writers.discard(h.slot)
         with self._writers_lock:
             self._writers.discard(h.slot)

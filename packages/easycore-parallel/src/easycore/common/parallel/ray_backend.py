@@ -216,7 +216,7 @@ def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
 
     root = root_pid or os.getpid()
     try:
-        procs = [psutil.Process(root)] + descendants(root)
+        procs = [psutil.Process(root), *descendants(root)]
     except psutil.Error:
         return []
     ports = set()
@@ -439,7 +439,7 @@ class RayBackend(Backend):
         if self._where[slot] is None and self._where_refs[slot] is not None:
             try:
                 self._where[slot] = self._ray.get(self._where_refs[slot], timeout=5)
-            except Exception:
+            except Exception:  # noqa: BLE001 (any Ray error: where a worker runs is only a label)
                 return (None, None, None)
         return self._where[slot] or (None, None, None)
 

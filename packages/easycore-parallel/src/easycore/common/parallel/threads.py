@@ -24,6 +24,7 @@ How, without importing anything heavy:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -104,10 +105,9 @@ def limit_threads(n: int) -> None:
         _limit_loaded(n)
     torch = sys.modules.get("torch")
     if torch is not None:
-        try:
+        # Broad on purpose: whatever torch raises here, the budget is advice.
+        with contextlib.suppress(Exception):
             torch.set_num_threads(n)
-        except Exception:
-            pass
 
 
 # The caller's scan of its loaded thread pools, inherited by the workers it
@@ -146,7 +146,7 @@ def prepare_fork() -> None:
         from threadpoolctl import ThreadpoolController
 
         controller = ThreadpoolController()
-    except Exception:  # not importable, or a runtime that breaks the scan
+    except Exception:  # noqa: BLE001 (not importable, or a runtime that breaks the scan)
         _scanned = None
         return
     _scanned = (frozenset(sys.modules), controller)
@@ -163,14 +163,13 @@ def _limit_loaded(n: int) -> None:
                 if lib.get_num_threads() != n:
                     lib.set_num_threads(n)
             return
-        except Exception:  # a runtime that refuses: threadpoolctl's own path below
+        except Exception:  # noqa: BLE001 (a runtime that refuses: threadpoolctl's own path below)
             pass
     # threadpoolctl finds every BLAS and OpenMP runtime a process has loaded
     # (OpenBLAS, MKL, BLIS, libgomp, libiomp, Apple's Accelerate ...) on every
     # platform, which a list of setter symbols of our own could not.
     from threadpoolctl import threadpool_limits
 
-    try:
+    # Broad on purpose: a runtime that refuses keeps its threads as they are.
+    with contextlib.suppress(Exception):
         threadpool_limits(n)
-    except Exception:  # a runtime that refuses: its threads stay as they are
-        pass
