@@ -215,3 +215,50 @@ def test_a_background_task_produces_into_a_queue(no_leaks):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="maxsize"):
         Queue(maxsize=-1)
+
+
+def test_the_owner_closes_at_once_after_a_connection(monkeypatch):
+    """close() right after the accept loop took a connection returns (it hung).
+
+    The loop used to re-check ``open`` before its next accept: had close()
+    flipped it meanwhile, the loop ended and close()'s own wake-up connection
+    waited for a handshake nobody would answer. The start of the connection's
+    thread is held here until close() has flipped ``open``, so that the
+    interleaving is the bad one every time.
+    """
+    from easycore.common.parallel import queue as queue_mod
+
+    q = Queue()
+    broker = q._broker
+    closing = threading.Event()
+
+    class Watched(type(broker)):
+        @property
+        def open(self):
+            return self.__dict__["open"]
+
+        @open.setter
+        def open(self, value):
+            self.__dict__["open"] = value
+            if not value:
+                closing.set()
+
+    broker.__class__ = Watched
+    real_start = threading.Thread.start
+
+    def start(self):
+        real_start(self)
+        if self.name == "easycore-queue-conn":
+            closing.wait(15)  # the accept loop goes on only once close() began
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    # a client end in this process (an owner pid that is not ours)
+    client = queue_mod._rebuild(Queue, "a-client", q._address, q._authkey, q._prefix,
+                                -1, 0, q._transport)
+    assert client.qsize() == 0
+    closer = threading.Thread(target=q.close, daemon=True)
+    closer.start()
+    closer.join(15)
+    assert not closer.is_alive(), "Queue.close() hung"
+    assert not broker.accepter.is_alive()
+    client.close()

@@ -37,10 +37,12 @@ How it works:
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import pickle
 import queue as _stdqueue
 import secrets
+import socket
 import threading
 import time
 import weakref
@@ -142,11 +144,16 @@ class _Broker:
             return len(self.items)
 
     def _accept_loop(self) -> None:
-        while self.open:
+        # Ends only when a connection, or a failed one, finds the queue closed:
+        # close() always makes one (see _wake), so the loop never ends before
+        # taking it, which would leave that connection waiting in the backlog.
+        while True:
             try:
                 conn = self.listener.accept()
             except (OSError, EOFError, AuthenticationError):
-                continue  # a failed handshake, or the listener closed (then not open)
+                if not self.open:  # close()'s wake-up, or the listener closed
+                    return
+                continue  # a failed handshake
             if not self.open:
                 conn.close()
                 return
@@ -209,6 +216,21 @@ class _Broker:
         finally:
             conn.close()
 
+    def _wake(self) -> None:
+        """Connect to the listener once, so that the accept loop sees the queue closed.
+
+        A bare socket, no handshake: the accept loop's handshake then fails
+        (EOF) and it returns. A ``connection.Client`` would wait for the
+        loop's challenge forever if the loop had already ended.
+        """
+        family = connection.address_type(self.address)
+        if family == "AF_PIPE":  # Windows: no sockets; the handshake is the way
+            with contextlib.suppress(OSError, EOFError, AuthenticationError):
+                connection.Client(self.address, authkey=self.authkey).close()
+            return
+        with socket.socket(getattr(socket, family)) as sock, contextlib.suppress(OSError):
+            sock.connect(self.address)
+
     def give_back(self, payload: Any) -> None:
         with self.cond:
             self.items.appendleft(payload)
@@ -223,10 +245,7 @@ class _Broker:
             items, self.items = list(self.items), collections.deque()
             threads = list(self.threads)
             self.cond.notify_all()
-        try:  # wake the accept loop, which then sees the queue closed
-            connection.Client(self.address, authkey=self.authkey).close()
-        except Exception:
-            pass
+        self._wake()
         self.accepter.join(10)
         self.listener.close()
         for thread in threads:  # each sees the close within _POLL seconds
