@@ -59,6 +59,7 @@ from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import shm
+from .pickling import dumps_data
 
 __all__ = ["Transport", "PickleTransport", "SharedMemoryTransport"]
 
@@ -83,7 +84,7 @@ class Transport:
         Returns:
             tuple: ``(payload, nbytes)``, nbytes being the data moved.
         """
-        data = pickle.dumps(items, protocol=_HIGHEST)
+        data = dumps_data(items, _HIGHEST)
         return data, len(data)
 
     def decode_results(self, worker: int, payload: Any) -> List[Any]:
@@ -119,7 +120,7 @@ class Transport:
 
     def encode_cfg(self, cfg: Any) -> Any:
         """The runner's ``cfg`` as a payload every worker decodes once."""
-        return pickle.dumps(cfg, protocol=_HIGHEST)
+        return dumps_data(cfg, _HIGHEST)
 
     def cleanup(self) -> None:
         """After all workers ended: release everything."""
@@ -149,7 +150,7 @@ class Transport:
         Returns:
             tuple: ``(payload, nbytes)``.
         """
-        data = pickle.dumps(results, protocol=_HIGHEST)
+        data = dumps_data(results, _HIGHEST)
         return data, len(data)
 
     def on_feedback(self, data: Any) -> None:
@@ -274,7 +275,7 @@ class SharedMemoryTransport(Transport):
             buffers.append(raw)
             return False
 
-        return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), buffers, None
+        return dumps_data(obj, 5, out_of_band, restart=buffers.clear), buffers, None
 
     def _pack(self, obj: Any, segment_for: Any) -> Tuple[Any, int]:
         """Pickle ``obj``; big parts into the segment ``segment_for(nbytes)`` returns."""
@@ -296,7 +297,7 @@ class SharedMemoryTransport(Transport):
         except shm.SharedMemoryFull:
             self._full = True
             # In-band through the pipe: slower, but the call goes on.
-            data = pickle.dumps(obj, protocol=_HIGHEST)
+            data = dumps_data(obj, _HIGHEST)
             return data, len(data)
         for (off, n), raw in zip(layout, buffers):
             mm[off : off + n] = raw  # the only copy the data makes
