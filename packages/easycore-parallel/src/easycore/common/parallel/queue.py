@@ -223,12 +223,15 @@ class _Broker:
         (EOF) and it returns. A ``connection.Client`` would wait for the
         loop's challenge forever if the loop had already ended.
         """
-        family = connection.address_type(self.address)
-        if family == "AF_PIPE":  # Windows: no sockets; the handshake is the way
+        if isinstance(self.address, tuple):
+            family = socket.AF_INET
+        elif self.address.startswith("\\\\"):  # a Windows pipe: the handshake is the way
             with contextlib.suppress(OSError, EOFError, AuthenticationError):
                 connection.Client(self.address, authkey=self.authkey).close()
             return
-        with socket.socket(getattr(socket, family)) as sock, contextlib.suppress(OSError):
+        else:
+            family = socket.AF_UNIX
+        with socket.socket(family) as sock, contextlib.suppress(OSError):
             sock.connect(self.address)
 
     def give_back(self, payload: Any) -> None:
