@@ -262,3 +262,19 @@ def test_the_owner_closes_at_once_after_a_connection(monkeypatch):
     assert not closer.is_alive(), "Queue.close() hung"
     assert not broker.accepter.is_alive()
     client.close()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_two_tasks_of_one_worker_put_big_items(method, no_leaks):
+    """Each task unpickles its own end of the queue: their segments' names must differ.
+
+    Every end counted its segments from 1 under the same ``<prefix><pid>-``: a
+    second task on the same worker failed with FileExistsError while the first
+    one's items were still queued (the tutorial's queue.Empty after 60 s, when
+    one worker ran both producers).
+    """
+    with Queue() as q, Pool(1, start_method=method) as pool:
+        assert pool.starmap(produce, [(q, 0, 2, BIG), (q, 1, 2, BIG)], chunksize=1) == [2, 2]
+        got = sorted((w, i, int(a[0])) for w, i, a in (q.get(timeout=60) for _ in range(4)))
+        assert got == [(0, 0, 0), (0, 1, 1), (1, 0, 0), (1, 1, 1)]
+        assert segments(q) == []

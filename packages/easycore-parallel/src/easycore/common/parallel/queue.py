@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import pickle
 import queue as _stdqueue
@@ -81,6 +82,11 @@ class QueuePeerDiedError(ParallelError):
     def __reduce__(self) -> Any:
         return (QueuePeerDiedError, (str(self), self.pid))
 
+
+#: The numbers of the segments this process's puts make, for every queue and
+#: end (``next`` on a count is atomic: no lock needed).
+_segment_numbers = itertools.count(1)
+_NAME_TRIES = 100
 
 # The owners alive in this process, by token: a queue unpickled where it was
 # made is that same queue (thread back-end, or a round trip through a pool).
@@ -315,8 +321,7 @@ class Queue:
         self._prefix = prefix
         self._authkey = authkey
         self._owner_pid = owner_pid
-        self._counter = 0
-        self._lock = threading.Lock()  # the counter and the idle connections
+        self._lock = threading.Lock()  # the open connections
         self._encoding = threading.Lock()  # the transport's pickler is one per process
         self._closed = False
         # Connections to the owner, one per thread (a thread's puts stay in
@@ -449,10 +454,16 @@ class Queue:
     # ------------------------------------------------------------ data
     def _encode(self, item: Any) -> Any:
         def segment_for(nbytes: int) -> Tuple[str, int, Any]:
-            with self._lock:
-                self._counter += 1
-                name = f"/{self._prefix}{os.getpid():x}-{self._counter:x}"
-            return name, nbytes, shm.create(name, nbytes)
+            # Numbered per process, not per end: each task handed the queue
+            # unpickles an end of its own, and two of them in one worker
+            # counting from 1 made the same names (FileExistsError).
+            for _ in range(_NAME_TRIES):
+                name = f"/{self._prefix}{os.getpid():x}-{next(_segment_numbers):x}"
+                try:
+                    return name, nbytes, shm.create(name, nbytes)
+                except FileExistsError:
+                    continue  # left by a dead process that had this pid
+            raise FileExistsError(f"no free segment name after {name!r}")
 
         transport = self._transport
         with self._encoding:

@@ -106,6 +106,8 @@ def create(name: str, size: int) -> mmap.mmap:
     resource_tracker.register(name, "shared_memory")
     try:
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    except FileExistsError:
+        raise  # someone's segment, which its creator registered: the name stays
     except BaseException:
         resource_tracker.unregister(name, "shared_memory")
         raise
