@@ -399,18 +399,6 @@ _COLOURS = {"startup": "#9e9e9e", "working": "#3f51b5", "moving": "#ff9800",
             "waiting": "#e0e0e0"}
 
 
-def merge_workers(rows: List[WorkerInsights]) -> Optional[WorkerInsights]:
-    """Sum rows of the same slot (a replaced worker and its replacement)."""
-    if not rows:
-        return None
-    total = WorkerInsights(rows[0].worker, rows[0].device)
-    for row in rows:
-        for name in ("startup", "working", "moving", "waiting", "items", "chunks", "bytes",
-                     "deaths", "timeouts"):
-            setattr(total, name, getattr(total, name) + getattr(row, name))
-    return total
-
-
 class Recorder:
     """Collects a run's seconds and counts while it runs (internal).
 
