@@ -64,6 +64,7 @@ import shutil
 import tempfile
 from typing import Any, List, Tuple
 
+import psutil  # a dependency of easycore-parallel
 import torch
 
 from easycore.common.parallel import PickleTransport, SharedMemoryTransport
@@ -213,16 +214,6 @@ def _rebuild_empty(
     return torch.empty_strided(size, stride, dtype=dtype, requires_grad=requires_grad)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class TorchSharingTransport(PickleTransport):
     """Tensors through torch's own sharing (``torch.multiprocessing``'s reductions).
 
@@ -275,7 +266,7 @@ class TorchSharingTransport(PickleTransport):
                 pid = int(path.rsplit("-", 1)[-1], 16)
             except ValueError:
                 continue
-            if pid != os.getpid() and not _alive(pid):
+            if pid != os.getpid() and not psutil.pid_exists(pid):
                 shutil.rmtree(path, ignore_errors=True)
 
     def _dumps(self, obj: Any) -> Tuple[bytes, int]:
