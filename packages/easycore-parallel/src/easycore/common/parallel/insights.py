@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["Insights", "WorkerInsights", "Verdict", "Recorder", "owner_insights"]
+__all__ = ["Insights", "Recorder", "Verdict", "WorkerInsights", "owner_insights"]
 
 # A stage busy this share of the wall time (or more) bounds the run.
 _BOUND = 0.7

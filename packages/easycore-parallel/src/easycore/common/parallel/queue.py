@@ -571,8 +571,6 @@ def _goodbye(open_conns: List[Any], lock: threading.Lock) -> None:
         conns = list(open_conns)
         open_conns.clear()
     for conn in conns:
-        try:
+        with contextlib.suppress(OSError):  # the owner is gone: nobody to say it to
             conn.send(("bye",))
-        except OSError:
-            pass
         conn.close()
