@@ -48,3 +48,13 @@ def test_main_classes_as_items_from_a_script_read_from_stdin(method):
         capture_output=True, text=True, timeout=120, cwd=str(SCRIPTS),
     )
     assert _report(proc) == EXPECTED
+
+
+@pytest.mark.parametrize("sharing", ["segments", "copy", "torch"])
+def test_main_classes_through_easycore_torch_transports(sharing):
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-", "spawn", sharing], input=(SCRIPTS / "main_data.py").read_text(),
+        capture_output=True, text=True, timeout=170, cwd=str(SCRIPTS),
+    )
+    assert _report(proc) == EXPECTED

@@ -1,5 +1,6 @@
 # Instances of classes of __main__ as items, results and queue items, under a
-# start method (argv[1]), run as a file or piped to `python -`. The first map's
+# start method (argv[1]), run as a file or piped to `python -`; argv[2], if
+# given, is a tensor_sharing of easycore-torch's Pool (and Queue) to use instead. The first map's
 # function brings no class along (a callable instance, a builtin), so workers
 # that cannot import __main__ must get the classes with the data. Prints one
 # JSON line.
@@ -7,7 +8,10 @@ import json
 import sys
 from dataclasses import dataclass
 
-from easycore.common.parallel import Pool, Queue
+if len(sys.argv) > 2:
+    from easycore.torch.parallel import Pool, Queue
+else:
+    from easycore.common.parallel import Pool, Queue
 
 
 @dataclass
@@ -39,7 +43,8 @@ if __name__ == "__main__":
         x: int
 
     report = {}
-    with Pool(2, start_method=sys.argv[1]) as pool:
+    options = {"tensor_sharing": sys.argv[2]} if len(sys.argv) > 2 else {}
+    with Pool(2, start_method=sys.argv[1], **options) as pool:
 
         @dataclass
         class Late:  # defined after fork workers were made

@@ -16,7 +16,7 @@ page says what each name is for. Importing this module does not import Ray:
 from .backend import DirectTransport, check_options
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
-from .pickling import dumps_code, loads_code
+from .pickling import dumps_code, loads_code, names_main, reduce_main
 from .policy import default_start_method
 from .progress import ProgressOption
 from .protocol import (
@@ -63,6 +63,8 @@ __all__ = [
     "thread_budget",
     "dumps_code",
     "loads_code",
+    "names_main",
+    "reduce_main",
     # clients' building blocks
     "ProgressOption",
     "RandomStreams",

@@ -18,7 +18,7 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
-__all__ = ["dumps_code", "dumps_data", "loads_code"]
+__all__ = ["dumps_code", "dumps_data", "loads_code", "names_main", "reduce_main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -197,18 +197,36 @@ _main_seen = False
 _class_copies: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()
 
 
+def reduce_main(obj: Any) -> Any:
+    """A ``reducer_override``: classes and functions of ``__main__`` by reference or value.
+
+    For picklers of data that have their own tables (easycore-torch's): use it
+    in a second pass where
+    [`names_main`][easycore.common.parallel.pickling.names_main] says the first
+    one needs it, as
+    [`dumps_data`][easycore.common.parallel.pickling.dumps_data] does.
+
+    Args:
+        obj (Any): what the pickler is about to save.
+
+    Returns:
+        Any: a reduction, or ``NotImplemented`` (pickle it as usual).
+    """
+    if (isinstance(obj, type) or type(obj) is types.FunctionType) and _from_main(obj):
+        try:
+            by_value = _by_value(obj)
+        except Exception:  # noqa: BLE001  (whatever its attributes raise)
+            return NotImplemented  # by reference only, as plain pickle does
+        return _main_object, (obj.__module__, obj.__qualname__, isinstance(obj, type),
+                              by_value)
+    return NotImplemented
+
+
 class _DataPickler(pickle.Pickler):
     """Pickles classes and functions of ``__main__`` by reference or value."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if (isinstance(obj, type) or type(obj) is types.FunctionType) and _from_main(obj):
-            try:
-                by_value = _by_value(obj)
-            except Exception:  # noqa: BLE001  (whatever its attributes raise)
-                return NotImplemented  # by reference only, as plain pickle does
-            return _main_object, (obj.__module__, obj.__qualname__, isinstance(obj, type),
-                                  by_value)
-        return NotImplemented
+        return reduce_main(obj)
 
 
 def _by_value(obj: Any) -> bytes:
@@ -240,9 +258,18 @@ def _main_object(module: str, qualname: str, is_class: bool, by_value: bytes) ->
     return obj
 
 
-def _names_main(data: bytes) -> bool:
-    # A reference to a global of __main__ or __mp_main__ spells the module's
-    # name; a string that merely contains it only costs a second pass.
+def names_main(data: Any) -> bool:
+    """Whether a pickle may refer to a global of ``__main__`` (or ``__mp_main__``).
+
+    Such a reference spells the module's name; a string that merely contains
+    it only costs a second pass.
+
+    Args:
+        data (bytes-like): a pickle.
+
+    Returns:
+        bool:
+    """
     return b"_main__" in data
 
 
@@ -277,7 +304,7 @@ def dumps_data(
         except (pickle.PicklingError, AttributeError):
             data = None  # e.g. a class of __main__ that came by value
         if data is not None:
-            if not _names_main(data):
+            if not names_main(data):
                 return data
             _main_seen = True
         if restart is not None:
