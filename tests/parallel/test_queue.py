@@ -214,3 +214,66 @@ def test_a_background_task_produces_into_a_queue(no_leaks):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="maxsize"):
         Queue(maxsize=-1)
+
+
+def test_the_owner_closes_at_once_after_a_connection(monkeypatch):
+    """close() right after the accept loop took a connection returns (it hung).
+
+    The loop used to re-check ``open`` before its next accept: had close()
+    flipped it meanwhile, the loop ended and close()'s own wake-up connection
+    waited for a handshake nobody would answer. The start of the connection's
+    thread is held here until close() has flipped ``open``, so that the
+    interleaving is the bad one every time.
+    """
+    from easycore.common.parallel import queue as queue_mod
+
+    q = Queue()
+    broker = q._broker
+    closing = threading.Event()
+
+    class Watched(type(broker)):
+        @property
+        def open(self):
+            return self.__dict__["open"]
+
+        @open.setter  # noqa: A003 (the broker's own attribute, watched)
+        def open(self, value):
+            self.__dict__["open"] = value
+            if not value:
+                closing.set()
+
+    broker.__class__ = Watched
+    real_start = threading.Thread.start
+
+    def start(self):
+        real_start(self)
+        if self.name == "easycore-queue-conn":
+            closing.wait(15)  # the accept loop goes on only once close() began
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    # a client end in this process (an owner pid that is not ours)
+    client = queue_mod._rebuild(Queue, "a-client", q._address, q._authkey, q._prefix,
+                                -1, 0, q._transport)
+    assert client.qsize() == 0
+    closer = threading.Thread(target=q.close, daemon=True)
+    closer.start()
+    closer.join(15)
+    assert not closer.is_alive(), "Queue.close() hung"
+    assert not broker.accepter.is_alive()
+    client.close()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_two_tasks_of_one_worker_put_big_items(method, no_leaks):
+    """Each task unpickles its own end of the queue: their segments' names must differ.
+
+    Every end counted its segments from 1 under the same ``<prefix><pid>-``: a
+    second task on the same worker failed with FileExistsError while the first
+    one's items were still queued (the tutorial's queue.Empty after 60 s, when
+    one worker ran both producers).
+    """
+    with Queue() as q, Pool(1, start_method=method) as pool:
+        assert pool.starmap(produce, [(q, 0, 2, BIG), (q, 1, 2, BIG)], chunksize=1) == [2, 2]
+        got = sorted((w, i, int(a[0])) for w, i, a in (q.get(timeout=60) for _ in range(4)))
+        assert got == [(0, 0, 0), (0, 1, 1), (1, 0, 0), (1, 1, 1)]
+        assert segments(q) == []

@@ -5,28 +5,17 @@ whose coordinator thread pumps, still wakes it for every job."""
 from __future__ import annotations
 
 import pytest
+from _parallel_helpers import _Collect
 
 from easycore.common.parallel import OrderedRunner, Pool
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class Twice(OrderedRunner):
+class Twice(_Collect, OrderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
         return 2 * data
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.out
 
 
 def _count_wakeups(backend, monkeypatch):

@@ -11,6 +11,8 @@ import pytest
 np = pytest.importorskip("numpy")
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
+from _parallel_helpers import _Collect  # noqa: E402
+
 from easycore.common.parallel import Pool, UnorderedRunner, threads  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,22 +35,10 @@ def pools_and_scan(_=None):
             len(_SCANS))
 
 
-class Reports(UnorderedRunner):
+class Reports(_Collect, UnorderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
         return pools_and_scan()
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.out
 
 
 def _caller_pools():

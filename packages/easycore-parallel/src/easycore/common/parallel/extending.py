@@ -17,7 +17,7 @@ from .backend import DirectTransport, check_options
 from .chunking import AdaptiveChunker
 from .engine import Engine, ItemError, Job, JobSink
 from .executor import HookFailed, RunnerProgram, Terminated
-from .pickling import dumps_code, loads_code
+from .pickling import dumps_code, loads_code, names_main, reduce_main
 from .policy import default_start_method
 from .progress import ProgressOption
 from .protocol import (
@@ -65,6 +65,8 @@ __all__ = [
     "thread_budget",
     "dumps_code",
     "loads_code",
+    "names_main",
+    "reduce_main",
     # clients' building blocks
     "ProgressOption",
     "RandomStreams",

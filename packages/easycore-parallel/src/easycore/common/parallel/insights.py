@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["Insights", "WorkerInsights", "Verdict", "Recorder", "owner_insights"]
+__all__ = ["Insights", "Recorder", "Verdict", "WorkerInsights", "owner_insights"]
 
 # A stage busy this share of the wall time (or more) bounds the run.
 _BOUND = 0.7
@@ -397,18 +397,6 @@ class Insights:
 
 _COLOURS = {"startup": "#9e9e9e", "working": "#3f51b5", "moving": "#ff9800",
             "waiting": "#e0e0e0"}
-
-
-def merge_workers(rows: List[WorkerInsights]) -> Optional[WorkerInsights]:
-    """Sum rows of the same slot (a replaced worker and its replacement)."""
-    if not rows:
-        return None
-    total = WorkerInsights(rows[0].worker, rows[0].device)
-    for row in rows:
-        for name in ("startup", "working", "moving", "waiting", "items", "chunks", "bytes",
-                     "deaths", "timeouts"):
-            setattr(total, name, getattr(total, name) + getattr(row, name))
-    return total
 
 
 class Recorder:

@@ -15,9 +15,10 @@ import io
 import pickle
 import sys
 import types
-from typing import Any
+import weakref
+from typing import Any, Callable, Optional
 
-__all__ = ["dumps_code", "loads_code"]
+__all__ = ["dumps_code", "dumps_data", "loads_code", "names_main", "reduce_main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -176,3 +177,138 @@ def _is_wrapper(obj: Any) -> bool:
     module = getattr(type(obj), "__module__", "") or ""
     return module.startswith("easycore.") and hasattr(obj, "__dict__") and not isinstance(
         obj, type)
+
+
+# --------------------------------------------------------------------- data
+# Items, results and a runner's cfg are pickled by reference, like any data.
+# Instances of a class of ``__main__`` then name ``__main__.Cls``, which the
+# receiving process may not have: a notebook or a script read from stdin
+# (its workers' ``__main__`` is empty), a class defined under
+# ``if __name__ == "__main__":`` (not re-run by spawn and forkserver workers),
+# one defined after the pool forked. Such data carries each of these classes
+# (and functions) by reference *and* by value: the receiver takes its own
+# where it has one, else the copy, which it then keeps in its ``__main__``.
+
+#: Set once this process pickled data that refers to ``__main__``: from then
+#: on such data is pickled in one pass (see dumps_data). Only a speed hint.
+_main_seen = False
+#: Classes of __main__ pickled by value, once each (the receiver keeps the
+#: first copy it gets under that name anyway).
+_class_copies: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()
+
+
+def reduce_main(obj: Any) -> Any:
+    """A ``reducer_override``: classes and functions of ``__main__`` by reference or value.
+
+    For picklers of data that have their own tables (easycore-torch's): use it
+    in a second pass where
+    [`names_main`][easycore.common.parallel.pickling.names_main] says the first
+    one needs it, as
+    [`dumps_data`][easycore.common.parallel.pickling.dumps_data] does.
+
+    Args:
+        obj (Any): what the pickler is about to save.
+
+    Returns:
+        Any: a reduction, or ``NotImplemented`` (pickle it as usual).
+    """
+    if (isinstance(obj, type) or type(obj) is types.FunctionType) and _from_main(obj):
+        try:
+            by_value = _by_value(obj)
+        except Exception:  # noqa: BLE001  (whatever its attributes raise)
+            return NotImplemented  # by reference only, as plain pickle does
+        return _main_object, (obj.__module__, obj.__qualname__, isinstance(obj, type),
+                              by_value)
+    return NotImplemented
+
+
+class _DataPickler(pickle.Pickler):
+    """Pickles classes and functions of ``__main__`` by reference or value."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        return reduce_main(obj)
+
+
+def _by_value(obj: Any) -> bytes:
+    import cloudpickle
+
+    if not isinstance(obj, type):
+        return cloudpickle.dumps(obj, protocol=_PROTOCOL)  # its globals as they are now
+    blob = _class_copies.get(obj)
+    if blob is None:
+        blob = _class_copies[obj] = cloudpickle.dumps(obj, protocol=_PROTOCOL)
+    return blob
+
+
+def _main_object(module: str, qualname: str, is_class: bool, by_value: bytes) -> Any:
+    """Unpickling: this process's own ``__main__.<qualname>``, else the copy by value."""
+    main = sys.modules.get(module) or sys.modules.get("__main__")
+    found: Any = main
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not None and main is not None and (
+            isinstance(found, type) if is_class else callable(found)):
+        return found
+    obj = pickle.loads(by_value)
+    if main is not None and qualname.isidentifier() and not hasattr(main, qualname):
+        # Kept, so that later data, and results pickled by reference here,
+        # find this same class (pickling._share_main_globals does the same for
+        # what a function brings).
+        setattr(main, qualname, obj)
+    return obj
+
+
+def names_main(data: Any) -> bool:
+    """Whether a pickle may refer to a global of ``__main__`` (or ``__mp_main__``).
+
+    Such a reference spells the module's name; a string that merely contains
+    it only costs a second pass.
+
+    Args:
+        data (bytes-like): a pickle.
+
+    Returns:
+        bool:
+    """
+    return b"_main__" in data
+
+
+def dumps_data(
+    obj: Any,
+    protocol: int = _PROTOCOL,
+    buffer_callback: Optional[Callable[[pickle.PickleBuffer], Any]] = None,
+    restart: Optional[Callable[[], Any]] = None,
+) -> bytes:
+    """Pickle data (items, results, a cfg) that any process can read, ``__main__``'s classes too.
+
+    Plain pickle first (C speed); only when the pickle names ``__main__``, or
+    refuses (an instance of a class that came by value), it is pickled again
+    carrying the classes and functions of ``__main__`` by reference and by
+    value (see ``_main_object``). After the first such payload this process
+    takes the second way at once.
+
+    Args:
+        obj (Any): what to pickle.
+        protocol (int): the pickle protocol.
+        buffer_callback (callable or None): as for ``pickle.dumps``.
+        restart (callable or None): called before a second pass, to forget
+            what ``buffer_callback`` collected in the first.
+
+    Returns:
+        bytes: readable with ``pickle.loads``.
+    """
+    global _main_seen
+    if not _main_seen:
+        try:
+            data = pickle.dumps(obj, protocol=protocol, buffer_callback=buffer_callback)
+        except (pickle.PicklingError, AttributeError):
+            data = None  # e.g. a class of __main__ that came by value
+        if data is not None:
+            if not names_main(data):
+                return data
+            _main_seen = True
+        if restart is not None:
+            restart()
+    buffer = io.BytesIO()
+    _DataPickler(buffer, protocol=protocol, buffer_callback=buffer_callback).dump(obj)
+    return buffer.getvalue()

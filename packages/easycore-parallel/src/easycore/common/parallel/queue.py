@@ -37,10 +37,13 @@ How it works:
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import os
 import pickle
 import queue as _stdqueue
 import secrets
+import socket
 import threading
 import time
 import weakref
@@ -79,6 +82,11 @@ class QueuePeerDiedError(ParallelError):
     def __reduce__(self) -> Any:
         return (QueuePeerDiedError, (str(self), self.pid))
 
+
+#: The numbers of the segments this process's puts make, for every queue and
+#: end (``next`` on a count is atomic: no lock needed).
+_segment_numbers = itertools.count(1)
+_NAME_TRIES = 100
 
 # The owners alive in this process, by token: a queue unpickled where it was
 # made is that same queue (thread back-end, or a round trip through a pool).
@@ -142,11 +150,16 @@ class _Broker:
             return len(self.items)
 
     def _accept_loop(self) -> None:
-        while self.open:
+        # Ends only when a connection, or a failed one, finds the queue closed:
+        # close() always makes one (see _wake), so the loop never ends before
+        # taking it, which would leave that connection waiting in the backlog.
+        while True:
             try:
                 conn = self.listener.accept()
             except (OSError, EOFError, AuthenticationError):
-                continue  # a failed handshake, or the listener closed (then not open)
+                if not self.open:  # close()'s wake-up, or the listener closed
+                    return
+                continue  # a failed handshake
             if not self.open:
                 conn.close()
                 return
@@ -209,6 +222,24 @@ class _Broker:
         finally:
             conn.close()
 
+    def _wake(self) -> None:
+        """Connect to the listener once, so that the accept loop sees the queue closed.
+
+        A bare socket, no handshake: the accept loop's handshake then fails
+        (EOF) and it returns. A ``connection.Client`` would wait for the
+        loop's challenge forever if the loop had already ended.
+        """
+        if isinstance(self.address, tuple):
+            family = socket.AF_INET
+        elif self.address.startswith("\\\\"):  # a Windows pipe: the handshake is the way
+            with contextlib.suppress(OSError, EOFError, AuthenticationError):
+                connection.Client(self.address, authkey=self.authkey).close()
+            return
+        else:
+            family = socket.AF_UNIX
+        with socket.socket(family) as sock, contextlib.suppress(OSError):
+            sock.connect(self.address)
+
     def give_back(self, payload: Any) -> None:
         with self.cond:
             self.items.appendleft(payload)
@@ -223,10 +254,7 @@ class _Broker:
             items, self.items = list(self.items), collections.deque()
             threads = list(self.threads)
             self.cond.notify_all()
-        try:  # wake the accept loop, which then sees the queue closed
-            connection.Client(self.address, authkey=self.authkey).close()
-        except Exception:
-            pass
+        self._wake()
         self.accepter.join(10)
         self.listener.close()
         for thread in threads:  # each sees the close within _POLL seconds
@@ -293,8 +321,7 @@ class Queue:
         self._prefix = prefix
         self._authkey = authkey
         self._owner_pid = owner_pid
-        self._counter = 0
-        self._lock = threading.Lock()  # the counter and the idle connections
+        self._lock = threading.Lock()  # the open connections
         self._encoding = threading.Lock()  # the transport's pickler is one per process
         self._closed = False
         # Connections to the owner, one per thread (a thread's puts stay in
@@ -427,10 +454,16 @@ class Queue:
     # ------------------------------------------------------------ data
     def _encode(self, item: Any) -> Any:
         def segment_for(nbytes: int) -> Tuple[str, int, Any]:
-            with self._lock:
-                self._counter += 1
-                name = f"/{self._prefix}{os.getpid():x}-{self._counter:x}"
-            return name, nbytes, shm.create(name, nbytes)
+            # Numbered per process, not per end: each task handed the queue
+            # unpickles an end of its own, and two of them in one worker
+            # counting from 1 made the same names (FileExistsError).
+            for _ in range(_NAME_TRIES):
+                name = f"/{self._prefix}{os.getpid():x}-{next(_segment_numbers):x}"
+                try:
+                    return name, nbytes, shm.create(name, nbytes)
+                except FileExistsError:
+                    continue  # left by a dead process that had this pid
+            raise FileExistsError(f"no free segment name after {name!r}")
 
         transport = self._transport
         with self._encoding:
@@ -538,8 +571,6 @@ def _goodbye(open_conns: List[Any], lock: threading.Lock) -> None:
         conns = list(open_conns)
         open_conns.clear()
     for conn in conns:
-        try:
+        with contextlib.suppress(OSError):  # the owner is gone: nobody to say it to
             conn.send(("bye",))
-        except OSError:
-            pass
         conn.close()

@@ -100,11 +100,19 @@ def create(name: str, size: int) -> mmap.mmap:
     """
     if not AVAILABLE:
         raise SharedMemoryFull(errno.ENOSYS, "no POSIX shared memory on this platform")
-    fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    # Registered before it exists: a process killed at any point from here on
+    # (a worker whose caller was SIGKILLed dies with it) leaves nothing the
+    # tracker does not remove once the process family is gone. Registered
+    # after shm_open, a kill between the two leaked the segment.
+    resource_tracker.register(name, "shared_memory")
     try:
-        # Registered before it holds data: a crash from here on is still
-        # cleaned up by the tracker once the process family is gone.
-        resource_tracker.register(name, "shared_memory")
+        fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    except FileExistsError:
+        raise  # someone's segment, which its creator registered: the name stays
+    except BaseException:
+        resource_tracker.unregister(name, "shared_memory")
+        raise
+    try:
         try:
             _reserve(fd, size)
             return mmap.mmap(fd, size)

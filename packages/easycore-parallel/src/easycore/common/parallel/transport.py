@@ -85,6 +85,7 @@ from collections import deque
 from typing import Any, Callable, NamedTuple
 
 from . import shm
+from .pickling import dumps_data
 
 __all__ = [
     "CallerFeedback",
@@ -118,7 +119,7 @@ class Transport:
         Returns:
             tuple: ``(payload, nbytes)``, nbytes being the data moved.
         """
-        data = pickle.dumps(items, protocol=_HIGHEST)
+        data = dumps_data(items, _HIGHEST)
         return data, len(data)
 
     def decode_results(self, worker: int, payload: Any) -> list[Any]:
@@ -154,7 +155,7 @@ class Transport:
 
     def encode_cfg(self, cfg: Any) -> Any:
         """The runner's ``cfg`` as a payload every worker decodes once."""
-        return pickle.dumps(cfg, protocol=_HIGHEST)
+        return dumps_data(cfg, _HIGHEST)
 
     def cleanup(self) -> None:
         """After all workers ended: release everything."""
@@ -184,7 +185,7 @@ class Transport:
         Returns:
             tuple: ``(payload, nbytes)``.
         """
-        data = pickle.dumps(results, protocol=_HIGHEST)
+        data = dumps_data(results, _HIGHEST)
         return data, len(data)
 
     def on_feedback(self, data: Any) -> None:
@@ -345,7 +346,7 @@ class SharedMemoryTransport(Transport):
             buffers.append(raw)
             return False
 
-        return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), buffers, None
+        return dumps_data(obj, 5, out_of_band, restart=buffers.clear), buffers, None
 
     def _pack(self, obj: Any, segment_for: SegmentFor) -> tuple[Any, int]:
         """Pickle ``obj``; big parts into the segment ``segment_for(nbytes)`` returns.
@@ -370,7 +371,7 @@ class SharedMemoryTransport(Transport):
         except shm.SharedMemoryFull:
             self._full = True
             # In-band through the pipe: slower, but the call goes on.
-            data = pickle.dumps(obj, protocol=_HIGHEST)
+            data = dumps_data(obj, _HIGHEST)
             return data, len(data)
         for (off, n), raw in zip(layout, buffers):
             mm[off : off + n] = raw  # the only copy the data makes

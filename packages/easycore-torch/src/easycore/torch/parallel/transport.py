@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copyreg
 import ctypes
+import functools
 import glob
 import io
 import os
@@ -64,9 +65,11 @@ import shutil
 import tempfile
 from typing import Any, List, Tuple
 
+import psutil  # a dependency of easycore-parallel
 import torch
 
 from easycore.common.parallel import PickleTransport, SharedMemoryTransport
+from easycore.common.parallel.extending import names_main, reduce_main
 
 __all__ = ["TensorTransport", "TorchSharingTransport"]
 
@@ -101,6 +104,17 @@ class TensorTransport(SharedMemoryTransport):
         pickler = self.__dict__.get("_pickler")
         if pickler is None:  # made once per process: never pickled with the transport
             pickler = self._pickler = _TensorPickler(self.threshold)
+        if not isinstance(pickler, _MainAwareTensorPickler):
+            try:
+                data, buffers, keepalive = pickler.pickle(obj)
+            except (pickle.PicklingError, AttributeError):
+                # e.g. an instance of a class of __main__ that came by value
+                return _MainAwareTensorPickler(self.threshold).pickle(obj)
+            if not names_main(data):
+                return data, buffers, keepalive
+            # Data of __main__'s classes: from now on in one pass that also
+            # carries them by value (see extending.reduce_main).
+            pickler = self._pickler = _MainAwareTensorPickler(self.threshold)
         return pickler.pickle(obj)
 
 
@@ -191,6 +205,17 @@ _STRIDED = torch.strided
 
 # ----------------------------------------------------------------- caller side
 # Module-level functions: pickle finds them by name on the receiving side.
+
+class _MainAwareTensorPickler(_TensorPickler):
+    """The same, for data holding classes or functions of ``__main__``: those go by
+    reference and by value, so that a worker that cannot import them still can
+    read the data (a ``reducer_override``: a Python call per object, hence not
+    the default)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        return reduce_main(obj)
+
+
 def _rebuild_tensor(
     buffer: Any,
     dtype: torch.dtype,
@@ -211,16 +236,6 @@ def _rebuild_empty(
     dtype: torch.dtype, size: Tuple[int, ...], stride: Tuple[int, ...], requires_grad: bool
 ) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=dtype, requires_grad=requires_grad)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class TorchSharingTransport(PickleTransport):
@@ -275,7 +290,7 @@ class TorchSharingTransport(PickleTransport):
                 pid = int(path.rsplit("-", 1)[-1], 16)
             except ValueError:
                 continue
-            if pid != os.getpid() and not _alive(pid):
+            if pid != os.getpid() and not psutil.pid_exists(pid):
                 shutil.rmtree(path, ignore_errors=True)
 
     def _dumps(self, obj: Any) -> Tuple[bytes, int]:
@@ -283,7 +298,13 @@ class TorchSharingTransport(PickleTransport):
 
         import torch.multiprocessing  # noqa: F401  (registers torch's reductions)
 
-        data = bytes(ForkingPickler.dumps(obj, pickle.HIGHEST_PROTOCOL))
+        try:
+            data = bytes(ForkingPickler.dumps(obj, pickle.HIGHEST_PROTOCOL))
+        except (pickle.PicklingError, AttributeError):
+            data = None  # e.g. an instance of a class of __main__ that came by value
+        if data is None or names_main(data):
+            # classes of __main__ by reference and by value (extending.reduce_main)
+            data = bytes(_main_aware(ForkingPickler).dumps(obj, pickle.HIGHEST_PROTOCOL))
         return data, len(data)
 
     def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
@@ -291,3 +312,14 @@ class TorchSharingTransport(PickleTransport):
 
     def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
         return self._dumps(results)
+
+
+@functools.cache
+def _main_aware(pickler: Any) -> Any:
+    """``pickler`` (a class) with ``reduce_main`` as its ``reducer_override``."""
+
+    class MainAware(pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            return reduce_main(obj)
+
+    return MainAware
