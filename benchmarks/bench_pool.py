@@ -54,7 +54,7 @@ from _harness import (
 from bench_parallel import array_checksum, fresh_array, fresh_arrays, page_sum, square
 
 import easycore.common.parallel as ecp
-from easycore.common.parallel.protocol import ChunkDone, RunChunk
+from easycore.common.parallel.worker.protocol import ChunkDone, RunChunk
 
 try:
     from mpire import WorkerPool

@@ -32,7 +32,7 @@ def _process_state():
     """What lives as long as this process, made once, is no leak: torch's pipe for its
     stores' event loop (from the first store on), and easycore's launcher thread (which
     starts workers for calls made from other threads)."""
-    from easycore.common.parallel import lifeline
+    from easycore.common.parallel._os import lifeline
     from easycore.torch.distributed.rendezvous import open_store
 
     store, _ = open_store()

@@ -17,9 +17,9 @@ import pytest
 from _engine_funcs import exit_at, pid
 
 from easycore.common.parallel import Pool, TaskTimeoutError, WorkerDiedError
-from easycore.common.parallel.process_backend import ProcessBackend
-from easycore.common.parallel.protocol import RunChunk
-from easycore.common.parallel.thread_backend import ThreadBackend
+from easycore.common.parallel.backends.process import ProcessBackend
+from easycore.common.parallel.backends.thread import ThreadBackend
+from easycore.common.parallel.worker.protocol import RunChunk
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from easycore.common.parallel import Executor, PickleTransport, WorkerContext, WorkerProgram
-from easycore.common.parallel.protocol import (
+from easycore.common.parallel.worker.protocol import (
     ChunkDone,
     RunChunk,
     StopWorker,
@@ -23,7 +23,13 @@ from easycore.common.parallel.protocol import (
     WorkerFailed,
     WorkerReady,
 )
-from easycore.common.parallel.slots import MARK_INDEX, MARK_NONE, MARK_TIMES, ItemSlot, ItemSlots
+from easycore.common.parallel.worker.slots import (
+    MARK_INDEX,
+    MARK_NONE,
+    MARK_TIMES,
+    ItemSlot,
+    ItemSlots,
+)
 
 
 class Squares(WorkerProgram):

@@ -25,9 +25,9 @@ from easycore.common.parallel import (
     SharedMemoryTransport,
     UnorderedRunner,
 )
+from easycore.common.parallel.backends.policy import BACKENDS, backend_class
 from easycore.common.parallel.defaults import import_object
 from easycore.common.parallel.options import WorkerOptions, check_task_timeout
-from easycore.common.parallel.policy import BACKENDS, backend_class
 from easycore.common.parallel.pool import PoolJobs, pool_options
 
 pytestmark = pytest.mark.timeout(120)

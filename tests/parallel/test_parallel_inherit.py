@@ -15,7 +15,8 @@ import pickle
 import pytest
 from _inherit_targets import Dataset, seen_unpickled, seen_unpickled_star
 
-from easycore.common.parallel import BackgroundTask, JobQueue, Pool, inherit
+from easycore.common.parallel import BackgroundTask, JobQueue, Pool
+from easycore.common.parallel.backends import inherit
 
 pytestmark = pytest.mark.timeout(120)
 

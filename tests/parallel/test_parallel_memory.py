@@ -8,8 +8,8 @@ import psutil
 import pytest
 
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
-from easycore.common.parallel.chunking import AdaptiveChunker
-from easycore.common.parallel.engine import Engine
+from easycore.common.parallel.engine.chunking import AdaptiveChunker
+from easycore.common.parallel.engine.core import Engine
 
 pytestmark = pytest.mark.timeout(170)
 

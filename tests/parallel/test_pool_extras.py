@@ -105,7 +105,7 @@ def test_bad_options_are_valueerrors_naming_what_is_wrong(kwargs, match, no_leak
 
 
 def test_processes_none_starts_one_worker_per_usable_cpu(no_leaks):
-    from easycore.common.parallel import threads
+    from easycore.common.parallel._os import threads
 
     with Pool() as pool:
         assert len(pool.worker_pids) == threads.available_cpus()

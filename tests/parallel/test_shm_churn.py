@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from easycore.common.parallel import Pool, WorkerError, shm
+from easycore.common.parallel import Pool, WorkerError
+from easycore.common.parallel.transport import shm
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "shm_churn.py"
 

@@ -13,7 +13,8 @@ threadpoolctl = pytest.importorskip("threadpoolctl")
 
 from _parallel_helpers import _Collect  # noqa: E402
 
-from easycore.common.parallel import Pool, UnorderedRunner, threads  # noqa: E402
+from easycore.common.parallel import Pool, UnorderedRunner  # noqa: E402
+from easycore.common.parallel._os import threads  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

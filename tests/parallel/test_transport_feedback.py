@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from easycore.common.parallel import SharedMemoryTransport
-from easycore.common.parallel.shm import AVAILABLE
-from easycore.common.parallel.transport import CallerFeedback, WorkerFeedback
+from easycore.common.parallel.transport.shared_memory import CallerFeedback, WorkerFeedback
+from easycore.common.parallel.transport.shm import AVAILABLE
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="no POSIX shared memory")
 

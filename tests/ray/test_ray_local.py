@@ -143,7 +143,7 @@ def test_more_devices_than_the_cluster_holds_is_an_error_not_a_wait():
 def test_a_gcs_that_does_not_answer_is_an_error_not_a_hang(monkeypatch):
     # Ray's state queries wait in C++ without a deadline, where no signal (not
     # even pytest's timeout) reaches them: a stopped GCS once hung the caller.
-    from easycore.common.parallel.ray_backend import RayBackend
+    from easycore.common.parallel.backends.ray import RayBackend
 
     gcs = [p.pid for p in psutil.Process().children() if p.name().startswith("gcs_server")]
     assert len(gcs) == 1, "the test's Ray should have one GCS, started by this process"

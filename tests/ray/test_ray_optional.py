@@ -32,10 +32,10 @@ def test_importing_the_runners_never_imports_ray():
         with UnorderedRunner(devices=1) as runner:  # the process back-end
             assert runner(range(3)) is None
         assert "ray" not in sys.modules, "process back-end"
-        import easycore.common.parallel.ray_backend  # the module itself is light too
+        import easycore.common.parallel.backends.ray  # the module itself is light too
         assert "ray" not in sys.modules, "ray_backend"
         assert parallel.BaseRunner.backends["ray"] == (
-            "easycore.common.parallel.ray_backend:RayBackend"
+            "easycore.common.parallel.backends.ray:RayBackend"
         )
         """
     )

@@ -71,7 +71,7 @@ def test_a_runner_started_ray_that_listens_everywhere_says_so(ray_init_kwargs):
     # the node address: easycore cannot prevent it, so it must say so (naming
     # the ports) rather than promise loopback. Should a Ray release bind
     # loopback only, there is nothing to say and no warning.
-    from easycore.common.parallel.ray_backend import exposed_ports
+    from easycore.common.parallel.backends.ray import exposed_ports
 
     kwargs = {k: v for k, v in ray_init_kwargs.items()
               if k not in ("_node_ip_address", "include_dashboard")}

@@ -134,7 +134,7 @@ def test_a_timeout_with_tensors_in_flight(no_leaks):
 
 
 def test_each_worker_runs_torch_on_its_share_of_the_cpus(no_leaks):
-    from easycore.common.parallel import threads as budget
+    from easycore.common.parallel._os import threads as budget
 
     with Pool(2) as pool:
         assert pool.broadcast(threads) == [max(1, budget.available_cpus() // 2)] * 2

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from easycore.common.parallel import shm
+from easycore.common.parallel.transport import shm
 
 where = sys.argv[1]
 shm.resource_tracker.ensure_running()

@@ -50,7 +50,9 @@ Examples:
 """
 
 from ._version import __version__
-from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited
+from .backends.base import Backend, BackendSpec, ChannelBroken, WorkerExited
+from .backends.policy import DevicePolicy
+from .backends.process import ProcessBackend
 from .background import BackgroundStats, BackgroundTask
 from .errors import (
     ErrorReport,
@@ -62,15 +64,13 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
-from .executor import Executor, WorkerContext, WorkerProgram
 from .insights import Insights, Verdict, WorkerInsights
 from .jobqueue import JobQueue
-from .policy import DevicePolicy
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
-from .process_backend import ProcessBackend
 from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
-from .transport import PickleTransport, SharedMemoryTransport, Transport
+from .transport.shared_memory import PickleTransport, SharedMemoryTransport, Transport
+from .worker.executor import Executor, WorkerContext, WorkerProgram
 
 __all__ = [
     "Pool",

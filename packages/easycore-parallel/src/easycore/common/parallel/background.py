@@ -46,8 +46,8 @@ from typing import (
     Tuple,
 )
 
-from . import inherit
-from .engine import ItemError, Job, JobSink
+from .backends import inherit
+from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError
 from .insights import Insights
 from .options import check_callable, check_positive_int

@@ -103,7 +103,7 @@ def import_object(path: str) -> Any:
     Optional parts (Ray's back-end, easycore-torch's transports, a service's
     recorded transport) are named by such paths, so that nothing is imported
     before it is used. The one copy of this code: back-end tables
-    ([`policy`][easycore.common.parallel.policy]), default transports (here)
+    ([`policy`][easycore.common.parallel.backends.policy]), default transports (here)
     and service handles use it.
 
     Args:

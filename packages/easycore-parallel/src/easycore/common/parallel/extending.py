@@ -13,14 +13,19 @@ page says what each name is for. Importing this module does not import Ray:
 `RayBackend` imports it when it starts.
 """
 
-from .backend import DirectTransport, check_options
-from .chunking import AdaptiveChunker
-from .engine import Engine, ItemError, Job, JobSink
-from .executor import HookFailed, RunnerProgram, Terminated
-from .pickling import dumps_code, loads_code, names_main, reduce_main
-from .policy import default_start_method
+from ._os.threads import budget as thread_budget
+from .backends.base import DirectTransport, check_options
+from .backends.policy import default_start_method
+from .backends.ray import RayBackend
+from .backends.thread import ThreadBackend
+from .engine.chunking import AdaptiveChunker
+from .engine.core import Engine, ItemError, Job, JobSink
 from .progress import ProgressOption
-from .protocol import (
+from .seeding import RandomStreams
+from .services.server import ServiceHost
+from .transport.pickling import dumps_code, loads_code, names_main, reduce_main
+from .worker.executor import HookFailed, RunnerProgram, Terminated
+from .worker.protocol import (
     ChunkDone,
     ItemFailure,
     RunChunk,
@@ -29,12 +34,7 @@ from .protocol import (
     WorkerFailed,
     WorkerReady,
 )
-from .ray_backend import RayBackend
-from .seeding import RandomStreams
-from .services.server import ServiceHost
-from .slots import ItemSlot
-from .thread_backend import ThreadBackend
-from .threads import budget as thread_budget
+from .worker.slots import ItemSlot
 
 __all__ = [
     # the engine

@@ -32,7 +32,7 @@ from .background import (
     close_when_collected,
     pool_factory,
 )
-from .engine import ItemError, JobSink
+from .engine.core import ItemError, JobSink
 from .errors import RunnerClosedError
 from .insights import Insights
 from .options import check_callable, check_positive_int

@@ -15,7 +15,7 @@ arguments and results are the stdlib's), and what its users keep asking for:
   runs), ``broadcast`` to every worker, per-worker contexts and devices,
   ``backend="thread"`` (same API, no pickling) and ``backend="ray"``.
 
-Everything runs on the engine the runners use ([`engine`][easycore.common.parallel.engine]):
+Everything runs on the engine the runners use ([`engine`][easycore.common.parallel.engine.core]):
 one coordinator thread pumps it; results, callbacks and error callbacks are
 delivered from that thread, as the stdlib's result handler does.
 """
@@ -51,19 +51,19 @@ from typing import (
 
 from easycore.common.config import CfgNode
 
-from . import inherit
-from . import threads as _threads
-from .backend import BackendSpec
-from .chunking import AdaptiveChunker
-from .engine import Engine, ItemError, Job, JobSink
+from ._os import threads as _threads
+from ._os.threads import ThreadsOption
+from .backends import inherit
+from .backends.base import BackendSpec
+from .backends.policy import BACKENDS, DevicePolicy, build_backend
+from .engine.chunking import AdaptiveChunker
+from .engine.core import Engine, ItemError, Job, JobSink
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
-from .executor import WorkerContext, WorkerProgram
 from .insights import Insights, Recorder
 from .options import WorkerOptions, check_callable, check_chunksize
-from .pickling import dumps_code, loads_code
-from .policy import BACKENDS, DevicePolicy, build_backend
 from .progress import Progress, ProgressOption
-from .threads import ThreadsOption
+from .transport.pickling import dumps_code, loads_code
+from .worker.executor import WorkerContext, WorkerProgram
 
 __all__ = [
     "AsyncResult",
@@ -92,7 +92,7 @@ class PoolProgram(WorkerProgram):
         Args:
             policy (DevicePolicy): prepares the worker for its device.
             initializer (tuple or bytes or None): ``(initializer, initargs)``,
-                or that as [`dumps_code`][easycore.common.parallel.pickling.dumps_code]
+                or that as [`dumps_code`][easycore.common.parallel.transport.pickling.dumps_code]
                 made it.
         """
         self.policy = policy

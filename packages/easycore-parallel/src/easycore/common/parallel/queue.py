@@ -50,9 +50,9 @@ import weakref
 from multiprocessing import AuthenticationError, connection, util
 from typing import Any, Callable, Deque, List, Optional, Tuple, Type
 
-from . import shm
 from .errors import ParallelError
-from .transport import SharedMemoryTransport, _Packed
+from .transport import shm
+from .transport.shared_memory import SharedMemoryTransport, _Packed
 
 __all__ = ["Queue", "QueueClosedError", "QueuePeerDiedError"]
 

@@ -6,7 +6,7 @@ Subclass one and override the static hooks. ``producer_*`` run in one worker
 per device, each with its own copy of ``cfg``; ``consumer_*`` run in the
 thread that calls the runner, with a fresh copy of ``cfg`` per call.
 
-A runner is one client of the [`engine`][easycore.common.parallel.engine]:
+A runner is one client of the [`engine`][easycore.common.parallel.engine.core]:
 a call is one job whose items are read lazily by the calling thread, which
 also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there. What
 is specific to runners is that a call fails as a whole: the first error
@@ -27,19 +27,19 @@ from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
-from . import threads as _threads
-from .backend import Backend, BackendSpec, check_options
-from .chunking import AdaptiveChunker
-from .engine import Engine, ItemError, JobSink
+from ._os import threads as _threads
+from ._os.threads import ThreadsOption
+from .backends.base import Backend, BackendSpec, check_options
+from .backends.policy import BACKENDS, DevicePolicy, build_backend
+from .backends.process import ProcessBackend
+from .engine.chunking import AdaptiveChunker
+from .engine.core import Engine, ItemError, JobSink
 from .errors import RunnerClosedError, TaskTimeoutError
-from .executor import RunnerProgram, WorkerProgram
 from .insights import Insights, Recorder
 from .options import WorkerOptions
-from .policy import BACKENDS, DevicePolicy, build_backend
-from .process_backend import ProcessBackend
 from .progress import Progress, ProgressOption
-from .threads import ThreadsOption
-from .transport import SharedMemoryTransport, Transport
+from .transport.shared_memory import SharedMemoryTransport, Transport
+from .worker.executor import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
@@ -157,7 +157,7 @@ class BaseRunner:
                 "process" (local worker processes), "thread" (threads of this
                 process: no pickling, for producers that release the GIL) or
                 "ray" (one Ray actor per device, see
-                [`ray_backend`][easycore.common.parallel.ray_backend]; needs the
+                [`ray_backend`][easycore.common.parallel.backends.ray]; needs the
                 ``ray`` extra: ``pip install 'easycore-parallel[ray]'``).
             cpu_threads (int or str or None): threads each worker's thread
                 pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default,

@@ -12,7 +12,7 @@ whose workers run a `RankProgram` (`rank_worker`); rank ``r`` is worker
 4. for a runner, every rank runs ``producer_init`` (without a time limit, as
    in any runner).
 
-Steps 2 to 4 are jobs of an [`Engine`][easycore.common.parallel.engine.Engine]
+Steps 2 to 4 are jobs of an [`Engine`][easycore.common.parallel.engine.core.Engine]
 over the inner back-end, one item per rank (`steps`): a rank that raises,
 dies or hangs fails the start at once, named by rank, and every rank is
 killed. Then ``start`` returns, and the engine of the runner (or of

@@ -5,7 +5,7 @@ or Ray actors (``launcher="ray"``), built from a
 [`BackendSpec`][easycore.common.parallel.BackendSpec] with torch's device
 policy, formed into one process group by a
 `GroupBackend`, and
-driven by a fail-fast [`Engine`][easycore.common.parallel.engine.Engine]:
+driven by a fail-fast [`Engine`][easycore.common.parallel.engine.core.Engine]:
 one job whose item k (a `Call`) runs on rank k. Everything is started and
 stopped within the call: nothing outlives it, and a failing rank ends it at
 once.

@@ -153,7 +153,7 @@ class Init(Step):
 class Call(Step):
     """Run ``fn(ctx, *args)`` in a rank that joined; returns what it returns."""
 
-    fn: bytes  #: pickled by [`dumps_code`][easycore.common.parallel.pickling.dumps_code]
+    fn: bytes  #: pickled by [`dumps_code`][easycore.common.parallel.transport.pickling.dumps_code]
     args: Tuple[Any, ...]
     qualname: str
 

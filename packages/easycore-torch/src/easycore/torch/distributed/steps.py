@@ -1,7 +1,7 @@
 """The caller's side of the steps: run one on each of some ranks, wait, report failures.
 
 `run_steps` submits one job to
-an [`Engine`][easycore.common.parallel.engine.Engine] whose item k runs on
+an [`Engine`][easycore.common.parallel.engine.core.Engine] whose item k runs on
 rank ``ranks[k]`` (the engine's ``targets``), pumps the engine until every
 rank answered, and fails fast:
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Seque
 
 from ..defaults import default_transport
 from ..errors import WorkerDiedError, WorkerError
-from ..transport import SharedMemoryTransport
+from ..transport.shared_memory import SharedMemoryTransport
 from .client import ProcessTarget
 from .dispatch import RUN, describe, dump_spec
 from .errors import ServiceClosedError, ServiceNotFoundError

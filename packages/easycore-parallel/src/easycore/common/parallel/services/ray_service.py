@@ -25,8 +25,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
+from ..backends.ray import acquire_ray, import_ray, is_cuda, release_ray
 from ..errors import ErrorReport, WorkerError
-from ..ray_backend import acquire_ray, import_ray, is_cuda, release_ray
 from .dispatch import REF, Dispatcher, build, close_object
 from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 from .wire import Outcome, ServiceInfo

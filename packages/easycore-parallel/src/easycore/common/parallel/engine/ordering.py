@@ -1,16 +1,16 @@
 """How results are ordered: the one place that decides when a chunk's results reach their sink.
 
 Every job says ``ordered=`` when it is submitted
-([`Engine.submit_job`][easycore.common.parallel.engine.Engine.submit_job]): a
+([`Engine.submit_job`][easycore.common.parallel.engine.core.Engine.submit_job]): a
 runner passes its class attribute ``ordered``, ``Pool`` passes True for
 ``map``/``imap``/``starmap`` and False for ``imap_unordered``. Workers finish
 chunks in any order; what the sink sees is decided here, by
-[`deliver`][easycore.common.parallel.ordering.deliver], on the thread that
+[`deliver`][easycore.common.parallel.engine.ordering.deliver], on the thread that
 pumps:
 
 * **Unordered**: a chunk's results go to the sink the moment they arrive.
 * **Ordered**: results are keyed by the input index of their first item and
-  held in an [`InputOrder`][easycore.common.parallel.ordering.InputOrder]
+  held in an [`InputOrder`][easycore.common.parallel.engine.ordering.InputOrder]
   until every item before them was delivered; then the run of consecutive
   pieces goes out at once. A chunk that is retried after a worker death comes
   back in pieces (one item alone, the items before and after it), so the
@@ -20,7 +20,7 @@ How far an ordered job may run ahead of its slowest chunk is bounded by the
 bytes its buffer holds (``reorder_bytes``, each item counting at least 64
 bytes), not by a number of chunks: one slow item does not stall every worker,
 and a stream of big results cannot fill the memory.
-[`may_run_ahead`][easycore.common.parallel.ordering.may_run_ahead] is the test
+[`may_run_ahead`][easycore.common.parallel.engine.ordering.may_run_ahead] is the test
 the dispatcher makes before it gives such a job another credit.
 """
 

@@ -9,12 +9,12 @@ its sink are in ``job``.
 and about a third of it is the docstrings of the clients' entry points.)
 
 Runners, ``Pool``, ``BackgroundTask`` and ``JobQueue`` are all clients of
-this one engine. A client makes a [`Job`][easycore.common.parallel.engine.Job]
+this one engine. A client makes a [`Job`][easycore.common.parallel.engine.core.Job]
 (a function sent once to each worker that needs it, a source of items, a
 sink for results) and the engine does the rest:
 
 * **Chunks and credits** (``dispatch``). Items travel in chunks sized by an
-  [`AdaptiveChunker`][easycore.common.parallel.chunking.AdaptiveChunker]; a
+  [`AdaptiveChunker`][easycore.common.parallel.engine.chunking.AdaptiveChunker]; a
   worker holds at most ``credits`` chunks at a time, which bounds how far any
   input is read ahead. Jobs take turns for free credits.
 * **Ordering** (``ordering``). An ordered job delivers chunks in input order; how far it
@@ -49,20 +49,20 @@ import time
 import typing
 from typing import Any, Callable, Dict, List, Optional
 
-from . import interrupts
-from .backend import Backend, WorkerExited
+from .._os import interrupts
+from ..backends.base import Backend, WorkerExited
+from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
+from ..worker.protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
 from .chunking import AdaptiveChunker
 from .dispatch import Dispatch, WorkerState, pop_chunk
-from .errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
 from .job import ItemError, Job, JobSink
 from .ordering import deliver
-from .protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
 from .supervision import Supervisor
 
 __all__ = ["Engine", "ItemError", "Job", "JobSink"]
 
 if typing.TYPE_CHECKING:
-    from .insights import Recorder
+    from ..insights import Recorder
 
 
 class Engine(Dispatch):
@@ -186,7 +186,7 @@ class Engine(Dispatch):
                 a worker death (default: not ``fail_fast``).
             targets (list[int] or None): item k runs on worker ``targets[k]``.
             window (int or None): items taken from the source but not yet
-                consumed (see [`consume`][easycore.common.parallel.engine.Engine.consume])
+                consumed (see [`consume`][easycore.common.parallel.engine.core.Engine.consume])
                 at most: how a stream that nobody reads stops.
 
         Returns:

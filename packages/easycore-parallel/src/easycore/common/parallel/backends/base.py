@@ -1,15 +1,15 @@
 """The back-end seam: who runs the workers, and how messages reach them.
 
-The engine ([`engine`][easycore.common.parallel.engine]: jobs, chunking,
+The engine ([`engine`][easycore.common.parallel.engine.core]: jobs, chunking,
 credits, ordering, errors, timeouts) talks only to this interface, so where
 workers live is replaceable: [`ProcessBackend`][easycore.common.parallel.ProcessBackend]
-(one process per device), [`ThreadBackend`][easycore.common.parallel.thread_backend.ThreadBackend]
-(threads, no pickling) and [`RayBackend`][easycore.common.parallel.ray_backend.RayBackend]
+(one process per device), [`ThreadBackend`][easycore.common.parallel.backends.thread.ThreadBackend]
+(threads, no pickling) and [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend]
 (one Ray actor per device).
 
 Every worker slot ``0 .. len(devices) - 1`` runs one
-[`Executor`][easycore.common.parallel.executor.Executor] at a time; the
-messages are those of [`protocol`][easycore.common.parallel.protocol].
+[`Executor`][easycore.common.parallel.worker.executor.Executor] at a time; the
+messages are those of [`protocol`][easycore.common.parallel.worker.protocol].
 All methods are called in the caller's process:
 
 * ``start()``: start every worker and wait until each ran its init hooks;
@@ -17,13 +17,13 @@ All methods are called in the caller's process:
   [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError] (after
   cleaning up) if one fails. ``start_first()``: the same, but return once
   one worker is ready (pools hand it work while the others start).
-* ``send(worker, message)``: hand a [`RunChunk`][easycore.common.parallel.protocol.RunChunk]
+* ``send(worker, message)``: hand a [`RunChunk`][easycore.common.parallel.worker.protocol.RunChunk]
   to a worker. Never blocks on a busy worker (what the pipe cannot take yet
   is buffered); raises [`ChannelBroken`][easycore.common.parallel.ChannelBroken]
   if the worker is gone. Thread-safe.
 * ``poll(timeout)``: wait up to ``timeout`` seconds for messages; return
   ``(worker, message)`` pairs, where message is a protocol message or a
-  [`WorkerExited`][easycore.common.parallel.backend.WorkerExited]. May return
+  [`WorkerExited`][easycore.common.parallel.backends.base.WorkerExited]. May return
   early and empty (on ``wakeup``, or so that a waiting thread gets back to
   Python code and Ctrl-C is handled). One thread polls at a time.
 * ``wakeup()``: make a blocked ``poll`` return; thread-safe.
@@ -40,7 +40,7 @@ from __future__ import annotations
 import abc
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-from .slots import ItemSlot
+from ..worker.slots import ItemSlot
 
 __all__ = [
     "Backend",
@@ -68,7 +68,7 @@ class WorkerExited(NamedTuple):
 
 
 class Backend(abc.ABC):
-    """Runs [`Executor`][easycore.common.parallel.executor.Executor]s on a set of devices."""
+    """Runs [`Executor`][easycore.common.parallel.worker.executor.Executor]s on a set of devices."""
 
     #: devices, one worker each, in order
     devices: List[str]
@@ -131,12 +131,12 @@ class Backend(abc.ABC):
         Returns:
             BaseException:
         """
-        from .errors import WorkerDiedError
+        from ..errors import WorkerDiedError
 
         return WorkerDiedError(self.devices[worker], worker, exited.pid, exited.exitcode, items)
 
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
-        """What ``worker`` last wrote to its [item slot][easycore.common.parallel.slots]
+        """What ``worker`` last wrote to its [item slot][easycore.common.parallel.worker.slots]
         (which item runs, since when); None: this back-end keeps none."""
         return None
 
@@ -190,11 +190,12 @@ class DirectTransport:
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
-    #: the [`WorkerProgram`][easycore.common.parallel.executor.WorkerProgram] every worker runs
+    #: the program every worker runs
+    #: ([`WorkerProgram`][easycore.common.parallel.worker.executor.WorkerProgram])
     program: Any
     devices: List[str]
     cfg: Any  #: each worker gets its own copy
-    policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy]
+    policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.backends.policy.DevicePolicy]
     start_method: Optional[str] = None
     threads: Optional[int] = None  #: each worker's thread budget (None: leave alone)
     contexts: Optional[List[Any]] = None  #: per-worker context (Pool's worker_contexts)

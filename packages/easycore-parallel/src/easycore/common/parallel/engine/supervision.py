@@ -1,9 +1,9 @@
 """How a dead worker is replaced: deaths, what they cost, restarts and task deadlines.
 
-The [`Engine`][easycore.common.parallel.engine.Engine] hands every worker
+The [`Engine`][easycore.common.parallel.engine.core.Engine] hands every worker
 exit its back-end reports (``WorkerExited``), every hook failure
 (``WorkerFailed``) and every pump's deadline check to one
-[`Supervisor`][easycore.common.parallel.supervision.Supervisor]. Its path:
+[`Supervisor`][easycore.common.parallel.engine.supervision.Supervisor]. Its path:
 
 1. **The exit is taken in** (``on_exit``, engine lock held): the worker's
    queue is taken back (its chunks, its credits, the functions it had) and
@@ -15,10 +15,10 @@ exit its back-end reports (``WorkerExited``), every hook failure
    as it receives a chunk and before each item), unless the kill reason says.
    Then one of two strategies decides:
 
-   * [`FailFast`][easycore.common.parallel.supervision.FailFast] (runners):
+   * [`FailFast`][easycore.common.parallel.engine.supervision.FailFast] (runners):
      a death ends the call (the engine breaks, naming the item); a task past
      its deadline fails its job, and the runner keeps its workers.
-   * [`ReplaceWorker`][easycore.common.parallel.supervision.ReplaceWorker]
+   * [`ReplaceWorker`][easycore.common.parallel.engine.supervision.ReplaceWorker]
      (pools): only the running item fails; the rest of its chunk and the
      chunks queued behind it are requeued for other workers (work the worker
      never received costs nothing). A job whose items killed ``max_deaths``
@@ -49,14 +49,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
-from .backend import ChannelBroken, WorkerExited
+from ..backends.base import ChannelBroken, WorkerExited
+from ..errors import ParallelError, TaskTimeoutError, WorkerError
+from ..worker.protocol import StopWorker, WorkerFailed
 from .dispatch import WorkerState, pop_chunk
-from .errors import ParallelError, TaskTimeoutError, WorkerError
 from .job import Chunk, ItemError, Job
-from .protocol import StopWorker, WorkerFailed
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .core import Engine
 
 __all__ = ["FailFast", "ReplaceWorker", "Supervisor"]
 

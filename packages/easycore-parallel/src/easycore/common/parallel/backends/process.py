@@ -16,7 +16,7 @@ Workers are not daemonic (a producer may start its own processes, e.g. data
 loader workers); a ``multiprocessing.util.Finalize`` kills them at
 interpreter exit, before multiprocessing would join them, and when the
 back-end is garbage-collected without being stopped. Workers die with the
-caller's process ([`lifeline`][easycore.common.parallel.lifeline]). Ending
+caller's process ([`lifeline`][easycore.common.parallel._os.lifeline]). Ending
 after a failure is ``SIGTERM`` first (the worker exits through the
 interpreter's shutdown, which ends the daemonic processes it started), then
 ``SIGKILL`` for the worker and every process below it.
@@ -38,14 +38,16 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import inherit, interrupts, lifeline, shm, threads
-from .backend import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
-from .errors import WorkerDiedError, WorkerError
-from .pickling import dumps_either
-from .protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
-from .slots import ItemSlot, ItemSlots
-from .transport import Transport
-from .worker import WorkerSpec, process_main
+from .._os import interrupts, lifeline, threads
+from ..errors import WorkerDiedError, WorkerError
+from ..transport import shm
+from ..transport.pickling import dumps_either
+from ..transport.shared_memory import Transport
+from ..worker.process import WorkerSpec, process_main
+from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
+from ..worker.slots import ItemSlot, ItemSlots
+from . import inherit
+from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
 
 __all__ = ["ProcessBackend"]
 
@@ -59,7 +61,7 @@ def _dump_spec(spec: WorkerSpec) -> bytes:
     "__main__":`` cannot be imported by a worker started with ``spawn`` or
     ``forkserver``: sent by value, it needs not be. Where the worker can find
     it, it takes it by reference, see
-    [`dumps_either`][easycore.common.parallel.pickling.dumps_either].
+    [`dumps_either`][easycore.common.parallel.transport.pickling.dumps_either].
     """
     if getattr(spec.program, "by_value", False):
         return dumps_either(spec)

@@ -6,14 +6,16 @@ bytecodes. Two places must not be cut in half by it:
 * **Handing work to a worker** (a credit reserved, items encoded, a frame
   written to the pipe): cut there, a credit stays taken by a chunk that was
   never sent, or half a frame sits on the pipe.
-  [`deferred`][easycore.common.parallel.interrupts.deferred] holds a Ctrl-C
+  [`deferred`][easycore.common.parallel._os.interrupts.deferred] holds a Ctrl-C
   that lands inside and raises it right after, once the state is whole.
 * **Starting a worker process**: a worker that gets the terminal's SIGINT
   before it could ignore it (still in multiprocessing's bootstrap) dies, and
   the caller sees a ``WorkerDiedError`` instead of its own
-  ``KeyboardInterrupt``. [`blocked_at_start`][easycore.common.parallel.interrupts.blocked_at_start]
+  ``KeyboardInterrupt``.
+  [`blocked_at_start`][easycore.common.parallel._os.interrupts.blocked_at_start]
   blocks SIGINT in the starting thread, so the child inherits it blocked; the
-  worker unblocks it ([`unblock_in_worker`][easycore.common.parallel.interrupts.unblock_in_worker])
+  worker unblocks it
+  ([`unblock_in_worker`][easycore.common.parallel._os.interrupts.unblock_in_worker])
   once it ignores it. A Ctrl-C meanwhile reaches the caller as usual.
 """
 

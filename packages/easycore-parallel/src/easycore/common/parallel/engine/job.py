@@ -1,10 +1,10 @@
 """A job: one function over a stream of items, and the sink its results go to.
 
-What a client hands to the [`Engine`][easycore.common.parallel.engine.Engine]
+What a client hands to the [`Engine`][easycore.common.parallel.engine.core.Engine]
 (see its module docstring for what the engine does with it): the items (a
 list read by whoever pumps, or a lazy iterator read by its owner's thread),
 where it stands (items taken, chunks in flight, deaths it caused), and a
-[`JobSink`][easycore.common.parallel.job.JobSink] that receives its results.
+[`JobSink`][easycore.common.parallel.engine.job.JobSink] that receives its results.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .ordering import InputOrder
 __all__ = ["Chunk", "ItemError", "Job", "JobSink"]
 
 if typing.TYPE_CHECKING:
-    from .engine import Engine
+    from .core import Engine
 
 
 class ItemError:
@@ -84,7 +84,7 @@ class Chunk:
 
 class Job:
     """One function over a stream of items, run by an
-    [`Engine`][easycore.common.parallel.engine.Engine]."""
+    [`Engine`][easycore.common.parallel.engine.core.Engine]."""
 
     def __init__(
         self,

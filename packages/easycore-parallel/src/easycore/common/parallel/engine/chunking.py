@@ -19,9 +19,9 @@ __all__ = ["AdaptiveChunker"]
 class AdaptiveChunker:
     """Picks the next chunk size from the timings of finished chunks.
 
-    Thread-safety: [`observe`][easycore.common.parallel.chunking.AdaptiveChunker.observe]
+    Thread-safety: [`observe`][easycore.common.parallel.engine.chunking.AdaptiveChunker.observe]
     is called by the thread that pumps and
-    [`size`][easycore.common.parallel.chunking.AdaptiveChunker.size] read by the
+    [`size`][easycore.common.parallel.engine.chunking.AdaptiveChunker.size] read by the
     thread that feeds; both touch a single int, so a stale read only means one
     chunk of the previous size.
     """

@@ -27,7 +27,11 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple
 
-from .backend import (
+from ..errors import WorkerError
+from ..worker.executor import Executor, WorkerContext
+from ..worker.protocol import RunChunk, StopWorker, WorkerFailed, WorkerReady
+from ..worker.slots import ItemSlot, ItemSlots
+from .base import (
     Backend,
     BackendSpec,
     ChannelBroken,
@@ -35,10 +39,6 @@ from .backend import (
     WorkerExited,
     check_options,
 )
-from .errors import WorkerError
-from .executor import Executor, WorkerContext
-from .protocol import RunChunk, StopWorker, WorkerFailed, WorkerReady
-from .slots import ItemSlot, ItemSlots
 
 __all__ = ["ThreadBackend"]
 

@@ -24,7 +24,7 @@ asks the spec's policy for the start method and the transport. A runner's
 ``DevicePolicy.for_client`` folds
 into the policy; nothing else chooses.
 
-[`DevicePolicy`][easycore.common.parallel.policy.DevicePolicy] is the
+[`DevicePolicy`][easycore.common.parallel.backends.policy.DevicePolicy] is the
 CPU-only policy of easycore-parallel: any non-empty string is a device (it
 is only a label: ``"cpu"``, ``"cpu:1"``) and each worker is one process.
 """
@@ -37,10 +37,10 @@ import sys
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from .backend import Backend, BackendSpec
-from .defaults import chosen_transport, import_object
-from .process_backend import ProcessBackend
-from .transport import SharedMemoryTransport, Transport
+from ..defaults import chosen_transport, import_object
+from ..transport.shared_memory import SharedMemoryTransport, Transport
+from .base import Backend, BackendSpec
+from .process import ProcessBackend
 
 __all__ = ["BACKENDS", "DevicePolicy", "backend_class", "build_backend", "default_start_method"]
 
@@ -48,8 +48,8 @@ __all__ = ["BACKENDS", "DevicePolicy", "backend_class", "build_backend", "defaul
 #: optional): the one table; runner and pool classes copy it as ``backends``
 BACKENDS: Dict[str, Union[type, str]] = {
     "process": ProcessBackend,
-    "thread": "easycore.common.parallel.thread_backend:ThreadBackend",
-    "ray": "easycore.common.parallel.ray_backend:RayBackend",
+    "thread": "easycore.common.parallel.backends.thread:ThreadBackend",
+    "ray": "easycore.common.parallel.backends.ray:RayBackend",
 }
 
 _METHODS = ("fork", "spawn", "forkserver")

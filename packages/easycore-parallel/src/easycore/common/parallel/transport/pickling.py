@@ -129,7 +129,7 @@ def _load_first(*blobs: bytes) -> Any:
 
 
 def loads_code(data: bytes) -> Any:
-    """The inverse of [`dumps_code`][easycore.common.parallel.pickling.dumps_code].
+    """The inverse of [`dumps_code`][easycore.common.parallel.transport.pickling.dumps_code].
 
     Functions of ``__main__`` that came by value (a notebook, stdin, a block
     under ``if __name__ == "__main__":``) are rebound to this process's
@@ -202,9 +202,9 @@ def reduce_main(obj: Any) -> Any:
 
     For picklers of data that have their own tables (easycore-torch's): use it
     in a second pass where
-    [`names_main`][easycore.common.parallel.pickling.names_main] says the first
+    [`names_main`][easycore.common.parallel.transport.pickling.names_main] says the first
     one needs it, as
-    [`dumps_data`][easycore.common.parallel.pickling.dumps_data] does.
+    [`dumps_data`][easycore.common.parallel.transport.pickling.dumps_data] does.
 
     Args:
         obj (Any): what the pickler is about to save.

@@ -7,15 +7,15 @@ Mechanisms, because each misses cases the others catch:
   holds the GIL (no thread of its own could react then). The "parent" is the
   *thread* that forked the worker, so workers are started from a thread that
   lives as long as the process: the main thread, or else
-  [`start_process`][easycore.common.parallel.lifeline.start_process]'s
+  [`start_process`][easycore.common.parallel._os.lifeline.start_process]'s
   launcher thread. Under ``forkserver`` the parent is the fork server, which
   exits when the caller's process dies, once no worker holds its "alive" pipe:
-  [`detach_from_forkserver`][easycore.common.parallel.lifeline.detach_from_forkserver]
+  [`detach_from_forkserver`][easycore.common.parallel._os.lifeline.detach_from_forkserver]
   closes a worker's copy.
-* [`parent_gone`][easycore.common.parallel.lifeline.parent_gone], polled by a
+* [`parent_gone`][easycore.common.parallel._os.lifeline.parent_gone], polled by a
   watchdog thread in the worker: the parent process id changes when the parent
   dies and the worker is re-parented. Portable.
-* [`descendants`][easycore.common.parallel.lifeline.descendants]: the
+* [`descendants`][easycore.common.parallel._os.lifeline.descendants]: the
   processes a worker started (a producer's own subprocesses, data-loader
   workers), found before the worker is killed, so they can be killed too.
 """
@@ -192,7 +192,7 @@ def descendants(pid: int) -> List[Any]:
 
 
 def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
-    """[`descendants`][easycore.common.parallel.lifeline.descendants] of several
+    """[`descendants`][easycore.common.parallel._os.lifeline.descendants] of several
     processes from one reading of the process table (each reading visits every
     process: milliseconds on a busy machine).
 
@@ -226,7 +226,7 @@ def kill_pids(procs: List[Any], sig: int = 9) -> None:
     """Send ``sig`` to each process that is still the one that was found.
 
     Args:
-        procs (list): from [`descendants`][easycore.common.parallel.lifeline.descendants].
+        procs (list): from [`descendants`][easycore.common.parallel._os.lifeline.descendants].
         sig (int): the signal (SIGKILL by default).
     """
     import psutil

@@ -3,7 +3,7 @@
 One slot per worker, written by the worker and read by the caller without a
 message: a worker writes its slot when it receives a chunk (item -1: received,
 no item started yet) and then, as each
-[`RunChunk.mark`][easycore.common.parallel.protocol.RunChunk] asks, the index
+[`RunChunk.mark`][easycore.common.parallel.worker.protocol.RunChunk] asks, the index
 of each item before running it (``MARK_INDEX``: one 8-byte store) or its
 index and start time (``MARK_TIMES``, for task timeouts).
 From a slot the caller tells which item overran its ``task_timeout`` or killed

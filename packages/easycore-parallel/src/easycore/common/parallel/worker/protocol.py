@@ -6,18 +6,18 @@ for every back-end (a process pipe, a thread queue, a Ray actor call).
 
 Caller to worker:
 
-* [`RunChunk`][easycore.common.parallel.protocol.RunChunk]: run a chunk of a job's items;
-* [`StopWorker`][easycore.common.parallel.protocol.StopWorker]: run the worker's
+* [`RunChunk`][easycore.common.parallel.worker.protocol.RunChunk]: run a chunk of a job's items;
+* [`StopWorker`][easycore.common.parallel.worker.protocol.StopWorker]: run the worker's
   end hook and exit.
 
 Worker to caller:
 
-* [`WorkerReady`][easycore.common.parallel.protocol.WorkerReady]: the init hooks ran;
-* [`ChunkDone`][easycore.common.parallel.protocol.ChunkDone]: a chunk's results
+* [`WorkerReady`][easycore.common.parallel.worker.protocol.WorkerReady]: the init hooks ran;
+* [`ChunkDone`][easycore.common.parallel.worker.protocol.ChunkDone]: a chunk's results
   (and the failures of single items);
-* [`WorkerFailed`][easycore.common.parallel.protocol.WorkerFailed]: an init or end
+* [`WorkerFailed`][easycore.common.parallel.worker.protocol.WorkerFailed]: an init or end
   hook raised, or a message could not be read;
-* [`WorkerEnded`][easycore.common.parallel.protocol.WorkerEnded]: the end hook ran,
+* [`WorkerEnded`][easycore.common.parallel.worker.protocol.WorkerEnded]: the end hook ran,
   the worker exits.
 
 Payloads (``RunChunk.items``, ``ChunkDone.results``) are whatever the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .errors import ErrorReport
+from ..errors import ErrorReport
 
 __all__ = [
     "ChunkDone",
@@ -58,7 +58,7 @@ class RunChunk(NamedTuple):
     feedback: Any
     #: what the worker writes to its item slot per item: ``MARK_NONE`` (the
     #: chunk's receipt only), ``MARK_INDEX`` (a death then costs one item) or
-    #: ``MARK_TIMES`` (task timeouts); see [`slots`][easycore.common.parallel.slots]
+    #: ``MARK_TIMES`` (task timeouts); see [`slots`][easycore.common.parallel.worker.slots]
     mark: int
 
 

@@ -9,7 +9,7 @@ reads it). A reservation holds a worker's place in its fifo while the chunk
 is taken and encoded (outside the engine lock for a lazy input), so that the
 fifo is always in the order the worker runs its chunks.
 
-[`Engine`][easycore.common.parallel.engine.Engine] inherits this half;
+[`Engine`][easycore.common.parallel.engine.core.Engine] inherits this half;
 supervision (``supervision``) and ordering (``ordering``) are the others.
 """
 
@@ -21,15 +21,15 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Final, List, Optional, Tuple, Union
 
-from . import interrupts
-from .backend import Backend, ChannelBroken
+from .._os import interrupts
+from ..backends.base import Backend, ChannelBroken
+from ..worker.protocol import RunChunk
+from ..worker.slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 from .job import Chunk, Job
 from .ordering import may_run_ahead
-from .protocol import RunChunk
-from .slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 
 if TYPE_CHECKING:
-    from .insights import Recorder
+    from ..insights import Recorder
 
 __all__ = ["RESERVED", "Dispatch", "WorkerState", "pop_chunk"]
 

@@ -47,7 +47,7 @@ segment. What it guarantees:
 * **No leaks**: every segment is registered with multiprocessing's resource
   tracker by its creator, only the caller unlinks, and ``cleanup()`` also
   sweeps ``/dev/shm`` for this activation's name prefix, to catch segments a
-  killed worker made but never reported (see [`shm`][easycore.common.parallel.shm]).
+  killed worker made but never reported (see [`shm`][easycore.common.parallel.transport.shm]).
 
 How it is built: both directions run the same two steps. *Encoding*
 (``_encode``) pickles the object once, out-of-band buffers apart, and copies

@@ -9,7 +9,7 @@ Three rules make segments safe:
 
 * **Space is reserved when a segment is made** (``posix_fallocate``): on a
   full ``/dev/shm`` (Docker's default is 64 MB) creating the segment fails
-  with [`SharedMemoryFull`][easycore.common.parallel.shm.SharedMemoryFull],
+  with [`SharedMemoryFull`][easycore.common.parallel.transport.shm.SharedMemoryFull],
   which the transport handles by sending that chunk through the pipe instead,
   rather than a worker dying of ``SIGBUS`` when it first writes a page that
   tmpfs cannot back.
@@ -17,13 +17,13 @@ Three rules make segments safe:
   is not. A segment is registered with multiprocessing's resource tracker by
   whoever creates it, so that if the whole process family is killed the
   tracker still removes it, and unregistered by the caller when it unlinks it.
-* **Idle memory goes back at once**: [`release`][easycore.common.parallel.shm.release]
+* **Idle memory goes back at once**: [`release`][easycore.common.parallel.transport.shm.release]
   can truncate a free segment before unlinking it, which gives its pages back
   even while a worker still maps it (that worker is told to unmap it and
   never touches it again).
 
 Names carry the caller's pid and a per-activation token
-(``ecp-<pid>-<token>-...``), so [`sweep`][easycore.common.parallel.shm.sweep]
+(``ecp-<pid>-<token>-...``), so [`sweep`][easycore.common.parallel.transport.shm.sweep]
 can remove exactly one activation's leftovers on Linux, where names are files
 in ``/dev/shm``.
 """
@@ -240,7 +240,7 @@ def sweep(prefix: str) -> None:
     """Release every segment whose name starts with ``prefix`` (Linux only).
 
     Args:
-        prefix (str): from [`make_prefix`][easycore.common.parallel.shm.make_prefix].
+        prefix (str): from [`make_prefix`][easycore.common.parallel.transport.shm.make_prefix].
     """
     if not AVAILABLE or not os.path.isdir(_SHM_DIR):
         return

@@ -3,17 +3,17 @@
 A worker runs a *program* (its init and end hooks, and how a job's function
 is built) and then chunks of *jobs*:
 
-* [`WorkerProgram`][easycore.common.parallel.executor.WorkerProgram] is the
-  interface; [`RunnerProgram`][easycore.common.parallel.executor.RunnerProgram]
+* [`WorkerProgram`][easycore.common.parallel.worker.executor.WorkerProgram] is the
+  interface; [`RunnerProgram`][easycore.common.parallel.worker.executor.RunnerProgram]
   runs a runner's producer hooks (``setup_worker`` and ``producer_init``,
   ``producer_work`` per item, ``producer_end``). ``Pool`` brings its own.
-* [`Executor`][easycore.common.parallel.executor.Executor] answers the
-  [`protocol`][easycore.common.parallel.protocol]'s messages for one device:
+* [`Executor`][easycore.common.parallel.worker.executor.Executor] answers the
+  [`protocol`][easycore.common.parallel.worker.protocol]'s messages for one device:
   ``start()`` runs the init hooks (``WorkerReady``), ``handle(message)``
   answers a ``RunChunk`` (``ChunkDone``) or a ``StopWorker`` (``WorkerEnded``),
   and either says ``WorkerFailed`` when something raised. In between it caches
   each job's function, decodes items and encodes results with the worker half
-  of a transport, marks each item in its [item slot][easycore.common.parallel.slots]
+  of a transport, marks each item in its [item slot][easycore.common.parallel.worker.slots]
   as the chunk asks, and turns every error into an ``ErrorReport`` (an item
   that raises fails alone).
 
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from .errors import ErrorReport, ResultEncodingError
+from ..errors import ErrorReport, ResultEncodingError
 from .protocol import (
     ChunkDone,
     ItemFailure,
@@ -44,7 +44,7 @@ from .slots import MARK_INDEX, MARK_NONE, ItemSlots
 __all__ = ["Executor", "HookFailed", "PassThrough", "RunnerProgram", "Terminated",
            "WorkerContext", "WorkerProgram", "reported"]
 
-#: what [`Executor.handle`][easycore.common.parallel.executor.Executor.handle] answers
+#: what [`Executor.handle`][easycore.common.parallel.worker.executor.Executor.handle] answers
 Reply = Union[ChunkDone, WorkerFailed, WorkerEnded]
 
 
@@ -193,7 +193,7 @@ class Executor:
             transport (Transport or None): decodes items and encodes results
                 on the worker's side (its ``decode_items``, ``encode_results``,
                 ``on_feedback`` and ``worker_feedback``); None: a
-                [`PassThrough`][easycore.common.parallel.executor.PassThrough].
+                [`PassThrough`][easycore.common.parallel.worker.executor.PassThrough].
         """
         self.program = program
         self.ctx = ctx
@@ -286,7 +286,8 @@ class Executor:
         """Run the program's init.
 
         Raises:
-            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.executor.HookFailed]).
+            HookFailed: it raised
+                ([`HookFailed`][easycore.common.parallel.worker.executor.HookFailed]).
         """
         reported("init", self.program.init, self.ctx)
 
@@ -294,7 +295,8 @@ class Executor:
         """Run the program's end.
 
         Raises:
-            HookFailed: it raised ([`HookFailed`][easycore.common.parallel.executor.HookFailed]).
+            HookFailed: it raised
+                ([`HookFailed`][easycore.common.parallel.worker.executor.HookFailed]).
         """
         reported("end", self.program.end, self.ctx)
 
@@ -306,7 +308,7 @@ class Executor:
     def load(self, job: int, function: Optional[bytes]) -> Tuple[Callable[[Any], Any], str]:
         """Job ``job``'s function and hook name, built from ``function`` the first time.
 
-        Raises [`HookFailed`][easycore.common.parallel.executor.HookFailed] if it
+        Raises [`HookFailed`][easycore.common.parallel.worker.executor.HookFailed] if it
         cannot be built.
         """
         entry = self._jobs.get(job)
@@ -334,13 +336,14 @@ class Executor:
                 worker sees the job.
             items (list): the inputs.
             mark (int): what to write to the item slot per item (see
-                [`slots`][easycore.common.parallel.slots]): ``MARK_NONE``,
+                [`slots`][easycore.common.parallel.worker.slots]): ``MARK_NONE``,
                 ``MARK_INDEX`` or ``MARK_TIMES``.
 
         Returns:
             tuple: ``(results, failures)``: one result per item (None where it
-            failed) and an [`ItemFailure`][easycore.common.parallel.protocol.ItemFailure]
-            per failed item. Raises [`HookFailed`][easycore.common.parallel.executor.HookFailed]
+            failed) and an [`ItemFailure`][easycore.common.parallel.worker.protocol.ItemFailure]
+            per failed item. Raises
+            [`HookFailed`][easycore.common.parallel.worker.executor.HookFailed]
             if the job's function cannot be built.
         """
         fn, name = self.load(job, function)

@@ -1,17 +1,17 @@
 """The loop of a worker process: it carries messages, the executor answers them.
 
-[`process_main`][easycore.common.parallel.worker.process_main] is the entry
-point of a worker process. It reads [`protocol`][easycore.common.parallel.protocol]
+[`process_main`][easycore.common.parallel.worker.process.process_main] is the entry
+point of a worker process. It reads [`protocol`][easycore.common.parallel.worker.protocol]
 messages from its task pipe in the main thread (no relay thread between the
 pipe and the work), hands each to its
-[`Executor`][easycore.common.parallel.executor.Executor], and sends the answer
+[`Executor`][easycore.common.parallel.worker.executor.Executor], and sends the answer
 back on its result pipe. What is the process's own: the
-[`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec] it is sent (its
+[`WorkerSpec`][easycore.common.parallel.worker.process.WorkerSpec] it is sent (its
 program, cfg, transport and item slots), the pipes, and its signals.
 
 A worker process limits its thread pools before it unpickles anything (see
-[`threads`][easycore.common.parallel.threads]), dies with its parent
-([`lifeline`][easycore.common.parallel.lifeline]), ignores Ctrl-C (the
+[`threads`][easycore.common.parallel._os.threads]), dies with its parent
+([`lifeline`][easycore.common.parallel._os.lifeline]), ignores Ctrl-C (the
 caller decides), and on ``SIGTERM`` (how the caller ends a worker after a
 failure) exits through the interpreter's normal shutdown, which ends the
 daemonic processes it started.
@@ -27,8 +27,8 @@ import signal
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
-from . import interrupts, lifeline, threads
-from .errors import ErrorReport
+from .._os import interrupts, lifeline, threads
+from ..errors import ErrorReport
 from .executor import Executor, HookFailed, Terminated, WorkerContext, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
 from .slots import ItemSlots
@@ -64,7 +64,7 @@ def process_main(
 
     Args:
         spec_bytes (bytes or None): the pickled
-            [`WorkerSpec`][easycore.common.parallel.worker.WorkerSpec], unpickled
+            [`WorkerSpec`][easycore.common.parallel.worker.process.WorkerSpec], unpickled
             only after the thread limits are set (None: it is the first message
             on ``tasks``).
         n_threads (int or None): the thread budget (None: leave it alone).
@@ -167,7 +167,7 @@ def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> Executor:
         cfg = transport.decode_cfg(spec.cfg)
         slots = None
         if spec.item_slots is not None:
-            from . import shm
+            from ..transport import shm
 
             slots = ItemSlots(shm.open_existing(spec.item_slots, ItemSlots.nbytes(spec.slot + 1)))
         ctx = WorkerContext(spec.slot, spec.device, cfg, spec.context)

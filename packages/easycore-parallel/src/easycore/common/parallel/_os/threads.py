@@ -16,7 +16,7 @@ How, without importing anything heavy:
 * libraries already loaded (a forked worker inherits NumPy's): through
   ``threadpoolctl``. Importing it and scanning the process's libraries cost
   a forked worker ~10 ms before its first item; the caller does both once
-  ([`prepare_fork`][easycore.common.parallel.threads.prepare_fork]) and its
+  ([`prepare_fork`][easycore.common.parallel._os.threads.prepare_fork]) and its
   workers inherit the result, setting only the pools not at the budget yet;
 * torch's intra-op pool: ``torch.set_num_threads`` when torch is already
   imported, else ``OMP_NUM_THREADS`` covers it.

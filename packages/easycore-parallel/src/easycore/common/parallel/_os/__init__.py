@@ -1,0 +1,4 @@
+"""Operating-system helpers: lifelines to the parent, signals, thread budgets.
+
+The lowest layer: imports nothing else of easycore-parallel.
+"""

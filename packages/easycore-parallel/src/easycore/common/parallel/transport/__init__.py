@@ -1,0 +1,4 @@
+"""How payloads travel between the caller and its workers (pickles, shared memory).
+
+Layer: below `worker`, above `_os`.
+"""
