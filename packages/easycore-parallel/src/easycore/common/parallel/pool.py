@@ -18,6 +18,12 @@ arguments and results are the stdlib's), and what its users keep asking for:
 Everything runs on the engine the runners use ([`engine`][easycore.common.parallel.engine.core]):
 one coordinator thread pumps it; results, callbacks and error callbacks are
 delivered from that thread, as the stdlib's result handler does.
+
+(Over 400 lines on purpose: the whole of the standard library's ``Pool`` surface
+(``apply``, ``map``, ``imap`` and their async and star forms, ``AsyncResult``,
+``MapResult``, ``IMapIterator``, the lazy-input reader) over one engine; every one of
+these is a thin client of the same job, and CPython's own ``pool.py`` keeps them
+together for the same reason.)
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ How it works:
   producer left; a process that finds the owner dead sweeps the prefix too
   (the items it held can never be read); and every segment is registered with
   multiprocessing's resource tracker from the moment it exists.
+
+(Over 400 lines on purpose: the ``Queue`` broker, its two ends and their shared-memory
+payloads are one protocol, read best side by side.)
 """
 
 from __future__ import annotations

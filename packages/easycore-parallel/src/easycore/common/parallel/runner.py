@@ -13,6 +13,10 @@ is specific to runners is that a call fails as a whole: the first error
 (a hook that raised, a worker that died) ends it, and the runner closes; a
 task that overran ``task_timeout`` fails the call but only replaces its
 worker.
+
+(Over 400 lines on purpose: ``BaseRunner`` and its two ordered/unordered forms are one
+class hierarchy whose seams (the methods a subclass overrides) are documented together
+on the Extending page.)
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ caller's process ([`lifeline`][easycore.common.parallel._os.lifeline]). Ending
 after a failure is ``SIGTERM`` first (the worker exits through the
 interpreter's shutdown, which ends the daemonic processes it started), then
 ``SIGKILL`` for the worker and every process below it.
+
+(Over 400 lines on purpose: one back-end: starting, watching (one selector over every
+pipe and sentinel) and stopping worker processes share the handles' state.)
 """
 
 from __future__ import annotations

@@ -44,6 +44,10 @@ binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
 Ray is an optional extra and is imported only here, on first use.
+
+(Over 400 lines on purpose: the Ray back-end is optional and imported lazily as one
+unit; its actor, its session helpers (shared with the Ray-hosted services) and the back-
+end class must load together.)
 """
 
 from __future__ import annotations

@@ -39,6 +39,10 @@ exit its back-end reports (``WorkerExited``), every hook failure
 Back-ends only start, kill and restart one worker; what a death means is
 decided here. (About 400 lines on purpose: this module is the one-file answer
 to "how is a dead worker replaced", comments included.)
+
+(Over 400 lines on purpose: the two strategies (fail fast, replace the worker) share the
+bookkeeping of deaths, requeues and deadlines; keeping them beside it is the point of
+the module.)
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ half-way (Ctrl-C while a large argument goes out) would leave half a frame
 on the socket: that call fails, and the channel is *reset* (shut down, so
 the service drops that connection alone); the handle opens a new one on
 its next call.
+
+(Over 400 lines on purpose: one connection's whole life on the caller's side: handshake,
+calls, replies and the reader thread.)
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ owner's process ending) stops the service. Every other handle (unpickled,
 copied, from [`lookup`][easycore.common.parallel.services.lookup] or from
 [`with_transport`][easycore.common.parallel.services.ServiceHandle.with_transport])
 only disconnects when closed.
+
+(Over 400 lines on purpose: ``ServiceHandle`` is the one public face of a service
+whatever hosts it (process, thread, Ray); most of it is the docstrings of its methods.)
 """
 
 from __future__ import annotations

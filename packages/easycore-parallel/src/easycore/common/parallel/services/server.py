@@ -32,6 +32,9 @@ runner's):
 
 A crash of the loop itself (a bug, never a method's exception) ends the
 process with exit code 70, so that clients see the death instead of waiting.
+
+(Over 400 lines on purpose: one service's whole life on the server's side: the selector
+loop, handshakes, calls and shutdown.)
 """
 
 from __future__ import annotations
