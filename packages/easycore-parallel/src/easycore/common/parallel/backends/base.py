@@ -38,8 +38,9 @@ All methods are called in the caller's process:
 from __future__ import annotations
 
 import abc
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
+from ..worker.protocol import WorkerReady
 from ..worker.slots import ItemSlot
 
 __all__ = [
@@ -220,3 +221,27 @@ def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> Non
             f"backend={backend!r} got unexpected option(s) {', '.join(map(repr, unknown))}; "
             f"it takes {takes}"
         )
+
+
+def wait_ready(backend: Backend, waiting: Set[int],
+               failed: Callable[[int, Any], Optional[BaseException]]) -> None:
+    """Poll ``backend`` until every worker in ``waiting`` reported ``WorkerReady``.
+
+    The start-up loop of the back-ends that wait for all their workers.
+
+    Args:
+        backend (Backend): a back-end whose workers are starting.
+        waiting (set of int): the workers still to report; emptied as they do.
+        failed (callable): ``failed(worker, message)`` for any other message: the
+            error to raise (an init hook failed, the worker died), or None to read on.
+    """
+    while waiting:
+        # A whole batch is handled each time: a failure that came with the
+        # awaited WorkerReady is not left unread.
+        for slot, message in backend.poll(None):
+            if isinstance(message, WorkerReady):
+                waiting.discard(slot)
+                continue
+            error = failed(slot, message)
+            if error is not None:
+                raise error

@@ -64,7 +64,7 @@ from .._os import threads as _threads
 from .._os.lifeline import run_into
 from ..errors import ParallelError, WorkerDiedError, WorkerError
 from ..worker.executor import Executor, PassThrough, WorkerContext
-from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed, WorkerReady
+from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
 from .base import (
     Backend,
     BackendSpec,
@@ -72,6 +72,7 @@ from .base import (
     DirectTransport,
     WorkerExited,
     check_options,
+    wait_ready,
 )
 
 __all__ = ["RayBackend", "RayWorkerDiedError"]
@@ -392,19 +393,18 @@ class RayBackend(Backend):
             self._check_resources()
             for slot in range(len(self.devices)):
                 self._start_one(slot)
-            waiting = set(range(len(self.devices)))
-            while waiting:
-                for slot, message in self.poll(None):
-                    if isinstance(message, WorkerReady):
-                        waiting.discard(slot)
-                    elif isinstance(message, WorkerFailed):
-                        raise WorkerError.from_report(message.report, self.devices[slot], slot,
-                                                      self._locate(slot)[0])
-                    elif isinstance(message, WorkerExited):
-                        raise self._death(slot, message.reason)
+            wait_ready(self, set(range(len(self.devices))), self._start_failure)
         except BaseException:
             self.abort()
             raise
+
+    def _start_failure(self, slot: int, message: Any) -> Optional[BaseException]:
+        if isinstance(message, WorkerFailed):
+            return WorkerError.from_report(message.report, self.devices[slot], slot,
+                                           self._locate(slot)[0])
+        if isinstance(message, WorkerExited):
+            return self._death(slot, message.reason)
+        return None
 
     def _start_one(self, slot: int) -> None:
         ray, spec = self._ray, self._spec

@@ -29,7 +29,7 @@ from typing import Any, List, Optional, Tuple
 
 from ..errors import WorkerError
 from ..worker.executor import Executor, WorkerContext
-from ..worker.protocol import RunChunk, StopWorker, WorkerFailed, WorkerReady
+from ..worker.protocol import RunChunk, StopWorker, WorkerFailed
 from ..worker.slots import ItemSlot, ItemSlots
 from .base import (
     Backend,
@@ -38,6 +38,7 @@ from .base import (
     DirectTransport,
     WorkerExited,
     check_options,
+    wait_ready,
 )
 
 __all__ = ["ThreadBackend"]
@@ -88,18 +89,17 @@ class ThreadBackend(Backend):
     def start(self) -> None:
         for slot in self._slots:
             self._start_one(slot)
-        waiting = set(range(len(self.devices)))
         try:
-            while waiting:
-                for index, message in self.poll(None):
-                    if isinstance(message, WorkerReady):
-                        waiting.discard(index)
-                    elif isinstance(message, WorkerFailed):
-                        raise WorkerError.from_report(message.report, self.devices[index],
-                                                      index, os.getpid())
+            wait_ready(self, set(range(len(self.devices))), self._start_failure)
         except BaseException:
             self.abort()
             raise
+
+    def _start_failure(self, index: int, message: Any) -> Optional[BaseException]:
+        if isinstance(message, WorkerFailed):
+            return WorkerError.from_report(message.report, self.devices[index], index,
+                                           os.getpid())
+        return None
 
     def _start_one(self, slot: _Slot) -> None:
         token = slot.token = object()
