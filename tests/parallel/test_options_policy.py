@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import pytest
+from _parallel_helpers import _Collect
 
 import easycore.common.parallel as parallel
 from easycore.common.parallel import (
@@ -39,15 +40,7 @@ class EagerTransport(SharedMemoryTransport):
     threshold = 4096
 
 
-class Echo(UnorderedRunner):
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
+class Echo(_Collect, UnorderedRunner):
     @staticmethod
     def consumer_end(cfg):
         return sorted(cfg.out)
