@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .._os import interrupts
 from ..backends.base import Backend, WorkerExited
 from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
+from ..options import check_task_timeout
 from ..worker.protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
 from .chunking import AdaptiveChunker
 from .dispatch import Dispatch, WorkerState, pop_chunk
@@ -192,8 +193,7 @@ class Engine(Dispatch):
         Returns:
             Job:
         """
-        if timeout is not None and not (timeout > 0):
-            raise ValueError(f"task_timeout must be a positive number of seconds, got {timeout!r}")
+        check_task_timeout(timeout)
         with interrupts.deferred(), self._lock:
             # Deferred: a Ctrl-C between reserving a credit and sending the
             # chunk would keep the credit for a chunk never sent.
