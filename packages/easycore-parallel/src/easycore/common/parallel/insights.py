@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["Insights", "Recorder", "Verdict", "WorkerInsights", "owner_insights"]
+__all__ = ["Insights", "Recorder", "Verdict", "WorkerInsights"]
 
 # A stage busy this share of the wall time (or more) bounds the run.
 _BOUND = 0.7
@@ -529,13 +529,3 @@ class Recorder:
         if verdict.stage == "straggler":
             return f"straggler {verdict.share:.1f}x"
         return f"{verdict.stage} {verdict.share:.0%}"
-
-
-def owner_insights(pool: Any) -> Insights:
-    """A ``BackgroundTask``'s or ``JobQueue``'s insights: its pool's, the caller's
-    own code being what runs between its ``get`` calls."""
-    recorder = pool._recorder
-    if recorder is None:
-        raise RuntimeError("insights are off: pass insights=True")
-    recorder.between_calls = True
-    return pool.insights()

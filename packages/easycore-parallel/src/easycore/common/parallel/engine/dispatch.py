@@ -57,7 +57,6 @@ class WorkerState:
         "kill_reason",
         "last_at",
         "ready",
-        "restarts",
         "retiring",
         "slot",
         "start_deaths",
@@ -75,7 +74,6 @@ class WorkerState:
         self.last_at = 0.0  # when it last finished a chunk
         self.kill_reason: Optional[Tuple[str, Any]] = None
         self.alive = True
-        self.restarts = 0
         self.start_deaths = 0  # deaths in a row before the init hooks returned
 
 

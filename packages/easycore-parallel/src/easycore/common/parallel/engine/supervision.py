@@ -205,7 +205,6 @@ class Supervisor:
         """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""
         w.retiring = False
         w.items_done = 0  # the replacement's own count (maxtasksperchild)
-        w.restarts += 1
         if self.engine.recorder is not None:
             self.engine.recorder.restarting(w.slot)
         self._replace.append(w)
