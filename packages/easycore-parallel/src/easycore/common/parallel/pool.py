@@ -785,7 +785,7 @@ class Pool:
         self._recorder: Optional[Recorder] = Recorder(self._devices) if options.insights else None
         self._engine.recorder = self._recorder  # before start: start-up counts
         # Work goes to the first worker ready; the others join as they are.
-        self._engine.start(first_only=True)
+        self._engine.start(wait="first")
         self._stop = threading.Event()
         # The thread holds the engine, not the pool: a pool nobody references
         # is collected, and its __del__ stops the workers.

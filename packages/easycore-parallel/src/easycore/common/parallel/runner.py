@@ -478,7 +478,10 @@ class BaseRunner:
 
         Runs ``setup_worker`` and ``producer_init`` in every worker and waits for
         them; raises their error (``WorkerError``) if one fails, leaving the
-        runner closed.
+        runner closed. A runner with neither hook (nor a device policy that
+        sets workers up) does not wait: its workers take the first call's
+        items while they start, and a worker that fails to start fails that
+        call.
         """
         with self._lifecycle:
             if self._engine is not None:
@@ -488,8 +491,24 @@ class BaseRunner:
             engine.caller_pumps = True  # each call pumps on the caller's thread
             if self._recorder is not None:
                 self._recorder.caller_pumps = True
-            engine.start()  # cleans up after itself if it raises
+            # Cleans up after itself if it raises. The wait for every worker
+            # is there to raise an init hook's error; with none to run, the
+            # workers take work at once and read it when they have started.
+            engine.start(wait="all" if self._has_init_hooks() else "none")
             self._engine = engine
+
+    def _has_init_hooks(self) -> bool:
+        """Whether the workers run code of the user's before their first item
+        (``setup_worker``, ``producer_init``, the device policy's set-up or
+        another program): what the constructor must wait for, to raise its error."""
+        cls = type(self)
+        policy = self._policy()
+        return not (
+            getattr(cls, "producer_init", None) is BaseRunner.producer_init
+            and getattr(cls.setup_worker, "__func__", None) is BaseRunner.setup_worker.__func__
+            and getattr(type(policy), "setup_worker", None) is DevicePolicy.setup_worker
+            and getattr(cls, "make_program", None) is BaseRunner.make_program
+        )
 
     def insights(self) -> Optional[Insights]:
         """Where the last call's time went, and which stage bounded it.

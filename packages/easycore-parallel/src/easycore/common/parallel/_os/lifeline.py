@@ -58,11 +58,24 @@ def arm_parent_death_signal(sig: Optional[int] = None) -> bool:
         return False
     if sig is None:
         sig = signal.SIGKILL  # looked up here: Windows has no SIGKILL to import
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)  # the libc already loaded: no search
-        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+_prctl_fn: Any = None
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up once per process: the caller looks it up before
+    it forks (``start_process``), so a forked worker arms its signal at once."""
+    global _prctl_fn
+    if _prctl_fn is None:
+        try:
+            # The libc already loaded: no search.
+            _prctl_fn = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl_fn = False
+    return _prctl_fn or None
 
 
 def parent_gone(expected_ppid: int) -> bool:
@@ -156,6 +169,8 @@ def start_process(start: Callable[[], Any]) -> Any:
         Any: what ``start`` returned.
     """
     global _launcher_queue
+    if sys.platform.startswith("linux"):
+        _prctl()  # inherited by a forked worker
     if threading.current_thread() is threading.main_thread() or not sys.platform.startswith(
         "linux"
     ):
@@ -205,6 +220,11 @@ def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
     import psutil
 
     roots = list(roots)
+    if _proc_children_readable():
+        # Linux: each process's children straight from /proc (tens of
+        # microseconds per worker), instead of reading every process on the
+        # machine (milliseconds; over 100 ms on a loaded node).
+        return {root: _processes(psutil, _proc_descendants(root)) for root in roots}
     children: Dict[int, List[Any]] = {}
     for proc in psutil.process_iter(["ppid"]):
         ppid = proc.info.get("ppid")
@@ -220,6 +240,49 @@ def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
                 todo.append(child.pid)
         found[root] = out
     return found
+
+
+_children_readable: Optional[bool] = None
+
+
+def _proc_children_readable() -> bool:
+    """Whether this kernel lists a thread's children in ``/proc/PID/task/TID/children``
+    (Linux 3.5+ with ``CONFIG_PROC_CHILDREN``, as every major distribution builds it)."""
+    global _children_readable
+    if _children_readable is None:
+        pid = os.getpid()
+        _children_readable = os.path.exists(f"/proc/{pid}/task/{pid}/children")
+    return _children_readable
+
+
+def _processes(psutil: Any, pids: List[int]) -> List[Any]:
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile: nothing to kill
+            procs.append(psutil.Process(pid))  # remembers its creation time
+    return procs
+
+
+def _proc_descendants(root: int) -> List[int]:
+    """Process ids below ``root``, read from each of its threads' ``children``
+    (a child belongs to the thread that forked it), breadth first."""
+    out: List[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone: its children were re-parented, nothing is ours below it
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue  # the thread ended meanwhile (its children moved to another)
+            out.extend(kids)
+            todo.extend(kids)
+    return out
 
 
 def kill_pids(procs: List[Any], sig: int = 9) -> None:

@@ -250,6 +250,11 @@ class ProcessBackend(Backend):
         self._start(1)
         return [self._by_slot[s].ready for s in range(len(self.devices))]
 
+    def start_nowait(self) -> None:
+        """Start every worker and return: a worker's task pipe holds what it is
+        sent until its init hooks returned, then it reads it in order."""
+        self._start(0)
+
     def _start(self, wait_for: int) -> None:
         self.transport.prepare()
         if self._method == "fork":

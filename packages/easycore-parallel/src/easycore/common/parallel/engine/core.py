@@ -129,22 +129,30 @@ class Engine(Dispatch):
         self.caller_pumps = False
 
     # ---------------------------------------------------------------- start
-    def start(self, first_only: bool = False) -> None:
-        """Start the back-end; every worker is ready when this returns.
+    def start(self, wait: str = "all") -> None:
+        """Start the back-end.
 
         Args:
-            first_only (bool): return once one worker is ready; the others get
-                work as their ``WorkerReady`` comes in (what a pool does: its
-                first result need not wait for the slowest start).
+            wait (str): ``"all"``: return once every worker is ready (a
+                runner, whose constructor raises an init hook's error);
+                ``"first"``: once one is, the others get work as their
+                ``WorkerReady`` comes in (a pool: its first result need not
+                wait for the slowest start); ``"none"``: at once, and every
+                worker takes work now, reading it after its start (a runner
+                without init hooks: nothing to wait for, and its first items
+                spread over every worker, as a DataLoader's do).
         """
         t0 = time.perf_counter()
-        if first_only:
+        if wait == "first":
             for w, ready in zip(self._workers, self.backend.start_first()):
                 w.ready = ready
             if self.recorder is not None:
                 self.recorder.started_all(time.perf_counter() - t0)
             return
-        self.backend.start()
+        if wait == "none":
+            self.backend.start_nowait()
+        else:
+            self.backend.start()
         if self.recorder is not None:
             self.recorder.started_all(time.perf_counter() - t0)
         for w in self._workers:
