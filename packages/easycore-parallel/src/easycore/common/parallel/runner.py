@@ -479,9 +479,9 @@ class BaseRunner:
         Runs ``setup_worker`` and ``producer_init`` in every worker and waits for
         them; raises their error (``WorkerError``) if one fails, leaving the
         runner closed. A runner with neither hook (nor a device policy that
-        sets workers up) does not wait: its workers take the first call's
-        items while they start, and a worker that fails to start fails that
-        call.
+        sets workers up) whose workers are forked does not wait: they take
+        the first call's items while they start, and a worker that fails to
+        start fails that call.
         """
         with self._lifecycle:
             if self._engine is not None:

@@ -141,6 +141,11 @@ def prepare_fork() -> None:
     if "numpy" not in sys.modules and "torch" not in sys.modules:
         return
     if _still_valid(_scanned):
+        assert _scanned is not None
+        if len(_scanned[0]) != len(sys.modules):
+            # Still valid with what was imported since: remember it, so the
+            # next check here, and the workers' own, is a length comparison.
+            _scanned = (frozenset(sys.modules), _scanned[1])
         return
     try:
         from threadpoolctl import ThreadpoolController

@@ -252,8 +252,13 @@ class ProcessBackend(Backend):
 
     def start_nowait(self) -> None:
         """Start every worker and return: a worker's task pipe holds what it is
-        sent until its init hooks returned, then it reads it in order."""
-        self._start(0)
+        sent until its init hooks returned, then it reads it in order.
+
+        Only under ``fork``, where a worker inherits its program: a spawned
+        one imports it (the runner class, its module), which can fail, so
+        this waits for every worker there, as ``start`` does.
+        """
+        self._start(0 if self._method == "fork" else len(self.devices))
 
     def _start(self, wait_for: int) -> None:
         self.transport.prepare()
