@@ -156,19 +156,23 @@ def test_unknown_start_method():
         select_start_method(["cpu"], "thread", 1)
 
 
+class _RecordingPolicy(type(Probe.device_policy)):
+    """The runner's device policy, recording the start method it is asked for."""
+
+    def mp_context(self, method):
+        SpawnRecorder.chosen.append(method)
+        return super().mp_context(method)
+
+
 class SpawnRecorder(Probe):
     """Skips the GPU check, and records the start method the runner chose."""
 
     chosen: ClassVar[list] = []  # shared by the instances, read by the test
+    device_policy = _RecordingPolicy()
 
     @classmethod
     def check_available(cls, device):
         pass
-
-    def get_mp_context(self):
-        context = super().get_mp_context()
-        type(self).chosen.append(context.get_start_method())
-        return context
 
 
 @pytest.mark.skipif(gpu_count() > 0, reason="on a GPU machine the worker would succeed")
