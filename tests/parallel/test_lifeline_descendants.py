@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from _parallel_helpers import _Collect
 from _parallel_support import wait_gone
 
 from easycore.common.parallel import UnorderedRunner
@@ -93,7 +94,7 @@ def test_a_gone_root_has_no_descendants():
     assert lifeline.descendants(proc.pid) == []
 
 
-class StartsFromAThread(UnorderedRunner):
+class StartsFromAThread(_Collect, UnorderedRunner):
     """producer_work starts a process from a thread of its own, which then ends."""
 
     @staticmethod
@@ -110,18 +111,6 @@ class StartsFromAThread(UnorderedRunner):
         t.start()
         t.join()
         return started[0]
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.pids = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.pids.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.pids
 
 
 def test_a_process_started_by_a_workers_thread_ends_with_close(no_leaks):

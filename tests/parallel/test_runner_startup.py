@@ -20,6 +20,7 @@ import sys
 import threading
 
 import pytest
+from _parallel_helpers import _Collect
 
 from easycore.common.parallel import (
     RunnerClosedError,
@@ -52,7 +53,7 @@ class BrokenStartTransport(SharedMemoryTransport):
         raise ValueError("this worker cannot start")
 
 
-class Pids(UnorderedRunner):
+class Pids(_Collect, UnorderedRunner):
     """No init hooks: the constructor has nothing to wait for."""
 
     default_start_method = "fork"
@@ -63,18 +64,6 @@ class Pids(UnorderedRunner):
         if data == "meet":
             MEET.wait(60)  # both items at once: a worker each
         return os.getpid()
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.pids = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.pids.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return sorted(cfg.pids)
 
 
 class PidsWithInit(Pids):
