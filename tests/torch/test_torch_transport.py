@@ -196,3 +196,36 @@ def test_tensor_returned_by_producer_is_not_shared_with_it(no_leaks):
 def test_worker_pids_differ_from_caller(no_leaks):
     with BigTensors(2, cfg=CfgNode({"n": 1})) as runner:
         assert os.getpid() not in runner.worker_pids
+
+
+@pytest.fixture
+def two_torch_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("source", ["tensor", "numpy", "read-only bytes", "small"])
+def test_copy_into_a_segment_writes_exactly_the_buffer(source, two_torch_threads):
+    # Large buffers go through Tensor.copy_ on torch's threads, the others
+    # through a plain copy: the segment's bytes must be the same either way,
+    # at the offset asked, and nothing beside them touched.
+    import mmap
+
+    n = 3 << 20 if source != "small" else 1000
+    data = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    if source == "tensor":
+        buf = memoryview(data.numpy())
+    elif source == "numpy":
+        buf = memoryview(np.asarray(data.numpy(), dtype=np.uint8).copy())
+    elif source == "read-only bytes":
+        buf = memoryview(bytes(data.numpy()))
+    else:
+        buf = memoryview(data.numpy())
+    mm = mmap.mmap(-1, n + 256)
+    mm[:] = b"\xee" * (n + 256)
+    TensorTransport().copy_into(mm, 128, buf)
+    assert mm[128 : 128 + n] == bytes(data.numpy())
+    assert mm[:128] == b"\xee" * 128 and mm[128 + n :] == b"\xee" * 128
+    mm.close()  # no export of the mapping was left behind

@@ -118,6 +118,32 @@ class TensorTransport(SharedMemoryTransport):
         return pickler.pickle(obj)
 
 
+    def copy_into(self, mm: Any, offset: int, data: memoryview) -> None:
+        """Copy a buffer into a segment; a large one with ``Tensor.copy_``.
+
+        A plain copy runs on one core; torch's splits a large one over its
+        intra-op threads (``torch.get_num_threads()``: the worker's thread
+        budget), which doubled the rate of an 8 MB copy on two cores.
+
+        Args:
+            mm (mmap.mmap): the segment's mapping.
+            offset (int): where the buffer goes.
+            data (memoryview): the buffer, contiguous bytes.
+        """
+        n = data.nbytes
+        if n < _THREADED_COPY_BYTES or data.readonly or torch.get_num_threads() < 2:
+            super().copy_into(mm, offset, data)
+            return
+        target = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=offset)
+        target.copy_(torch.frombuffer(data, dtype=torch.uint8))
+        del target  # releases the segment's buffer export at once
+
+
+#: buffers at least this large are copied with torch's threads (below, the
+#: threads' start-up costs more than they save)
+_THREADED_COPY_BYTES = 1 << 20
+
+
 # ----------------------------------------------------------------- worker side
 class _TensorPickler(pickle.Pickler):
     """Protocol 5; every buffer (tensor storages, NumPy data) goes out of band.
