@@ -20,6 +20,18 @@ and used on both sides of the pipe, in both directions:
 * ``encode_cfg(cfg)`` (caller) / ``decode_cfg(payload)`` (worker): the
   runner's ``cfg``, once per worker.
 
+**Small chunks travel inline**: a payload is pickled again inside the message
+that carries it, so a chunk's items and results each cost two pickles and two
+unpickles. A short list of plain values (exact built-in numbers, short
+``str``/``bytes``, small tuples, lists and dicts of them; see
+[`inline`][easycore.common.parallel.transport.inline] for the bounds) is
+therefore its own payload: ``encode_items`` and ``encode_results`` return the
+list itself and the message's one pickle carries it, and ``decode_items`` and
+``decode_results`` hand a list back as it is. Such values always pickle and
+never name ``__main__``, so every error of an item or result that does not
+pickle is raised where it was before; ``nbytes`` is then an estimate of the
+list's pickle. Both transports here do it; the ``cfg`` never travels inline.
+
 [`SharedMemoryTransport`][easycore.common.parallel.SharedMemoryTransport],
 the default, pickles with protocol 5 and moves every large out-of-band buffer
 (NumPy arrays, anything that pickles through ``PickleBuffer``; CPU tensors
