@@ -17,12 +17,17 @@ it has them, workers kept alive between calls):
   files, its documented fast path.
 * ``apply``: one ``apply`` and one ``map`` of 10 items on a kept-alive pool
   (per-call latency), against the stdlib's and mpire's.
-* ``messages``: what pickling costs per chunk of tiny items (1 and 64 items
-  of ``x * x``), both ways, without pipes: a chunk's items and results as the
-  pool sends them now (the transport pickles the list, the message pickles
-  that payload again: 4 pickles and 4 unpickles per chunk), beside one pickle
-  per message (the list inline in its message: 2 and 2), the most that
-  framing messages could save (issue 24). No goal: it prices the change.
+* ``messages``: what pickling costs per chunk of tiny items, both ways,
+  without pipes (issue 24, "one pickle per message"): a chunk's items and
+  results as the pool sends them (``encode_items``, its ``RunChunk`` pickled
+  and unpickled, ``decode_items``; the same back with ``ChunkDone``), beside
+  two pickles per message (the list pickled, then the message holding those
+  bytes: how every chunk travelled before short lists of plain values went
+  inline) and one pickle per message written out by hand (the floor). For 1
+  and 16 items, an apply's ``(args, kwds)`` and 64 items (past the inline
+  bound: the transport pickles them, so it shows what the check costs). No
+  goal: it prices the change. Run it on two trees (``PYTHONPATH``) to compare
+  the pool's path before and after.
 
 Arrays are new objects every time (``np.empty`` with the item written on every
 4 KiB page, see ``bench_parallel``). mpire and joblib rows read "n/a" when they
@@ -273,48 +278,79 @@ def section_apply(cfg, pools):
 
 
 def _chunk_now(transport, worker, items):
-    """One chunk both ways as the pool sends it: payloads pickled inside messages."""
+    """One chunk both ways as the pool sends it: the transport's payloads inside messages."""
     payload, _ = transport.encode_items(0, items)
     message = pickle.loads(pickle.dumps(RunChunk(1, 0, payload, None, (), None, 0),
                                         protocol=pickle.HIGHEST_PROTOCOL))
-    results = [x * x for x in worker.decode_items(message.items)]
+    results = [_work(x) for x in worker.decode_items(message.items)]
     payload, nbytes = worker.encode_results(results)
     done = pickle.loads(pickle.dumps(ChunkDone(1, 0, payload, len(results), 0.0, nbytes, [],
                                                None), protocol=pickle.HIGHEST_PROTOCOL))
     return transport.decode_results(0, done.results)
 
 
+def _chunk_twice(items):
+    """The same chunk with each list pickled first, then its message (2 and 2 each way)."""
+    data = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+    message = pickle.loads(pickle.dumps(RunChunk(1, 0, data, None, (), None, 0),
+                                        protocol=pickle.HIGHEST_PROTOCOL))
+    results = [_work(x) for x in pickle.loads(message.items)]
+    data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+    done = pickle.loads(pickle.dumps(ChunkDone(1, 0, data, len(results), 0.0, len(data), [],
+                                               None), protocol=pickle.HIGHEST_PROTOCOL))
+    return pickle.loads(done.results)
+
+
 def _chunk_inline(items):
     """The same chunk with each list inline in its message: one pickle per message."""
     message = pickle.loads(pickle.dumps(RunChunk(1, 0, items, None, (), None, 0),
                                         protocol=pickle.HIGHEST_PROTOCOL))
-    results = [x * x for x in message.items]
+    results = [_work(x) for x in message.items]
     done = pickle.loads(pickle.dumps(ChunkDone(1, 0, results, len(results), 0.0, 0, [], None),
                                      protocol=pickle.HIGHEST_PROTOCOL))
     return done.results
 
 
+def _work(x):
+    """``x * x``, or an apply's call: ``square(*args, **kwds)``."""
+    if type(x) is tuple:
+        args, kwds = x
+        return square(*args, **kwds)
+    return x * x
+
+
+#: (what, the chunk's items) of the messages section
+MESSAGE_CHUNKS = (
+    ("1 item", [7]),
+    ("an apply's (args, kwds)", [((7,), {})]),
+    ("16 items", list(range(16))),
+    ("64 items", list(range(64))),
+)
+
+
 def section_messages(cfg):
     chunks = cfg.message_chunks
     print(f"\n[messages] pickling per chunk of tiny items, both ways, no pipes; {chunks:,} "
-          f"chunks, best of {cfg.rounds} rounds")
+          f"chunks, best of {cfg.rounds} rounds; ratios: two pickles per message over the row")
     transport = ecp.SharedMemoryTransport()  # the caller's; the worker's is its pickled copy
     worker = pickle.loads(pickle.dumps(transport))
     worker.bind_worker(0)
     try:
-        for size in (1, 64):
-            items = list(range(size))
-            ok = expect([x * x for x in items])
+        for what, items in MESSAGE_CHUNKS:
+            ok = expect([_work(x) for x in items])
             rows = [
-                Contender(f"payload pickled, then its message (now), {size} item(s)",
+                Contender(f"two pickles per message (before), {what}",
+                          lambda items=items: [_chunk_twice(items) for _ in range(chunks)][-1],
+                          ok),
+                Contender(f"the pool's path (this tree), {what}",
                           lambda items=items: [_chunk_now(transport, worker, items)
                                                for _ in range(chunks)][-1], ok),
-                Contender(f"one pickle per message (items inline), {size} item(s)",
+                Contender(f"one pickle per message (the floor), {what}",
                           lambda items=items: [_chunk_inline(items)
                                                for _ in range(chunks)][-1], ok),
             ]
             got = take_turns(rows, cfg.rounds)
-            print_rows(f"  a chunk of {size} both ways", got, rows[0].name, chunks, "chunk",
+            print_rows(f"  a chunk of {what} both ways", got, rows[0].name, chunks, "chunk",
                        per_call=True)
             flush()
     finally:

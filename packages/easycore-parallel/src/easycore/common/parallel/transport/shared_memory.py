@@ -20,6 +20,18 @@ and used on both sides of the pipe, in both directions:
 * ``encode_cfg(cfg)`` (caller) / ``decode_cfg(payload)`` (worker): the
   runner's ``cfg``, once per worker.
 
+**Small chunks travel inline**: a payload is pickled again inside the message
+that carries it, so a chunk's items and results each cost two pickles and two
+unpickles. A short list of plain values (exact built-in numbers, short
+``str``/``bytes``, small tuples, lists and dicts of them; see
+[`inline`][easycore.common.parallel.transport.inline] for the bounds) is
+therefore its own payload: ``encode_items`` and ``encode_results`` return the
+list itself and the message's one pickle carries it, and ``decode_items`` and
+``decode_results`` hand a list back as it is. Such values always pickle and
+never name ``__main__``, so every error of an item or result that does not
+pickle is raised where it was before; ``nbytes`` is then an estimate of the
+list's pickle. Both transports here do it; the ``cfg`` never travels inline.
+
 [`SharedMemoryTransport`][easycore.common.parallel.SharedMemoryTransport],
 the default, pickles with protocol 5 and moves every large out-of-band buffer
 (NumPy arrays, anything that pickles through ``PickleBuffer``; CPU tensors
@@ -85,6 +97,7 @@ from collections import deque
 from typing import Any, Callable, NamedTuple
 
 from . import shm
+from .inline import inline_size
 from .pickling import dumps_data
 
 __all__ = [
@@ -117,8 +130,13 @@ class Transport:
             items (list): the inputs.
 
         Returns:
-            tuple: ``(payload, nbytes)``, nbytes being the data moved.
+            tuple: ``(payload, nbytes)``, nbytes being the data moved. A short
+            list of plain values is its own payload (see
+            [`inline`][easycore.common.parallel.transport.inline]).
         """
+        size = inline_size(items)
+        if size is not None:
+            return items, size
         data = dumps_data(items, _HIGHEST)
         return data, len(data)
 
@@ -132,6 +150,8 @@ class Transport:
         Returns:
             list:
         """
+        if type(payload) is list:  # it travelled inline, in its message
+            return payload
         return pickle.loads(payload)
 
     def discard(self, worker: int, payload: Any) -> None:
@@ -174,6 +194,8 @@ class Transport:
 
     def decode_items(self, payload: Any) -> list[Any]:
         """In the worker: the items of a chunk."""
+        if type(payload) is list:  # it travelled inline, in its message
+            return payload
         return pickle.loads(payload)
 
     def encode_results(self, results: list[Any]) -> tuple[Any, int]:
@@ -183,8 +205,12 @@ class Transport:
             results (list): one per item.
 
         Returns:
-            tuple: ``(payload, nbytes)``.
+            tuple: ``(payload, nbytes)``; as for ``encode_items``, a short
+            list of plain values is its own payload.
         """
+        size = inline_size(results)
+        if size is not None:
+            return results, size
         data = dumps_data(results, _HIGHEST)
         return data, len(data)
 
@@ -421,6 +447,8 @@ class SharedMemoryTransport(Transport):
     def _decode(self, payload: Any, mapping: Callable[[str, int], Any],
                 returns: _Returns) -> Any:
         """Results (caller) or items (worker): the receiving side maps the segment."""
+        if type(payload) is list:  # it travelled inline, in its message
+            return payload
         if not isinstance(payload, _Packed):
             return pickle.loads(payload)
         mm = mapping(payload[1], payload[2])
@@ -462,6 +490,9 @@ class SharedMemoryTransport(Transport):
         return self._encode(cfg, self._caller.cfg_segment, self._warn_full)[0]
 
     def encode_items(self, worker: int, items: list[Any]) -> tuple[Any, int]:
+        size = inline_size(items)
+        if size is not None:
+            return items, size  # plain: its message's pickle carries it
         caller = self._caller
         return self._encode(items, lambda nbytes: caller.lend(worker, nbytes), self._warn_full)
 
@@ -521,6 +552,9 @@ class SharedMemoryTransport(Transport):
         return self._decode(payload, worker.map, worker.returns)
 
     def encode_results(self, results: list[Any]) -> tuple[Any, int]:
+        size = inline_size(results)
+        if size is not None:
+            return results, size  # plain: its message's pickle carries it
         worker = self._worker
         return self._encode(results, worker.results_segment, worker.on_full)
 

@@ -22,7 +22,9 @@ Worker to caller:
 
 Payloads (``RunChunk.items``, ``ChunkDone.results``) are whatever the
 back-end's transport made of the objects (shared-memory references, in-band
-pickles); the protocol does not look inside them.
+pickles, or a short list of plain values itself, which the message's own
+pickle then carries: see [`inline`][easycore.common.parallel.transport.inline]);
+the protocol does not look inside them.
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ class ChunkDone(NamedTuple):
     results: Any  #: the transport's payload of the list of results
     n_items: int
     seconds: float  #: time the worker spent on the chunk, for the chunker
-    nbytes: int  #: bytes moved (inputs and results), for the chunker
+    #: bytes moved (inputs and results; an estimate for a list that travelled
+    #: inline), for the chunker
+    nbytes: int
     failures: list[ItemFailure]
     #: the transport's data for the caller, or None (the shared-memory
     #: transport's ``transport.WorkerFeedback``)
