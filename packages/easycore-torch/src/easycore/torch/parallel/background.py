@@ -52,9 +52,15 @@ class TorchRandomStreams(RandomStreams):
         # What torch.manual_seed does for CPU and CUDA, without its per-call
         # cost (about 0.2 ms: it formats a stack for its lazy CUDA seeding).
         torch.default_generator.manual_seed(seed)
-        if first or torch.cuda.is_initialized():
-            # Before CUDA initialises this is queued for when it does (cheap).
+        if torch.cuda.is_initialized() or (first and _BUILT_WITH_GPUS):
+            # Before CUDA initialises this is queued for when it does; the
+            # queueing formats a stack, which read source files for ~7 ms in
+            # a fresh worker: not done at all by a build without GPU support.
             torch.cuda.manual_seed_all(seed)
+
+
+#: whether this torch can use a GPU at all (a CPU-only build: never)
+_BUILT_WITH_GPUS = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
 
 
 def pin_memory(data: Any) -> Any:
