@@ -84,7 +84,10 @@ input segments returned, grants unused, ``/dev/shm`` full).
 
 Subclasses change *what* goes out of band by overriding
 [`dumps`][easycore.common.parallel.SharedMemoryTransport.dumps] (easycore-torch
-reduces CPU tensors to a buffer over their bytes).
+reduces CPU tensors to a buffer over their bytes), and *how* a buffer is
+copied into its segment by overriding
+[`copy_into`][easycore.common.parallel.SharedMemoryTransport.copy_into]
+(easycore-torch copies large ones on torch's threads).
 """
 
 from __future__ import annotations
