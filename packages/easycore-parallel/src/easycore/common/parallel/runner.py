@@ -505,7 +505,9 @@ class BaseRunner:
         policy = self._policy()
         return not (
             getattr(cls, "producer_init", None) is BaseRunner.producer_init
-            and getattr(cls.setup_worker, "__func__", None) is BaseRunner.setup_worker.__func__
+            # classmethods: bound anew on each access, so their functions compare
+            and getattr(cls.setup_worker, "__func__", None)
+            is getattr(BaseRunner.setup_worker, "__func__", None)
             and getattr(type(policy), "setup_worker", None) is DevicePolicy.setup_worker
             and getattr(cls, "make_program", None) is BaseRunner.make_program
         )

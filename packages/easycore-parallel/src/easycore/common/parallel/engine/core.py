@@ -47,7 +47,7 @@ from __future__ import annotations
 import threading
 import time
 import typing
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
 from ..backends.base import Backend, WorkerExited
@@ -129,7 +129,7 @@ class Engine(Dispatch):
         self.caller_pumps = False
 
     # ---------------------------------------------------------------- start
-    def start(self, wait: str = "all") -> None:
+    def start(self, wait: Literal["all", "first", "none"] = "all") -> None:
         """Start the back-end.
 
         Args:
