@@ -58,24 +58,32 @@ def inline_size(values: Any) -> Optional[int]:
     """
     if type(values) is not list or len(values) > MAX_ITEMS:
         return None
+    size = _entries_size(values, 0)
+    return size if size is not None and size <= MAX_BYTES else None
+
+
+def _entries_size(entries: Any, depth: int) -> Optional[int]:
+    """The estimated size of plain ``entries`` found ``depth`` containers deep, or None."""
     size = 0
-    numbers, text = _NUMBERS, _TEXT
-    for value in values:  # the common case, flat scalars, without a call
-        kind = type(value)
+    numbers, text = _NUMBERS, _TEXT  # locals: this loop runs per item
+    for entry in entries:
+        kind = type(entry)
         if kind in numbers:
             size += _NUMBER_BYTES
-        elif kind in text and len(value) <= MAX_TEXT:
-            size += len(value) + 5
-        else:
-            nested = _nested_size(value, 1)
+        elif kind in text and len(entry) <= MAX_TEXT:
+            size += len(entry) + 5
+        elif depth < MAX_DEPTH:
+            nested = _nested_size(entry, depth + 1)
             if nested is None:
                 return None
             size += nested
-    return size if size <= MAX_BYTES else None
+        else:
+            return None
+    return size
 
 
 def _nested_size(value: Any, depth: int) -> Optional[int]:
-    """``inline_size`` of one value that is not a scalar: a small container of plain values."""
+    """The estimated size of one value that is not a scalar: a small container of plain values."""
     kind = type(value)
     if kind is dict:
         if len(value) > MAX_ENTRIES:
@@ -93,17 +101,5 @@ def _nested_size(value: Any, depth: int) -> Optional[int]:
         entries = value
     else:
         return None  # anything else: the transport pickles it
-    for entry in entries:
-        kind = type(entry)
-        if kind in _NUMBERS:
-            size += _NUMBER_BYTES
-        elif kind in _TEXT and len(entry) <= MAX_TEXT:
-            size += len(entry) + 5
-        elif depth < MAX_DEPTH:
-            nested = _nested_size(entry, depth + 1)
-            if nested is None:
-                return None
-            size += nested
-        else:
-            return None
-    return size
+    rest = _entries_size(entries, depth)
+    return None if rest is None else size + rest
