@@ -40,6 +40,7 @@ All methods are called in the caller's process:
 from __future__ import annotations
 
 import abc
+import time
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
 from ..worker.protocol import WorkerReady
@@ -256,3 +257,29 @@ def wait_ready(backend: Backend, waiting: Set[int],
             error = failed(slot, message)
             if error is not None:
                 raise error
+
+
+def wait_ended(backend: Backend, running: Callable[[], bool], timeout: Optional[float],
+               handle: Callable[[int, Any], None]) -> Optional[TimeoutError]:
+    """Poll ``backend`` until ``running()`` is False, for ``timeout`` seconds at most.
+
+    The graceful-stop loop of every back-end: the workers were asked to run
+    their end hooks; ``handle(worker, message)`` takes what they report meanwhile.
+
+    Args:
+        backend (Backend): a back-end whose workers are ending.
+        running (callable): whether some worker has not ended yet.
+        timeout (float or None): seconds in all (None: no limit).
+        handle (callable): called with each ``(worker, message)`` polled.
+
+    Returns:
+        TimeoutError or None: the error to raise when the time ran out first.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while running():
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return TimeoutError(f"the workers' end hooks did not finish within {timeout} s")
+        for slot, message in backend.poll(remaining):
+            handle(slot, message)
+    return None

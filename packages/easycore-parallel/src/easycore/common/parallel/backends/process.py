@@ -50,7 +50,14 @@ from ..worker.process import WorkerSpec, process_main
 from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
 from . import inherit
-from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, check_options
+from .base import (
+    Backend,
+    BackendSpec,
+    ChannelBroken,
+    WorkerExited,
+    check_options,
+    wait_ended,
+)
 
 __all__ = ["ProcessBackend"]
 
@@ -547,22 +554,21 @@ class ProcessBackend(Backend):
                 h.expected_exit = True
                 with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
-            while any(not (h.gone or h.ended or h.failed) for h in self._by_slot.values()):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    errors.append(TimeoutError(
-                        f"the workers' end hooks did not finish within {timeout} s"))
-                    break
-                for slot, message in self.poll(remaining):
-                    h = self._by_slot[slot]
-                    if isinstance(message, WorkerFailed) and message.job is None:
-                        errors.append(WorkerError.from_report(message.report, h.device, slot,
-                                                              h.pid))
-                    elif isinstance(message, WorkerExited) and not (h.ended or h.failed):
-                        errors.append(WorkerDiedError(h.device, slot, message.pid,
-                                                      message.exitcode))
-                    elif hasattr(message, "results"):  # a chunk nobody waits for
-                        self.transport.discard(slot, message.results)
+
+            def handle(slot: int, message: Any) -> None:
+                h = self._by_slot[slot]
+                if isinstance(message, WorkerFailed) and message.job is None:
+                    errors.append(WorkerError.from_report(message.report, h.device, slot, h.pid))
+                elif isinstance(message, WorkerExited) and not (h.ended or h.failed):
+                    errors.append(WorkerDiedError(h.device, slot, message.pid, message.exitcode))
+                elif hasattr(message, "results"):  # a chunk nobody waits for
+                    self.transport.discard(slot, message.results)
+
+            late = wait_ended(
+                self, lambda: any(not (h.gone or h.ended or h.failed)
+                                  for h in self._by_slot.values()), timeout, handle)
+            if late is not None:
+                errors.append(late)
             # Ended workers exit by themselves; give them what is left of the time.
             for h in self._by_slot.values():
                 if not h.gone and h.started():

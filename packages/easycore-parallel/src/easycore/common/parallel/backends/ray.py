@@ -72,6 +72,7 @@ from .base import (
     DirectTransport,
     WorkerExited,
     check_options,
+    wait_ended,
     wait_ready,
 )
 
@@ -557,8 +558,16 @@ class RayBackend(Backend):
         if not self._ray.is_initialized():  # someone shut Ray down: the actors are gone
             self.abort()
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
+
+        def handle(slot: int, message: Any) -> None:
+            if isinstance(message, WorkerFailed) and message.job is None:
+                errors.append(WorkerError.from_report(
+                    message.report, self.devices[slot], slot, self._locate(slot)[0]))
+                self._dead.add(slot)
+            elif isinstance(message, WorkerExited) and not message.expected:
+                errors.append(self._death(slot, message.reason))
+
         try:
             for slot in range(len(self.devices)):
                 if slot not in self._dead:
@@ -566,19 +575,11 @@ class RayBackend(Backend):
                     with self._lock:
                         ref = self._actors[slot].handle.remote(StopWorker())
                         self._pending[ref] = (slot, None, None)
-            while any(s not in self._dead for s in range(len(self.devices))):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    errors.append(TimeoutError(
-                        f"the workers' end hooks did not finish within {timeout} s"))
-                    break
-                for slot, message in self.poll(remaining):
-                    if isinstance(message, WorkerFailed) and message.job is None:
-                        errors.append(WorkerError.from_report(
-                            message.report, self.devices[slot], slot, self._locate(slot)[0]))
-                        self._dead.add(slot)
-                    elif isinstance(message, WorkerExited) and not message.expected:
-                        errors.append(self._death(slot, message.reason))
+            late = wait_ended(
+                self, lambda: any(s not in self._dead for s in range(len(self.devices))),
+                timeout, handle)
+            if late is not None:
+                errors.append(late)
         finally:
             self.abort()  # kills the actors; shuts Ray down if this runner started it
         if errors:

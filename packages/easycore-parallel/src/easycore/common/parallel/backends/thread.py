@@ -24,7 +24,6 @@ import copy
 import os
 import queue
 import threading
-import time
 from typing import Any, List, Optional, Tuple
 
 from ..errors import WorkerError
@@ -38,6 +37,7 @@ from .base import (
     DirectTransport,
     WorkerExited,
     check_options,
+    wait_ended,
     wait_ready,
 )
 
@@ -177,25 +177,23 @@ class ThreadBackend(Backend):
     def stop(self, timeout: Optional[float] = None) -> None:
         if self._closed:
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
         errors: List[BaseException] = []
         alive = set()
         for slot in self._slots:
             if slot.thread is not None and slot.thread.is_alive() and slot.token is not None:
                 slot.inbox.put(StopWorker())
                 alive.add(slot.index)
-        while alive:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                errors.append(TimeoutError(
-                    f"the workers' end hooks did not finish within {timeout} s"))
-                break
-            for index, message in self.poll(remaining):
-                if isinstance(message, WorkerFailed) and message.job is None:
-                    errors.append(WorkerError.from_report(message.report, self.devices[index],
-                                                          index, os.getpid()))
-                elif isinstance(message, WorkerExited):
-                    alive.discard(index)
+
+        def handle(index: int, message: Any) -> None:
+            if isinstance(message, WorkerFailed) and message.job is None:
+                errors.append(WorkerError.from_report(message.report, self.devices[index],
+                                                      index, os.getpid()))
+            elif isinstance(message, WorkerExited):
+                alive.discard(index)
+
+        late = wait_ended(self, lambda: bool(alive), timeout, handle)
+        if late is not None:
+            errors.append(late)
         self.abort()
         if errors:
             raise errors[0]
