@@ -26,6 +26,9 @@ def halves(no_leaks):
     caller.prepare()
     worker = pickle.loads(pickle.dumps(caller))  # what a worker gets: configuration only
     worker.bind_worker(0)
+    first = caller.feedback(0)  # with the first message: a name for its own results
+    assert first is not None and first.reserved
+    worker.on_feedback(pickle.loads(pickle.dumps(first)))
     try:
         yield caller, worker
     finally:
@@ -60,7 +63,9 @@ def test_a_results_segment_is_granted_back_to_the_worker_that_made_it(halves):
     made = _segment(payload)
     results = caller.decode_results(0, payload)
     assert results[0].sum() == 10_000
-    assert caller.feedback(0) is None  # the caller's arrays still view it
+    meanwhile = caller.feedback(0)
+    assert meanwhile.grants is None  # the caller's arrays still view it
+    worker.on_feedback(meanwhile)
     del results
     gc.collect()
     feedback = caller.feedback(0)

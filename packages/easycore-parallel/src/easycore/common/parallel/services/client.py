@@ -121,7 +121,7 @@ class ProcessChannel:
                  deadline: Optional[float] = None) -> None:
         self.target = target
         self.pid = os.getpid()  # a forked child must not use (or close) our connection
-        reply = transport_class()
+        reply = wire.own_names(transport_class())
         reply.prepare()
         self._conn, request = self._open(reply, deadline)
         request.bind_worker(0)

@@ -249,7 +249,7 @@ class ServiceServer:
         if type(hello) is not wire.Hello:
             raise ValueError(f"expected Hello, got {type(hello).__name__}")
         reply = hello.transport
-        request = type(reply)()
+        request = wire.own_names(type(reply)())
         request.prepare()
         if hello.tracker is None or hello.tracker != self._identity:
             # Different resource trackers: handing over shared memory would

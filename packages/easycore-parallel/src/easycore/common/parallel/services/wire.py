@@ -56,6 +56,7 @@ __all__ = [
     "dumps",
     "in_band",
     "loads",
+    "own_names",
     "tracker_identity",
 ]
 
@@ -191,6 +192,18 @@ def tracker_identity() -> Optional[Tuple[int, int]]:
     except (ImportError, OSError, RuntimeError):  # no tracker (it failed to start): in-band
         return None
     return (st.st_dev, st.st_ino)
+
+
+def own_names(transport: Any) -> Any:
+    """Make ``transport``'s peer register the names of the segments it makes.
+
+    A service and its client may each outlive the other, so neither registers
+    names for the other's segments (``SharedMemoryTransport.reserve_names``):
+    a name released by a side that left could be made by the other after.
+    """
+    if hasattr(transport, "reserve_names"):
+        transport.reserve_names = False
+    return transport
 
 
 def in_band(transport: Any) -> Any:

@@ -56,10 +56,18 @@ segment. What it guarantees:
 * **``cfg`` is shared, not copied**: its large buffers go into one segment
   that every worker maps copy-on-write: each worker sees its own ``cfg``,
   memory holds one copy until a worker writes to a page.
-* **No leaks**: every segment is registered with multiprocessing's resource
-  tracker by its creator, only the caller unlinks, and ``cleanup()`` also
-  sweeps ``/dev/shm`` for this activation's name prefix, to catch segments a
-  killed worker made but never reported (see [`shm`][easycore.common.parallel.transport.shm]).
+* **No leaks**: every segment's name is registered with multiprocessing's
+  resource tracker before the segment exists, only the caller unlinks, and
+  ``cleanup()`` also sweeps ``/dev/shm`` for this activation's name prefix,
+  to catch segments a killed worker made but never reported (see
+  [`shm`][easycore.common.parallel.transport.shm]).
+* **No false alarms from killed workers**: the caller registers the names a
+  worker will make its own result segments under (``reserved``, with the
+  feedback) and releases each, made or not, so a worker killed between the
+  registration and ``shm_open`` leaves nothing the tracker reports "leaked"
+  when the program ends. Only for callers that outlive their workers (the
+  engine's); services, whose peers may outlive them, let each side register
+  its own (``reserve_names = False``).
 
 How it is built: both directions run the same two steps. *Encoding*
 (``_encode``) pickles the object once, out-of-band buffers apart, and copies
@@ -239,6 +247,8 @@ class CallerFeedback(NamedTuple):
     unmap: list[str] | None
     #: every grant the worker holds is taken back (the caller went idle)
     revoke: bool
+    #: names the caller registered for segments the worker may make (see ``shm.reserve``)
+    reserved: list[str] | None = None
 
 
 class WorkerFeedback(NamedTuple):
@@ -322,6 +332,9 @@ class SharedMemoryTransport(Transport):
     idle_keep_bytes = 16 << 20
     #: name tag of the segments (a leak check can tell torch's from ours)
     tag = "ecp"
+    #: the caller registers the names its workers make segments under (it
+    #: outlives them); False where a peer may outlive the caller (services)
+    reserve_names = True
 
     def __init__(self, threshold: int | None = None) -> None:
         if threshold is not None:
@@ -518,7 +531,7 @@ class SharedMemoryTransport(Transport):
         return self._caller.feedback(worker)
 
     def on_worker_feedback(self, worker: int, data: WorkerFeedback) -> None:
-        self._caller.on_feedback(data)
+        self._caller.on_feedback(worker, data)
         if data.full:
             self._warn_full()
 
@@ -581,6 +594,10 @@ class _CallerSide:
         self.returns = _Returns()  # result views
         self.cfg_name: str | None = None
         self.big_results: set[int] = set()  # workers whose results came in a segment
+        # Names registered for a worker's own next segments (shm.reserve), not
+        # yet seen in its results; and those of gone workers that made them.
+        self.reserved: dict[int, list[str]] = {}
+        self.orphans: set[str] = set()
 
     # -- where segments come from (encoding) and go to (decoding)
     def cfg_segment(self, nbytes: int) -> tuple[str, int, Any]:
@@ -618,6 +635,7 @@ class _CallerSide:
         self.big_results.add(worker)
         seg = self.segs.get(name)
         if seg is None:  # made by the worker: now the caller's
+            self._claim(worker, name)
             seg = self.segs[name] = _Segment(name, size, None, worker, "results")
         else:
             self._remove_grant(seg)
@@ -630,6 +648,7 @@ class _CallerSide:
     def discard(self, worker: int, name: str, size: int) -> None:
         seg = self.segs.get(name)
         if seg is None:
+            self._claim(worker, name)
             seg = self.segs[name] = _Segment(name, size, None, worker, "free")
         else:
             self._remove_grant(seg)
@@ -692,11 +711,42 @@ class _CallerSide:
         revoke = worker in self.revoke
         if revoke:
             self.revoke.discard(worker)
-        if unmap is None and grants is None and not revoke:
+        reserved = self._reserve(worker) if self.t.reserve_names else None
+        if unmap is None and grants is None and not revoke and reserved is None:
             return None
-        return CallerFeedback(grants, unmap, revoke)
+        return CallerFeedback(grants, unmap, revoke, reserved)
 
-    def on_feedback(self, data: WorkerFeedback) -> None:
+    def _reserve(self, worker: int) -> list[str] | None:
+        """New names for ``worker``'s own segments, registered now; None if it holds enough.
+
+        As many as grants (the engine makes that its credits plus one): a
+        worker runs up to that many chunks, each of which may make one, before
+        the name of the first comes back. A few microseconds each, a line to
+        the tracker; the unused ones are released at ``cleanup``.
+        """
+        held = self.reserved.get(worker)
+        if held is None:
+            held = self.reserved[worker] = []
+        want = self.t.grants_per_worker
+        if len(held) >= want:
+            return None
+        new = []
+        while len(held) < want:
+            name = self.t._new_name(f"w{worker}-")
+            shm.reserve(name)
+            held.append(name)
+            new.append(name)
+        return new
+
+    def _claim(self, worker: int, name: str) -> None:
+        """A worker's segment came back under a reserved name: a segment like any other now."""
+        held = self.reserved.get(worker)
+        if held and name in held:
+            held.remove(name)
+        elif self.orphans:
+            self.orphans.discard(name)
+
+    def on_feedback(self, worker: int, data: WorkerFeedback) -> None:
         for name in data.returned:  # inputs the worker no longer views
             seg = self.segs.get(name)
             if seg is not None and seg.state == "items":
@@ -706,6 +756,11 @@ class _CallerSide:
             if seg is not None and seg.state == "granted":
                 self._remove_grant(seg)
                 self._make_free(seg)
+            elif seg is None and name in self.reserved.get(worker, ()):
+                # A reserved name the worker could not make a segment of
+                # (/dev/shm full): gone, and another one comes with the next message.
+                self.reserved[worker].remove(name)
+                shm.release(name, free_now=True)
 
     # -- the end of a call, of a worker, of everything
     def idle(self) -> None:
@@ -741,6 +796,13 @@ class _CallerSide:
         self.granted.pop(worker, None)
         self.revoke.discard(worker)
         self.big_results.discard(worker)
+        for name in self.reserved.pop(worker, ()):
+            if shm.exists(name):
+                # Made: a message of it not read yet may still name it
+                # (adopted then); if not, ``cleanup`` releases it.
+                self.orphans.add(name)
+            else:  # never made, and nobody will now: the tracker forgets it
+                shm.release(name)
 
     def cleanup(self) -> None:
         self._collect_returns()
@@ -758,6 +820,15 @@ class _CallerSide:
         self.granted.clear()
         self.unmap.clear()
         self.returns.clear()
+        # Names registered for workers' segments and never seen in a result:
+        # made by a worker killed before it reported them, or never made.
+        for names in self.reserved.values():
+            self.orphans.update(names)
+        self.reserved.clear()
+        for name in self.orphans:
+            with contextlib.suppress(OSError):
+                shm.release(name, free_now=True)
+        self.orphans.clear()
         if self.cfg_name is not None:
             # Workers map it copy-on-write: its pages may still back theirs.
             shm.release(self.cfg_name)
@@ -772,6 +843,7 @@ class _WorkerSide:
         self.index = -1
         self.maps: dict[str, Any] = {}  # name -> mapping
         self.grants: list[tuple[str, int]] = []
+        self.reserved: list[str] = []  # names the caller registered for segments of ours
         self.returns = _Returns()  # item views
         self.unused: list[str] = []  # grants handed back
         self.full = False
@@ -793,17 +865,34 @@ class _WorkerSide:
             name, size = min(fits, key=lambda g: g[1])
             self.grants.remove((name, size))
         else:
-            # The pid in the name: a replacement worker (same index) never
-            # collides with a name its predecessor made.
-            name = self.t._new_name(f"w{self.index}.{os.getpid():x}-")
             size = self.t._size_class(nbytes)
-            self.maps[name] = shm.create(name, size)
+            name = self._new_segment(size)
             # Grants too small for results this size will not be used soon.
             self.unused.extend(g[0] for g in self.grants)
             for g in self.grants:
                 self._unmap_one(g[0])
             self.grants.clear()
         return name, size, self.map(name, size)
+
+    def _new_segment(self, size: int) -> str:
+        """Make a segment of this worker's own; its name."""
+        if not self.reserved:
+            # No name reserved (a service, or more new segments than names
+            # before the caller's next message): registered here. The pid in
+            # the name: a replacement worker (same index) never collides with
+            # a name its predecessor made.
+            name = self.t._new_name(f"w{self.index}.{os.getpid():x}-")
+            self.maps[name] = shm.create(name, size)
+            return name
+        # A name the caller registered: killed at any point from here on, this
+        # worker leaves nothing the caller does not release.
+        name = self.reserved.pop(0)
+        try:
+            self.maps[name] = shm.create(name, size, register=False)
+        except BaseException:
+            self.unused.append(name)  # the caller releases it, and reserves another
+            raise
+        return name
 
     def on_feedback(self, data: CallerFeedback) -> None:
         if data.revoke:
@@ -814,6 +903,8 @@ class _WorkerSide:
                 self.grants = [g for g in self.grants if g[0] != name]
         if data.grants:
             self.grants.extend(data.grants)
+        if data.reserved:
+            self.reserved.extend(data.reserved)
 
     def _unmap_one(self, name: str) -> None:
         mm = self.maps.pop(name, None)

@@ -14,9 +14,14 @@ Three rules make segments safe:
   rather than a worker dying of ``SIGBUS`` when it first writes a page that
   tmpfs cannot back.
 * **Only the caller unlinks.** Workers may be killed at any instant; the caller
-  is not. A segment is registered with multiprocessing's resource tracker by
-  whoever creates it, so that if the whole process family is killed the
-  tracker still removes it, and unregistered by the caller when it unlinks it.
+  is not. A segment's name is registered with multiprocessing's resource
+  tracker *before* the segment exists, so that if the whole process family is
+  killed the tracker still removes it, and unregistered by the caller when it
+  unlinks it. Where the caller outlives its workers, it registers the names
+  its workers will make ([`reserve`][easycore.common.parallel.transport.shm.reserve]):
+  a worker killed after the registration and before ``shm_open`` then leaves a
+  name the caller knows and forgets, instead of one the tracker would report
+  "leaked" (and fail to unlink) when the program ends.
 * **Idle memory goes back at once**: [`release`][easycore.common.parallel.transport.shm.release]
   can truncate a free segment before unlinking it, which gives its pages back
   even while a worker still maps it (that worker is told to unmap it and
@@ -45,9 +50,11 @@ __all__ = [
     "SegmentVanished",
     "SharedMemoryFull",
     "create",
+    "exists",
     "make_prefix",
     "open_existing",
     "release",
+    "reserve",
     "sweep",
 ]
 
@@ -85,12 +92,29 @@ def make_prefix(tag: str = "ecp") -> str:
     return f"{tag}-{os.getpid():x}-{secrets.token_hex(3)}-"
 
 
-def create(name: str, size: int) -> mmap.mmap:
+def reserve(name: str) -> None:
+    """Register a name another process will make a segment of (caller only).
+
+    The caller then [`release`][easycore.common.parallel.transport.shm.release]s
+    it whether or not the segment was ever made.
+
+    Args:
+        name (str): the POSIX name, ``/`` first.
+    """
+    if AVAILABLE:
+        resource_tracker.register(name, "shared_memory")
+
+
+def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
     """Create, reserve and map a new segment of ``size`` bytes.
 
     Args:
         name (str): the POSIX name, ``/`` first.
         size (int): bytes; the whole size is reserved (``posix_fallocate``).
+        register (bool): register the name with the resource tracker first;
+            False for a name the caller
+            [`reserve`][easycore.common.parallel.transport.shm.reserve]d, whose
+            registration is the caller's to remove, on failure too.
 
     Returns:
         mmap.mmap: a shared, writable mapping of the whole segment.
@@ -104,20 +128,26 @@ def create(name: str, size: int) -> mmap.mmap:
     # (a worker whose caller was SIGKILLed dies with it) leaves nothing the
     # tracker does not remove once the process family is gone. Registered
     # after shm_open, a kill between the two leaked the segment.
-    resource_tracker.register(name, "shared_memory")
+    if register:
+        resource_tracker.register(name, "shared_memory")
     try:
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
     except FileExistsError:
         raise  # someone's segment, which its creator registered: the name stays
     except BaseException:
-        resource_tracker.unregister(name, "shared_memory")
+        if register:
+            resource_tracker.unregister(name, "shared_memory")
         raise
     try:
         try:
             _reserve(fd, size)
             return mmap.mmap(fd, size)
         except OSError as exc:
-            _unlink(name)
+            if register:
+                _unlink(name)
+            else:  # the name stays registered: the caller releases it
+                with contextlib.suppress(FileNotFoundError):
+                    _posixshmem.shm_unlink(name)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise SharedMemoryFull(
                     exc.errno, f"no room in {_SHM_DIR} for {size} bytes"
@@ -189,6 +219,23 @@ def open_existing(name: str, size: int, *, private: bool = False) -> mmap.mmap:
         os.close(fd)
 
 
+def exists(name: str) -> bool:
+    """Whether a segment of ``name`` exists now.
+
+    Args:
+        name (str): the POSIX name.
+
+    Returns:
+        bool:
+    """
+    try:
+        fd = _posixshmem.shm_open(name, os.O_RDONLY, mode=0o600)
+    except FileNotFoundError:
+        return False
+    os.close(fd)
+    return True
+
+
 def _is_hex(text: str) -> bool:
     try:
         int(text, 16)
@@ -211,14 +258,17 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
         try:
             fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
         except FileNotFoundError:
-            return
-        try:
-            # Best effort: the name goes below anyway, the memory then with
-            # its last mapping.
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)
+            if not registered:
+                return  # nothing there, nothing for the tracker to forget
+            fd = -1  # never made, or removed by someone else: the name still goes
+        if fd >= 0:
+            try:
+                # Best effort: the name goes below anyway, the memory then
+                # with its last mapping.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)
     if not registered:
         # A worker killed between creating a segment and registering it left a
         # name the tracker never heard of; unregistering an unknown name makes
