@@ -14,7 +14,9 @@ A worker process limits its thread pools before it unpickles anything (see
 ([`lifeline`][easycore.common.parallel._os.lifeline]), ignores Ctrl-C (the
 caller decides), and on ``SIGTERM`` (how the caller ends a worker after a
 failure) exits through the interpreter's normal shutdown, which ends the
-daemonic processes it started.
+daemonic processes it started. A ``SIGTERM`` that lands where Python ignores
+exceptions (a weakref callback, a ``__del__``, as an import releases its
+module lock) is sent again rather than printed as "Exception ignored" and lost.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import os
 import pickle
 import signal
+import sys
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -77,6 +80,7 @@ def process_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     interrupts.unblock_in_worker()  # blocked by the caller across the start
     signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.unraisablehook = _unraisable_hook(sys.unraisablehook)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
     lifeline.arm_parent_death_signal()
@@ -97,6 +101,20 @@ def process_main(
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated(0)
+
+
+def _unraisable_hook(previous: Callable[[Any], Any]) -> Callable[[Any], None]:
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Terminated):
+            # Raised where Python ignores exceptions (a weakref callback, a
+            # __del__): the worker would run on until the caller's SIGKILL.
+            # Sent again from another thread, it is raised where the main
+            # thread runs next (sent from here, it would be raised in here).
+            _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM))
+            return
+        previous(unraisable)
+
+    return hook
 
 
 def _start_watchdog(expected_ppid: int) -> None:
