@@ -81,7 +81,7 @@ def test_proc_children_are_readable_here():
 def test_every_descendant_is_found(tree, way, monkeypatch):
     root, pids = tree
     if way == "scan":
-        monkeypatch.setattr(lifeline, "_children_readable", False)
+        monkeypatch.setattr(lifeline, "_proc_children_readable", lambda: False)
     found = lifeline.descendants(root)
     assert sorted(p.pid for p in found) == sorted(pids)
     # Each remembers its process, so a kill never reaches a reused pid.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import queue
 import signal
@@ -62,20 +63,14 @@ def arm_parent_death_signal(sig: Optional[int] = None) -> bool:
     return prctl is not None and prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
-_prctl_fn: Any = None
-
-
+@functools.cache
 def _prctl() -> Any:
     """libc's ``prctl``, looked up once per process: the caller looks it up before
     it forks (``start_process``), so a forked worker arms its signal at once."""
-    global _prctl_fn
-    if _prctl_fn is None:
-        try:
-            # The libc already loaded: no search.
-            _prctl_fn = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl_fn = False
-    return _prctl_fn or None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # the libc already loaded: no search
+    except (OSError, AttributeError):
+        return None
 
 
 def parent_gone(expected_ppid: int) -> bool:
@@ -208,8 +203,9 @@ def descendants(pid: int) -> List[Any]:
 
 def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
     """[`descendants`][easycore.common.parallel._os.lifeline.descendants] of several
-    processes from one reading of the process table (each reading visits every
-    process: milliseconds on a busy machine).
+    processes: on Linux from each one's ``/proc`` children files, elsewhere from
+    one reading of the process table (each reading visits every process:
+    milliseconds on a busy machine).
 
     Args:
         roots (Iterable[int]): process ids.
@@ -224,35 +220,34 @@ def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
         # Linux: each process's children straight from /proc (tens of
         # microseconds per worker), instead of reading every process on the
         # machine (milliseconds; over 100 ms on a loaded node).
-        return {root: _processes(psutil, _proc_descendants(root)) for root in roots}
+        return {root: _processes(psutil, _below(root, _proc_children, int)) for root in roots}
     children: Dict[int, List[Any]] = {}
     for proc in psutil.process_iter(["ppid"]):
         ppid = proc.info.get("ppid")
         if ppid is not None:
             children.setdefault(ppid, []).append(proc)
-    found: Dict[int, List[Any]] = {}
-    for root in roots:
-        out: List[Any] = []
-        todo = [root]
-        while todo:
-            for child in children.get(todo.pop(), ()):
-                out.append(child)
-                todo.append(child.pid)
-        found[root] = out
-    return found
+    return {root: _below(root, lambda pid: children.get(pid, ()), lambda proc: proc.pid)
+            for root in roots}
 
 
-_children_readable: Optional[bool] = None
+def _below(root: int, children_of: Callable[[int], Iterable[Any]],
+           pid_of: Callable[[Any], int]) -> List[Any]:
+    """Everything below ``root``: ``children_of(pid)``, then theirs, and so on."""
+    out: List[Any] = []
+    todo = [root]
+    while todo:
+        for child in children_of(todo.pop()):
+            out.append(child)
+            todo.append(pid_of(child))
+    return out
 
 
+@functools.cache
 def _proc_children_readable() -> bool:
     """Whether this kernel lists a thread's children in ``/proc/PID/task/TID/children``
     (Linux 3.5+ with ``CONFIG_PROC_CHILDREN``, as every major distribution builds it)."""
-    global _children_readable
-    if _children_readable is None:
-        pid = os.getpid()
-        _children_readable = os.path.exists(f"/proc/{pid}/task/{pid}/children")
-    return _children_readable
+    pid = os.getpid()
+    return os.path.exists(f"/proc/{pid}/task/{pid}/children")
 
 
 def _processes(psutil: Any, pids: List[int]) -> List[Any]:
@@ -263,26 +258,21 @@ def _processes(psutil: Any, pids: List[int]) -> List[Any]:
     return procs
 
 
-def _proc_descendants(root: int) -> List[int]:
-    """Process ids below ``root``, read from each of its threads' ``children``
-    (a child belongs to the thread that forked it), breadth first."""
-    out: List[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
+def _proc_children(pid: int) -> List[int]:
+    """The ids of ``pid``'s children, from each of its threads' ``children`` file
+    (a child belongs to the thread that forked it)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone: its children were re-parented, nothing is ours below it
+    kids: List[int] = []
+    for tid in tids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # gone: its children were re-parented, nothing is ours below it
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue  # the thread ended meanwhile (its children moved to another)
-            out.extend(kids)
-            todo.extend(kids)
-    return out
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids += [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile (its children moved to another)
+    return kids
 
 
 def kill_pids(procs: List[Any], sig: int = 9) -> None:
