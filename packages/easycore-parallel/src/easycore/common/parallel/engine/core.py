@@ -144,19 +144,17 @@ class Engine(Dispatch):
         """
         t0 = time.perf_counter()
         if wait == "first":
-            for w, ready in zip(self._workers, self.backend.start_first()):
-                w.ready = ready
-            if self.recorder is not None:
-                self.recorder.started_all(time.perf_counter() - t0)
-            return
-        if wait == "none":
+            readiness = self.backend.start_first()
+        elif wait == "none":
             self.backend.start_nowait()
+            readiness = [True] * len(self._workers)
         else:
             self.backend.start()
+            readiness = [True] * len(self._workers)
         if self.recorder is not None:
             self.recorder.started_all(time.perf_counter() - t0)
-        for w in self._workers:
-            w.ready = True
+        for w, ready in zip(self._workers, readiness):
+            w.ready = ready
 
     @property
     def broken(self) -> Optional[BaseException]:
