@@ -145,11 +145,7 @@ class Transport:
             list of plain values is its own payload (see
             [`inline`][easycore.common.parallel.transport.inline]).
         """
-        size = inline_size(items)
-        if size is not None:
-            return items, size
-        data = dumps_data(items, _HIGHEST)
-        return data, len(data)
+        return _plain_or_pickled(items)
 
     def decode_results(self, worker: int, payload: Any) -> list[Any]:
         """The result list back from a worker's payload.
@@ -161,9 +157,7 @@ class Transport:
         Returns:
             list:
         """
-        if type(payload) is list:  # it travelled inline, in its message
-            return payload
-        return pickle.loads(payload)
+        return _unpickled(payload)
 
     def discard(self, worker: int, payload: Any) -> None:
         """Release a result payload that will never be decoded (its job was cancelled)."""
@@ -205,9 +199,7 @@ class Transport:
 
     def decode_items(self, payload: Any) -> list[Any]:
         """In the worker: the items of a chunk."""
-        if type(payload) is list:  # it travelled inline, in its message
-            return payload
-        return pickle.loads(payload)
+        return _unpickled(payload)
 
     def encode_results(self, results: list[Any]) -> tuple[Any, int]:
         """In the worker: a chunk's results as a payload.
@@ -219,11 +211,7 @@ class Transport:
             tuple: ``(payload, nbytes)``; as for ``encode_items``, a short
             list of plain values is its own payload.
         """
-        size = inline_size(results)
-        if size is not None:
-            return results, size
-        data = dumps_data(results, _HIGHEST)
-        return data, len(data)
+        return _plain_or_pickled(results)
 
     def on_feedback(self, data: Any) -> None:
         """In the worker: what ``feedback`` returned (never None)."""
@@ -231,6 +219,22 @@ class Transport:
     def worker_feedback(self) -> Any:
         """In the worker: data for the caller with the next message; None for nothing."""
         return None
+
+
+def _plain_or_pickled(values: list[Any]) -> tuple[Any, int]:
+    """A list as its own payload when it may travel inline, else its pickle."""
+    size = inline_size(values)
+    if size is not None:
+        return values, size
+    data = dumps_data(values, _HIGHEST)
+    return data, len(data)
+
+
+def _unpickled(payload: Any) -> list[Any]:
+    """What ``_plain_or_pickled`` made, back."""
+    if type(payload) is list:  # it travelled inline, in its message
+        return payload
+    return pickle.loads(payload)
 
 
 class PickleTransport(Transport):
@@ -463,10 +467,8 @@ class SharedMemoryTransport(Transport):
     def _decode(self, payload: Any, mapping: Callable[[str, int], Any],
                 returns: _Returns) -> Any:
         """Results (caller) or items (worker): the receiving side maps the segment."""
-        if type(payload) is list:  # it travelled inline, in its message
-            return payload
-        if not isinstance(payload, _Packed):
-            return pickle.loads(payload)
+        if not isinstance(payload, _Packed):  # inline, or in-band
+            return _unpickled(payload)
         mm = mapping(payload[1], payload[2])
         return self._unpack(payload, mm, returns.died.append, returns.names)
 
