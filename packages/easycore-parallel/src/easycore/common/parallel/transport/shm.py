@@ -143,11 +143,8 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
             _reserve(fd, size)
             return mmap.mmap(fd, size)
         except OSError as exc:
-            if register:
-                _unlink(name)
-            else:  # the name stays registered: the caller releases it
-                with contextlib.suppress(FileNotFoundError):
-                    _posixshmem.shm_unlink(name)
+            # A reserved name stays registered: the caller releases it.
+            _unlink(name, forget=register)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise SharedMemoryFull(
                     exc.errno, f"no room in {_SHM_DIR} for {size} bytes"
@@ -260,8 +257,8 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
         except FileNotFoundError:
             if not registered:
                 return  # nothing there, nothing for the tracker to forget
-            fd = -1  # never made, or removed by someone else: the name still goes
-        if fd >= 0:
+            # Never made, or removed by someone else: the name still goes below.
+        else:
             try:
                 # Best effort: the name goes below anyway, the memory then
                 # with its last mapping.
@@ -270,20 +267,21 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
             finally:
                 os.close(fd)
     if not registered:
-        # A worker killed between creating a segment and registering it left a
-        # name the tracker never heard of; unregistering an unknown name makes
-        # the tracker print a traceback, registering first is harmless.
+        # Whether the tracker knows the name is not known here (a sweep's
+        # find, another process's segment): unregistering an unknown name
+        # makes the tracker print a traceback, registering first is harmless.
         resource_tracker.register(name, "shared_memory")
     _unlink(name)
 
 
-def _unlink(name: str) -> None:
+def _unlink(name: str, *, forget: bool = True) -> None:
     # Removed by someone else (something deleting /dev/shm entries): the
     # tracker must still forget it, or at exit it reports it "leaked" and
     # fails to unlink it again.
     with contextlib.suppress(FileNotFoundError):
         _posixshmem.shm_unlink(name)
-    resource_tracker.unregister(name, "shared_memory")
+    if forget:
+        resource_tracker.unregister(name, "shared_memory")
 
 
 def sweep(prefix: str) -> None:
