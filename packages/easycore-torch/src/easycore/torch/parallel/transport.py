@@ -117,7 +117,6 @@ class TensorTransport(SharedMemoryTransport):
             pickler = self._pickler = _MainAwareTensorPickler(self.threshold)
         return pickler.pickle(obj)
 
-
     def copy_into(self, mm: Any, offset: int, data: memoryview) -> None:
         """Copy a buffer into a segment; a large one with ``Tensor.copy_``.
 
