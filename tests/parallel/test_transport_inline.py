@@ -99,59 +99,53 @@ def _not_plain():
 
 
 # --- what travels inline -----------------------------------------------------------
+@pytest.fixture(params=TRANSPORTS, ids=lambda cls: cls.__name__)
+def halves(request):
+    """A caller's transport and a worker's (unpickled from it, as a worker gets it)."""
+    caller = request.param()
+    worker = pickle.loads(pickle.dumps(caller))
+    worker.bind_worker(0)
+    try:
+        yield caller, worker
+    finally:
+        caller.cleanup()
+
+
 @pytest.mark.parametrize("kind", sorted(PLAIN))
-@pytest.mark.parametrize("cls", TRANSPORTS)
-def test_a_short_list_of_plain_values_is_its_own_payload_both_ways(cls, kind):
+def test_a_short_list_of_plain_values_is_its_own_payload_both_ways(halves, kind):
+    caller, worker = halves
     values = PLAIN[kind]
-    caller = cls()
-    worker = pickle.loads(pickle.dumps(caller))
-    worker.bind_worker(0)
-    try:
+    payload, nbytes = caller.encode_items(0, values)
+    assert payload is values  # no pickle of its own: the message carries it
+    assert nbytes == inline_size(values) and nbytes >= 0
+    assert worker.decode_items(pickle.loads(pickle.dumps(payload))) == values
+    payload, _ = worker.encode_results(values)
+    assert payload is values
+    back = caller.decode_results(0, pickle.loads(pickle.dumps(payload)))
+    assert [type(v) for v in back] == [type(v) for v in values]
+    caller.discard(0, payload)  # a no-op, not an error
+    caller.item_payload_done(0, payload)
+
+
+def test_what_is_not_plain_takes_the_transports_own_way(halves):
+    caller, worker = halves
+    for kind, values in _not_plain().items():
+        assert inline_size(values) is None, kind
+        if kind == "unpicklable":
+            continue  # below: the same error as before
         payload, nbytes = caller.encode_items(0, values)
-        assert payload is values  # no pickle of its own: the message carries it
-        assert nbytes == inline_size(values) and nbytes >= 0
-        assert worker.decode_items(pickle.loads(pickle.dumps(payload))) == values
-        payload, _ = worker.encode_results(values)
-        assert payload is values
-        back = caller.decode_results(0, pickle.loads(pickle.dumps(payload)))
-        assert [type(v) for v in back] == [type(v) for v in values]
-        caller.discard(0, payload)  # a no-op, not an error
-        caller.item_payload_done(0, payload)
-    finally:
-        caller.cleanup()
+        assert type(payload) is not list and nbytes > 0, kind
+        got = worker.decode_items(payload)
+        assert [type(v) for v in got] == [type(v) for v in values], kind
+    assert inline_size((1, 2)) is None  # only a list is a chunk
 
 
-@pytest.mark.parametrize("cls", TRANSPORTS)
-def test_what_is_not_plain_takes_the_transports_own_way(cls):
-    caller = cls()
-    worker = pickle.loads(pickle.dumps(caller))
-    worker.bind_worker(0)
-    try:
-        for kind, values in _not_plain().items():
-            assert inline_size(values) is None, kind
-            if kind == "unpicklable":
-                continue  # below: the same error as before
-            payload, nbytes = caller.encode_items(0, values)
-            assert type(payload) is not list and nbytes > 0, kind
-            got = worker.decode_items(payload)
-            assert [type(v) for v in got] == [type(v) for v in values], kind
-        assert inline_size((1, 2)) is None  # only a list is a chunk
-    finally:
-        caller.cleanup()
-
-
-@pytest.mark.parametrize("cls", TRANSPORTS)
-def test_an_unpicklable_value_fails_in_the_transport_as_before(cls):
-    caller = cls()
-    worker = pickle.loads(pickle.dumps(caller))
-    worker.bind_worker(0)
-    try:
-        with pytest.raises(TypeError, match="lock"):
-            caller.encode_items(0, [1, threading.Lock()])
-        with pytest.raises(TypeError, match="lock"):
-            worker.encode_results([1, threading.Lock()])
-    finally:
-        caller.cleanup()
+def test_an_unpicklable_value_fails_in_the_transport_as_before(halves):
+    caller, worker = halves
+    with pytest.raises(TypeError, match="lock"):
+        caller.encode_items(0, [1, threading.Lock()])
+    with pytest.raises(TypeError, match="lock"):
+        worker.encode_results([1, threading.Lock()])
 
 
 def test_the_cfg_never_travels_inline():
