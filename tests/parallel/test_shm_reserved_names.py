@@ -163,7 +163,7 @@ def test_services_register_their_own_names(no_leaks, books):
         caller.cleanup()
 
 
-KINDS = ["runner", "pool", "background"]
+KINDS = ["runner", "pool", "jobqueue", "background"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -174,7 +174,7 @@ def test_a_worker_killed_before_making_its_segment_leaves_no_false_alarm(method,
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "died").exists()  # a worker did die there
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    if kind == "pool":
+    if kind in ("pool", "jobqueue"):
         assert report["outcomes"][5] == "WorkerDiedError"  # that item only
         assert report["outcomes"][:5] == [0, 1, 2, 3, 4] and report["after"] == 1
     else:

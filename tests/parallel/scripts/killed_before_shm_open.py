@@ -1,11 +1,12 @@
 """A worker SIGKILLed after its result segment's name was registered, before the segment exists.
 
 argv[1]: the start method; argv[2]: "runner" (the call fails, the runner
-closes), "pool" (the pool replaces the worker and goes on) or "background"
-(a BackgroundTask's worker); argv[3]: a path that does not exist yet (one
-worker dies, the first to get there). Prints one JSON line with what the caller saw;
-the test reads the resource tracker's warnings from stderr, which the
-tracker writes when the whole process family has exited.
+closes), "pool" (the pool replaces the worker and goes on), "jobqueue" (a
+JobQueue's job) or "background" (a BackgroundTask's worker); argv[3]: a path
+that does not exist yet (one worker dies, the first to get there). Prints one
+JSON line with what the caller saw; the test reads the resource tracker's
+warnings from stderr, which the tracker writes when the whole process family
+has exited.
 """
 
 import json
@@ -15,7 +16,7 @@ import sys
 
 import numpy as np
 
-from easycore.common.parallel import BackgroundTask, Pool, UnorderedRunner
+from easycore.common.parallel import BackgroundTask, JobQueue, Pool, UnorderedRunner
 from easycore.common.parallel.transport import shm
 
 SMALL, BIG = 200_000, 2_000_000  # int64s: both in segments; no grant fits a BIG one
@@ -91,6 +92,19 @@ if __name__ == "__main__":
                     outcomes.append(type(err).__name__)
             report["outcomes"] = outcomes
             report["after"] = int(pool.apply(work, (1,))[0])  # a replacement took over
+    elif kind == "jobqueue":
+        with JobQueue(2, start_method=method) as jobs:
+            outcomes = []
+            for x in range(10):
+                jobs.put(work, x)
+            for _ in range(10):
+                try:
+                    outcomes.append(int(jobs.get(timeout=60)[0]))
+                except Exception as err:  # noqa: BLE001 -- reported to the test
+                    outcomes.append(type(err).__name__)
+            report["outcomes"] = outcomes
+            jobs.put(work, 1)
+            report["after"] = int(jobs.get(timeout=60)[0])  # a replacement took over
     else:
         task = BackgroundTask(Batches(), workers=1, start_method=method)
         try:
