@@ -28,8 +28,14 @@ def put_then_die(q):
 
 def encode_then_die(q):
     q.put("hello")  # connected
-    q._encode(np.ones(1 << 17))  # a segment made, never queued: killed mid-put
-    os.kill(os.getpid(), signal.SIGKILL)
+    pack = q._transport.pack
+
+    def pack_then_die(item, segment_for):
+        pack(item, segment_for)  # a segment made, never queued: killed mid-put
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    q._transport.pack = pack_then_die
+    q.put(np.ones(1 << 17))
 
 
 def own_a_queue(conn, items=0):

@@ -28,7 +28,7 @@ if _HERE not in sys.path:  # spawned workers import the helpers by name
 
 from leaks import Leaks, check_leaks  # noqa: E402, F401  (Leaks: re-exported)
 
-from easycore.common.parallel.services.naming import ENV_DIR  # noqa: E402
+from easycore.common.parallel.connection.address import ENV_DIR  # noqa: E402
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import socket
 import struct
 from multiprocessing import connection
 
-from easycore.common.parallel.services.frames import FrameReader, FrameWriter
+from easycore.common.parallel.connection.frames import FrameReader, FrameWriter
 
 
 def test_frames_in_any_pieces():

@@ -79,8 +79,8 @@ def _stall_mid_frame(handle, announced):
     """Open ``handle``'s channel, then write a header announcing ``announced``
     bytes and a few of them: the frame never completes."""
     assert handle.call("echo", 0) == ((0,), {})
-    conn = handle._state.channel._conn
-    os.write(conn.fileno(), struct.pack("!i", announced) + b"x" * 10)
+    link = handle._state.channel._link
+    os.write(link.fileno(), struct.pack("!i", announced) + b"x" * 10)
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -129,17 +129,17 @@ def test_ctrl_c_during_a_large_send_resets_only_that_channel(no_leaks):
         client = h.with_transport(PickleTransport)  # in-band: the frame is large
         assert client.call("echo", 0) == ((0,), {})
         channel = client._state.channel
-        real_send = channel._conn.send_bytes
 
-        def interrupted(data):
+        def interrupted(data, deadline=None, check=None):
+            # Ctrl-C inside the socket call: half the frame went out
             half = struct.pack("!i", len(data)) + bytes(data[: len(data) // 2])
-            os.write(channel._conn.fileno(), half)
+            os.write(channel._link.fileno(), half)
             raise KeyboardInterrupt
 
-        channel._conn.send_bytes = interrupted
+        channel._link.send = interrupted
         with pytest.raises(KeyboardInterrupt):
             client.call("echo", b"x" * (4 << 20))
-        channel._conn.send_bytes = real_send
+        del channel._link.send
         assert client.call("echo", 5, timeout=20) == ((5,), {})
         assert h.call("echo", 6, timeout=20) == ((6,), {})
         client.close()

@@ -1,4 +1,4 @@
-"""Errors raised by the runners and pools.
+"""Errors raised by the runners, pools and services.
 
 Every error that comes from a worker names the device it ran on, so that with
 ``devices=["cuda:0", "cuda:1"]`` you know which card failed. A hook's
@@ -9,6 +9,11 @@ whose message holds the worker's traceback and whose ``__cause__`` is the
 original exception when it could be unpickled. Pools re-raise the task's own
 exception instead, with a [`RemoteTraceback`][easycore.common.parallel.RemoteTraceback]
 as its ``__cause__``.
+
+A service's method that raises raises a ``WorkerError`` in the caller (with
+the service's traceback); a service that dies raises
+[`ServiceDiedError`][easycore.common.parallel.services.ServiceDiedError], a
+``WorkerDiedError``, in every client.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ __all__ = [
     "ErrorReport",
     "RemoteTraceback",
     "ResultEncodingError",
+    "ServiceClosedError",
+    "ServiceDiedError",
+    "ServiceNotFoundError",
+    "QueueClosedError",
+    "QueuePeerDiedError",
 ]
 
 
@@ -337,3 +347,67 @@ class ResultEncodingError(_StdMaybeEncodingError):
         where = f" of item {self.item}" if self.item is not None else ""
         return (f"Error sending result{where}: {self.value}. Reason: {self.exc} "
                 f"(results are pickled to reach the caller)")
+
+
+# --------------------------------------------------------------- services
+class ServiceClosedError(ParallelError):
+    """The service was closed by its owner, or this handle was closed."""
+
+
+class ServiceNotFoundError(ParallelError, LookupError):
+    """[`lookup`][easycore.common.parallel.services.lookup] found no live service of that name."""
+
+
+class ServiceDiedError(WorkerDiedError):
+    """The process (or Ray actor) hosting a service ended without being asked to.
+
+    Raised in every client of the service, calls in flight included.
+
+    Attributes:
+        service (str): the service, as in messages, e.g. ``"service 'store'"``.
+        device (str): its device.
+        pid (int or None): its process id.
+        exitcode (int or None): its exit code where known (the owner's handle
+            may know it; other clients do not).
+        reason (str): what was seen, e.g. "its connection closed".
+    """
+
+    def __init__(
+        self,
+        service: str,
+        device: str,
+        pid: Optional[int],
+        exitcode: Optional[int] = None,
+        reason: str = "",
+    ) -> None:
+        self.service = service
+        self.device, self.worker_index, self.pid, self.exitcode = device, 0, pid, exitcode
+        self.reason = reason
+        ParallelError.__init__(
+            self,
+            f"{service} on device {device!r} (pid {pid}) died unexpectedly"
+            + (f": {reason}" if reason else ""),
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.service, self.device, self.pid, self.exitcode, self.reason))
+
+
+# ------------------------------------------------------------------ Queue
+class QueueClosedError(ParallelError):
+    """The queue was closed, or its owner process died."""
+
+
+class QueuePeerDiedError(ParallelError):
+    """A process using the queue ended without closing it, while the queue was empty.
+
+    Attributes:
+        pid (int): that process's id.
+    """
+
+    def __init__(self, message: str, pid: int = 0) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+    def __reduce__(self) -> Any:
+        return (QueuePeerDiedError, (str(self), self.pid))

@@ -21,18 +21,21 @@ store.close()                        # stops the service
   over a Unix socket in a private directory, authenticated with a random
   key ([`client`][easycore.common.parallel.services.client],
   [`wire`][easycore.common.parallel.services.wire],
-  [`naming`][easycore.common.parallel.services.naming]); large arrays (and
+  [`naming`][easycore.common.parallel.services.naming]; the connections are
+  the [`connection`][easycore.common.parallel.connection] layer's, which
+  the ``Queue`` shares); large arrays (and
   tensors, with ``easycore.torch.parallel.TensorTransport``) go through the
   runners' shared-memory transport.
 * ``backend="ray"``: a Ray named actor
   ([`ray_service`][easycore.common.parallel.services.ray_service]).
 
 Calls run one at a time in the service; errors and deaths reach every client
-([`errors`][easycore.common.parallel.services.errors]).
+(``ServiceClosedError``, ``ServiceDiedError``, ``ServiceNotFoundError``, kept
+with the runners' errors in [`errors`][easycore.common.parallel.errors]).
 """
 
 from .dispatch import is_remote_call
-from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
+from ..errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 from .groups import PairedValue, get_paired, is_member, names, pair
 from .handle import Service, ServiceHandle, lookup
 from .remote_ref import RemoteRef

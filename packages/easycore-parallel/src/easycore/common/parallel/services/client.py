@@ -1,7 +1,8 @@
 """The client side of the process back-end: one connection to a local service.
 
 A [`ProcessChannel`][easycore.common.parallel.services.client.ProcessChannel]
-is one authenticated connection (``multiprocessing.connection`` over the
+is one authenticated connection (a
+[`Link`][easycore.common.parallel.connection.client.Link] over the
 service's Unix socket) with a reader thread. Calls are sent by the calling
 thread (several threads may share a channel) and tagged with an id; the
 reader receives every reply, decodes it and resolves that call's future. So
@@ -14,16 +15,16 @@ every waiting call fails with
 The reader never takes a lock a sender holds: a sender blocked on a full
 socket must not stop the replies that will unblock it.
 
-Opening a channel (connect, authentication, hello) runs under a deadline
-([`handshake`][easycore.common.parallel.services.handshake]): a call's
-``timeout`` bounds the whole call, connecting included. A send interrupted
-half-way (Ctrl-C while a large argument goes out) would leave half a frame
-on the socket: that call fails, and the channel is *reset* (shut down, so
-the service drops that connection alone); the handle opens a new one on
-its next call.
-
-(Over 400 lines on purpose: one connection's whole life on the caller's side: handshake,
-calls, replies and the reader thread.)
+A call's ``timeout`` bounds the whole call: opening the channel (connect,
+authentication, hello) runs under its deadline
+([`connect`][easycore.common.parallel.connection.client.connect]), so does
+sending it (what the socket does not take by then stays queued, whole, and
+the reader thread sends it when it can: a stopped service holds the call
+no longer than its timeout), and so does waiting for the reply. A send
+interrupted inside the socket call (Ctrl-C while a large argument goes
+out) leaves the stream in an unknown state: that call fails, and the
+channel is *reset* (shut down, so the service drops that connection
+alone); the handle opens a new one on its next call.
 """
 
 from __future__ import annotations
@@ -32,22 +33,22 @@ import contextlib
 import itertools
 import os
 import pickle
-import socket
+import select
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from multiprocessing import AuthenticationError, Pipe, connection
 from typing import Any, Callable, Deque, Dict, List, Optional
 
-from ..errors import ParallelError, WorkerError
+from ..connection.address import process_alive, wait_gone
+from ..connection.auth import AuthenticationError
+from ..connection.client import connect
+from ..errors import ParallelError, ServiceClosedError, ServiceDiedError, WorkerError
+from ..transport import shm
 from . import wire
 from .byvalue import encode, wrap_call
 from .dispatch import REF
-from .errors import ServiceClosedError, ServiceDiedError
-from .handshake import connection_on, open_socket, watchdog
-from .naming import pid_alive, pid_namespace
 
 __all__ = ["ProcessChannel", "ProcessTarget"]
 
@@ -68,9 +69,7 @@ class ProcessTarget:
 
     def alive(self) -> bool:
         """Whether the service's process runs (True when this process cannot tell)."""
-        if self.pidns is not None and self.pidns != pid_namespace():
-            return True  # another pid namespace: its pids mean nothing here
-        return pid_alive(self.pid)
+        return process_alive(self.pid, self.pidns)
 
     def died(self, reason: str) -> ServiceDiedError:
         return ServiceDiedError(self.label, self.device, self.pid, None, reason)
@@ -81,12 +80,7 @@ class ProcessTarget:
 
     def wait_dead(self, grace: float) -> bool:
         """Whether the process ends within ``grace`` seconds (it may be being killed)."""
-        end = time.monotonic() + grace
-        while self.alive():
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.02)  # another process's death: no event to wait on
-        return True
+        return wait_gone(self.pid, self.pidns, grace)
 
 
 class _Call:
@@ -116,14 +110,16 @@ class ProcessChannel:
     idle_tick = 0.5
     #: seconds to wait for the service's answer to our hello
     hello_timeout = 30.0
+    #: seconds ``close`` tries to send its goodbye
+    bye_timeout = 2.0
 
     def __init__(self, target: ProcessTarget, transport_class: type,
                  deadline: Optional[float] = None) -> None:
         self.target = target
         self.pid = os.getpid()  # a forked child must not use (or close) our connection
-        reply = wire.own_names(transport_class())
+        reply = transport_class()
         reply.prepare()
-        self._conn, request = self._open(reply, deadline)
+        self._link, request = self._open(reply, deadline)
         request.bind_worker(0)
         self._reply = reply  # caller role: decodes results
         self._request = request  # worker role: encodes arguments
@@ -137,7 +133,9 @@ class ProcessChannel:
         self._closed = False
         #: True once an interrupted send left this connection unusable
         self.reset = False
-        self._wake_r, self._wake_w = Pipe(duplex=False)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._reader = threading.Thread(
             target=self._read_loop, name="easycore-service-client", daemon=True
         )
@@ -151,53 +149,34 @@ class ProcessChannel:
         if deadline is None or deadline > hello_deadline:
             deadline = hello_deadline
             what = f"{t.label} did not answer within {self.hello_timeout} s"
-        sock = self._connect(deadline, what)
-        conn = connection_on(sock)
-        try:
-            def check() -> Optional[str]:
-                return None if t.alive() else "gone"
 
-            with watchdog(sock, deadline, check, self.tick) as watch:
-                try:
-                    connection.answer_challenge(conn, t.authkey)
-                    connection.deliver_challenge(conn, t.authkey)
-                    hello = wire.Hello(reply, wire.tracker_identity(), os.getpid())
-                    conn.send_bytes(wire.dumps(hello))
-                    welcome = wire.loads(conn.recv_bytes())
-                except AuthenticationError as exc:
-                    raise ParallelError(
-                        f"{t.label} refused this handle: wrong auth key ({exc})") from None
-                except (EOFError, OSError) as exc:
-                    if watch.reason == "deadline":
-                        raise TimeoutError(what or "connecting timed out") from None
-                    if watch.reason == "gone":
-                        raise t.died("its process is gone") from None
-                    raise self._gone("cannot connect (the connection closed during the "
-                                     f"handshake: {type(exc).__name__})") from None
+        def check() -> None:
+            if not t.alive():
+                raise t.died("its process is gone")
+
+        hello = wire.dumps(wire.Hello(reply, shm.tracker_identity(), os.getpid()))
+        try:
+            link, data = connect(t.address, t.authkey, hello, deadline, check)
+        except TimeoutError:
+            raise TimeoutError(what or "connecting timed out") from None
+        except AuthenticationError as exc:
+            raise ParallelError(f"{t.label} refused this handle: wrong auth key ({exc})") from None
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
+        except (EOFError, OSError) as exc:
+            raise self._gone("cannot connect (the connection closed during the handshake: "
+                             f"{type(exc).__name__})") from None
+        try:
+            welcome = wire.loads(data)
             if type(welcome) is wire.Closed:
                 raise ServiceClosedError(f"{t.label} is closing")
             if type(welcome) is not wire.Welcome:
                 raise ParallelError(f"{t.label} answered the hello with "
                                     f"{type(welcome).__name__}, not Welcome")
         except BaseException:
-            conn.close()
+            link.close()
             raise
-        finally:
-            sock.close()  # the connection keeps its own descriptor
-        return conn, welcome.transport
-
-    def _connect(self, deadline: float, what: Optional[str]) -> socket.socket:
-        while True:
-            try:
-                return open_socket(self.target.address, deadline)
-            except (BlockingIOError, InterruptedError):  # a full backlog: try again
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(what or "connecting timed out") from None
-                time.sleep(0.01)
-            except socket.timeout:
-                raise TimeoutError(what or "connecting timed out") from None
-            except OSError as exc:
-                raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
+        return link, welcome.transport
 
     #: seconds a service whose connection failed may take to finish dying
     death_grace = 2.0
@@ -241,58 +220,57 @@ class ProcessChannel:
                 self._check()
                 self._pending[call_id] = _Call(future, method, deadline, timeout)
             call = wire.Call(call_id, method, payload, self._reply.feedback(0))
-            self._send(call_id, wire.dumps(call))
+            self._send(call_id, wire.dumps(call), deadline)
         if deadline is not None:
             self._wake()  # the reader may be waiting without a deadline
         return future
 
-    def _send(self, call_id: int, data: bytes) -> None:
-        """Send one frame (the send lock held); an interrupted send resets the channel."""
+    def _send(self, call_id: int, data: bytes, deadline: Optional[float]) -> None:
+        """Send one frame (the send lock held) by ``deadline``; the reader sends the rest.
+
+        An interrupted send resets the channel.
+        """
         try:
-            self._conn.send_bytes(data)
+            if not self._link.send(data, deadline):
+                self._wake()  # the service takes no more now: the reader sends the rest
         except OSError:
             pass  # the reader sees the EOF and fails the call
         except BaseException:
-            # Ctrl-C half-way through a frame: the rest of the stream would be
-            # read as the end of it. Fail this call, shut the connection down
-            # (the service drops it, half frame and all) and let the handle
-            # reconnect on its next call.
+            # Ctrl-C inside the socket call: how much of the frame went out is
+            # not known, and the rest of the stream would be read as the end
+            # of it. Fail this call, shut the connection down (the service
+            # drops it, half frame and all) and let the handle reconnect on
+            # its next call.
             with self._lock:
                 self._pending.pop(call_id, None)
             self.reset = True
             label = self.target.label
             self._fail(lambda: ParallelError(
                 f"the connection to {label} was reset: a send was interrupted"))
-            self._shutdown()
+            self._link.shutdown()
             raise
-
-    def _shutdown(self) -> None:
-        try:
-            sock = socket.socket(fileno=os.dup(self._conn.fileno()))
-        except OSError:
-            return
-        with contextlib.suppress(OSError):  # closed already: nothing to shut down
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
 
     def release(self, ref_id: int) -> None:
         """Release a remote reference soon; takes no lock (a finalizer calls it)."""
         self._releases.append(ref_id)
         self._wake()
 
-    def _send_releases(self) -> bool:
-        """Send pending releases unless a sender holds the lock (False: try again soon)."""
+    def _send_queued(self) -> bool:
+        """Send pending releases and what a sender left queued, unless a sender
+        holds the lock (False: try again soon). Never waits for the socket."""
         if not self._send_lock.acquire(blocking=False):
             return False
         try:
             ids: List[int] = []
             while self._releases:
                 ids.append(self._releases.popleft())
-            if ids and self._failure is None and not self._closed:
-                payload, _ = self._request.encode_results([(("release", ids), {})])
-                call = wire.Call(next(self._ids), REF, payload, self._reply.feedback(0))
-                with contextlib.suppress(OSError):  # the reader sees the EOF
-                    self._conn.send_bytes(wire.dumps(call))
+            with contextlib.suppress(OSError):  # the reader sees the EOF
+                if ids and self._failure is None and not self._closed:
+                    payload, _ = self._request.encode_results([(("release", ids), {})])
+                    call = wire.Call(next(self._ids), REF, payload, self._reply.feedback(0))
+                    self._link.send(wire.dumps(call), 0)
+                elif self._link.unsent:
+                    self._link.flush(0)
         finally:
             self._send_lock.release()
         return True
@@ -309,25 +287,37 @@ class ProcessChannel:
 
     # ------------------------------------------------------------ reader
     def _read_loop(self) -> None:
-        conn, label = self._conn, self.target.label
+        link, label = self._link, self.target.label
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        watching = select.POLLIN
+        poller.register(link.fileno(), watching)
         next_check = time.monotonic() + self.tick
         try:
             while True:
-                ready = connection.wait([conn, self._wake_r], self._wait_time())
+                want = select.POLLIN | (select.POLLOUT if link.unsent else 0)
+                if want != watching:
+                    poller.modify(link.fileno(), want)
+                    watching = want
+                wait = self._wait_time()
+                events = dict(poller.poll(None if wait is None else int(wait * 1000) + 1))
                 if self._closed:
                     return
-                if self._wake_r in ready:
-                    while self._wake_r.poll():
-                        self._wake_r.recv_bytes()
-                if self._releases:
-                    self._send_releases()  # or, the lock busy, at the next turn
-                if conn in ready:
+                if self._wake_r in events:
+                    _drain(self._wake_r)
+                if self._releases or link.unsent:
+                    self._send_queued()  # or, the lock busy, at the next turn
+                if events.get(link.fileno(), 0) & (select.POLLIN | select.POLLHUP | select.POLLERR):
                     try:
-                        data = conn.recv_bytes()
-                    except (EOFError, OSError):
+                        frames = link.read_ready()
+                    except (ValueError, OSError):
+                        frames = []
+                        link.eof = True
+                    for data in frames:
+                        if not self._dispatch(wire.loads(data)):
+                            return
+                    if link.eof:
                         self._died("its connection closed")
-                        return
-                    if not self._dispatch(wire.loads(data)):
                         return
                 now = time.monotonic()
                 self._expire(now)
@@ -341,7 +331,7 @@ class ProcessChannel:
             self._fail(lambda: ParallelError(message))
 
     def _wait_time(self) -> Optional[float]:
-        if self._releases:
+        if self._releases or (self._link.unsent and self._send_lock.locked()):
             return 0.05  # a sender held the lock: try again soon
         if not self._pending:
             # Nothing waits; a call sent now does not wake us (that would cost
@@ -359,6 +349,7 @@ class ProcessChannel:
             if type(reply) is wire.Closed:
                 label = self.target.label
                 self._fail(lambda: ServiceClosedError(f"{label} was closed by its owner"))
+                self._forget_lent()
                 return False
             raise ParallelError(f"unexpected {type(reply).__name__} from {self.target.label}")
         call_id, payload, report, feedback = reply
@@ -402,6 +393,19 @@ class ProcessChannel:
         # (names of its prefix): a fresh instance of its transport sweeps them.
         _cleanup(pickle.loads(pickle.dumps(self._request)))
 
+    def _forget_lent(self) -> None:
+        """The service closed: remove the segments we made under names it had registered.
+
+        It released its names as it dropped this connection; a call sent
+        meanwhile may have made a segment under one after that. Its
+        registration was the service's to remove, so only the file goes.
+        Under the send lock: no call makes one any more (the channel failed).
+        """
+        with self._send_lock:
+            prefix = getattr(self._request, "prefix", None)
+            if prefix:
+                shm.remove_names(prefix)
+
     def _fail(self, make_error: Callable[[], BaseException]) -> None:
         with self._lock:
             if self._failure is None:
@@ -411,8 +415,8 @@ class ProcessChannel:
             call.future.set_exception(make_error())
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):  # closed: the reader is gone, nothing to wake
-            self._wake_w.send_bytes(b"")
+        with contextlib.suppress(OSError):  # closed or full: the reader is gone, or woken
+            os.write(self._wake_w, b"\0")
 
     # ------------------------------------------------------------- close
     @property
@@ -429,17 +433,25 @@ class ProcessChannel:
                 return
             self._closed = True
         if self._failure is None:
-            # (gone already: a goodbye is moot)
+            # (gone already: a goodbye is moot) Bounded: a stopped service
+            # must not hold a close forever.
             with self._send_lock, contextlib.suppress(OSError):
-                self._conn.send_bytes(wire.BYE)
+                self._link.send(wire.BYE, time.monotonic() + self.bye_timeout)
         self._wake()
         if threading.current_thread() is not self._reader:
             self._reader.join(5.0)
         label = self.target.label
         self._fail(lambda: ServiceClosedError(f"this handle to {label} is closed"))
-        for conn in (self._conn, self._wake_r, self._wake_w):
-            conn.close()
+        self._link.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         _cleanup(self._reply)
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError, InterruptedError):
+        while os.read(fd, 4096):
+            pass
 
 
 def _cleanup(transport: Any) -> None:

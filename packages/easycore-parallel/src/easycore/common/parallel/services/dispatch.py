@@ -14,7 +14,8 @@ import contextvars
 import itertools
 import pickle
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import ErrorReport
 from .wire import Outcome
@@ -134,16 +135,36 @@ class RefToken:
         return (RefToken, (self.ref_id, self.type_name))
 
 
+class _Kept:
+    """A value kept for remote references: whose it is, and how long it may wait."""
+
+    __slots__ = ("client", "expires", "lease", "parent", "value")
+
+    def __init__(self, value: Any, client: Optional[int], parent: Optional[int] = None,
+                 lease: float = 0.0) -> None:
+        self.value = value
+        self.client = client  # the connection that holds it (None: Ray, or unclaimed)
+        self.parent = parent  # a pickled copy's original, until the copy is claimed
+        self.lease = lease
+        self.expires: Optional[float] = None  # set when the original goes first
+
+
 class Dispatcher:
     """One service object's calls, ``handle.run`` callables and remote references.
 
     Both back-ends call [`invoke`][easycore.common.parallel.services.dispatch.Dispatcher.invoke]
     for every call. Values kept for a
     [`RemoteRef`][easycore.common.parallel.services.RemoteRef] live in a table
-    keyed by id; each entry remembers the client connection that made it, so
+    keyed by id; each entry remembers the client connection that holds it, so
     that a client that disconnects or dies releases its references
     (``drop_client``), and its last reference released by the client's
     garbage collector does the same.
+
+    A reference pickled for another process (``dup``) is an entry of its
+    own that the process loading the pickle *claims* (then it is that
+    connection's). Until then it lives as long as the original does, and
+    ``lease`` seconds more once the original is released: a pickle that is
+    never loaded (a failed send, a size check) pins nothing for good.
 
     Args:
         obj (Any): the service object.
@@ -153,9 +174,10 @@ class Dispatcher:
     def __init__(self, obj: Any, label: str) -> None:
         self.obj = obj
         self.label = label
-        self._refs: Dict[int, Tuple[Any, Optional[int]]] = {}  # id -> (value, client)
+        self._refs: Dict[int, _Kept] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._leases = 0  # entries whose lease runs: ``expire`` has work
 
     def invoke(self, method: Any, args: tuple, kwargs: Dict[str, Any],
                client: Optional[int] = None) -> Outcome:
@@ -184,24 +206,37 @@ class Dispatcher:
     def _maybe_keep(self, value: Any, remote: bool, client: Optional[int]) -> Any:
         if not remote:
             return value
+        return self._keep(_Kept(value, client))
+
+    def _keep(self, kept: _Kept) -> RefToken:
         with self._lock:
             ref_id = next(self._ids)
-            self._refs[ref_id] = (value, client)
-        return RefToken(ref_id, type(value).__qualname__)
+            self._refs[ref_id] = kept
+        return RefToken(ref_id, type(kept.value).__qualname__)
 
     def _value(self, ref_id: int) -> Any:
         with self._lock:
             entry = self._refs.get(ref_id)
         if entry is None:
             raise LookupError(f"remote reference #{ref_id} of {self.label} was released")
-        return entry[0]
+        return entry.value
 
     def _ref(self, args: tuple, kwargs: Dict[str, Any], client: Optional[int]) -> Any:
         op, ref_id, *rest = args
+        self.expire(time.monotonic())
         if op == "release":
+            self._release(ref_id if isinstance(ref_id, list) else [ref_id])
+            return None
+        if op == "claim":  # the copy was loaded: the loader's connection holds it now
             with self._lock:
-                for i in (ref_id if isinstance(ref_id, list) else [ref_id]):
-                    self._refs.pop(i, None)
+                entry = self._refs.get(ref_id)
+                if entry is not None and entry.parent is not None:
+                    if entry.expires is not None:
+                        self._leases -= 1
+                    entry.client, entry.parent, entry.expires = client, None, None
+            if entry is None:
+                raise LookupError(f"remote reference #{ref_id} of {self.label} was released "
+                                  "before its pickle was loaded")
             return None
         value = self._value(ref_id)
         if op == "get":
@@ -211,15 +246,51 @@ class Dispatcher:
             label = f"remote {type(value).__name__} #{ref_id} of {self.label}"
             return self._maybe_keep(_lookup(value, label, method)(*call_args, **kwargs),
                                     remote, client)
-        if op == "dup":  # a copy pickled to another process: owned by no connection
-            return self._maybe_keep(value, True, None)
+        if op == "dup":  # a copy pickled for another process: unclaimed until loaded
+            lease = float(rest[0]) if rest else 0.0
+            return self._keep(_Kept(value, None, ref_id, lease))
         raise ValueError(f"unknown remote reference operation {op!r}")
+
+    def _release(self, ref_ids: List[int]) -> None:
+        """Drop ``ref_ids``; their unclaimed copies start their lease."""
+        now = time.monotonic()
+        with self._lock:
+            gone = {i for i in ref_ids if self._refs.pop(i, None) is not None}
+            self._orphan(gone, now)
+        self.expire(now)
+
+    def _orphan(self, gone: set, now: float) -> None:
+        """The unclaimed copies of ``gone`` start their lease (the lock held)."""
+        if not gone:
+            return
+        for entry in self._refs.values():
+            if entry.parent in gone and entry.expires is None:
+                entry.expires = now + entry.lease
+                self._leases += 1
 
     def drop_client(self, client: int) -> None:
         """Release every reference made for ``client`` (it disconnected or died)."""
         with self._lock:
-            for ref_id in [i for i, (_, c) in self._refs.items() if c == client]:
+            mine = [i for i, entry in self._refs.items() if entry.client == client]
+        self._release(mine)
+
+    def expire(self, now: float) -> Optional[float]:
+        """Drop the unclaimed copies whose lease ended.
+
+        Returns:
+            float or None: when the next lease ends (``time.monotonic``), if any runs.
+        """
+        if not self._leases:
+            return None
+        with self._lock:
+            ended = [i for i, e in self._refs.items() if e.expires is not None
+                     and e.expires <= now]
+            for ref_id in ended:
                 del self._refs[ref_id]
+            self._leases -= len(ended)
+            self._orphan(set(ended), now)  # copies of those copies
+            running = [e.expires for e in self._refs.values() if e.expires is not None]
+        return min(running, default=None)
 
     @property
     def ref_count(self) -> int:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from .handle import _BACKENDS, Service, ServiceHandle, lookup
-from .naming import live_records, services_dir
+from ..connection.address import services_dir
+from .handle import Service, ServiceHandle, check_backend, lookup
+from .naming import live_records
 
 __all__ = ["PairedValue", "get_paired", "is_member", "names", "pair"]
 
@@ -44,8 +45,7 @@ def names(
     Returns:
         list of str: sorted.
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
+    check_backend(backend)
     if backend == "ray":
         from .ray_service import ray_names
 

@@ -27,27 +27,30 @@ from concurrent.futures import Future
 from multiprocessing import util
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..connection.address import new_socket_address, pid_namespace, remove_quietly, services_dir
 from ..defaults import default_transport
-from ..errors import WorkerDiedError, WorkerError
+from ..errors import ServiceClosedError, ServiceNotFoundError, WorkerDiedError, WorkerError
 from ..transport.shared_memory import SharedMemoryTransport
 from .client import ProcessTarget
 from .dispatch import RUN, describe, dump_spec
-from .errors import ServiceClosedError, ServiceNotFoundError
-from .naming import (
-    find,
-    new_socket_address,
-    pid_namespace,
-    register,
-    remove_quietly,
-    services_dir,
-    unregister,
-)
+from .naming import find, register, unregister
 from .remote_ref import resolve, resolve_future
 from .server import ServiceHost
 
-__all__ = ["Service", "ServiceHandle", "lookup"]
+__all__ = ["BACKENDS", "Service", "ServiceHandle", "check_backend", "lookup"]
 
-_BACKENDS = ("process", "ray")
+#: where a service can run
+BACKENDS = ("process", "ray")
+
+
+def check_backend(backend: str) -> None:
+    """Refuse a back-end that is not one of `BACKENDS`.
+
+    Raises:
+        ValueError: naming the back-ends known.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
 
 
 class _ProcessOwner:
@@ -468,8 +471,7 @@ class Service:
         """
         if not callable(factory):
             raise TypeError(f"factory must be callable, got {factory!r}")
-        if backend not in _BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
+        check_backend(backend)
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty str or None, got {name!r}")
         member_of = _check_groups(groups, name)
@@ -479,7 +481,9 @@ class Service:
         if backend == "ray":
             from .ray_service import start_ray
 
-            return start_ray(spec, label, name, device, namespace, options, member_of)
+            target, owner = start_ray(spec, label, name, device, namespace, options, member_of)
+            return ServiceHandle("ray", target, None, name=name, namespace=target.namespace,
+                                 owner=owner)
         return cls._start_process(spec, label, name, device, namespace, options, member_of)
 
     @classmethod
@@ -565,12 +569,12 @@ def lookup(
         ServiceNotFoundError: no such service within ``timeout`` (a
             ``LookupError``).
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; known: {list(_BACKENDS)}")
+    check_backend(backend)
     if backend == "ray":
         from .ray_service import lookup_ray
 
-        return lookup_ray(name, namespace, timeout, address)
+        ray_target = lookup_ray(name, namespace, timeout, address)
+        return ServiceHandle("ray", ray_target, None, name=name, namespace=ray_target.namespace)
     base = services_dir()
     deadline = time.monotonic() + timeout
     while True:

@@ -1,17 +1,18 @@
-"""Where local services live: a private directory, socket names and the name registry.
+"""The name registry of local services, in the private sockets directory.
 
-One directory per user holds every local service's Unix socket and the
-registry that [`lookup`][easycore.common.parallel.services.lookup] reads:
+[`lookup`][easycore.common.parallel.services.lookup] reads it; it lives in
+the directory that holds every local service's (and ``Queue``'s) Unix
+socket ([`address`][easycore.common.parallel.connection.address]: private
+to this user, created with mode 0700):
 
-* ``$EASYCORE_SERVICES_DIR`` if set, else ``$XDG_RUNTIME_DIR/easycore-services``,
-  else ``<temp dir>/easycore-services-<uid>``;
-* created with mode 0700 and refused (``PermissionError``) when it is a
-  symbolic link, belongs to someone else or is open to others: a socket there
-  is reachable by this user only, and each service also checks an auth key;
-* sockets are ``s-<pid>-<token>`` (the pid of the owner that made it, so a
-  dead owner's leftovers can be swept); registry entries are JSON files
+* registry entries are JSON files
   ``names/<namespace>/<name>.json`` of mode 0600, written atomically and
-  claimed with a hard link, so two services can never hold one name.
+  claimed with a hard link, so two services can never hold one name. Both
+  parts are percent-encoded, a leading dot included (`path_component`): a
+  name like ``".hidden"`` is an entry like any other, and a namespace ``"."``
+  or ``".."`` is a folder of its own inside ``names/``, never the folder
+  above. The temporary file of a registration ends in ``.tmp``, never in
+  ``.json``, which is how the registry's scan tells the two apart.
 
 Entries and sockets of services whose process is gone (a SIGKILLed owner
 takes its services down with it, without cleaning up) are removed when
@@ -23,97 +24,37 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
-import stat
-import tempfile
 from typing import Any, Dict, List, Optional
 from urllib.parse import quote, unquote
 
+from ..connection.address import pid_alive, remove_quietly
+
 __all__ = [
-    "ENV_DIR",
     "find",
     "live_records",
-    "new_socket_address",
-    "pid_alive",
-    "pid_namespace",
+    "path_component",
     "register",
-    "remove_quietly",
-    "services_dir",
     "unregister",
 ]
 
-#: environment variable naming the directory (tests and several users of one account)
-ENV_DIR = "EASYCORE_SERVICES_DIR"
 _MAX_NAME = 200  # file names stay well below NAME_MAX
 
 
-def services_dir() -> str:
-    """This user's private services directory, created if needed.
+def path_component(text: str) -> str:
+    """``text`` as one file name: percent-encoded, a leading dot too.
 
-    Returns:
-        str:
-
-    Raises:
-        PermissionError: the directory is a link, someone else's, or open to others.
-    """
-    base = os.environ.get(ENV_DIR)
-    if not base:
-        runtime = os.environ.get("XDG_RUNTIME_DIR")
-        if runtime and os.path.isdir(runtime):
-            base = os.path.join(runtime, "easycore-services")
-        else:
-            base = os.path.join(tempfile.gettempdir(), f"easycore-services-{os.getuid()}")
-    _private_dir(base)
-    return base
-
-
-def _private_dir(path: str) -> None:
-    with contextlib.suppress(FileExistsError):  # checked below, as a new one is
-        os.mkdir(path, 0o700)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"services directory {path!r} is not a directory (a link?)")
-    if st.st_uid != os.getuid():
-        raise PermissionError(
-            f"services directory {path!r} belongs to uid {st.st_uid}, not to you "
-            f"(uid {os.getuid()}); set ${ENV_DIR} to a directory of your own"
-        )
-    if st.st_mode & 0o077:
-        raise PermissionError(
-            f"services directory {path!r} is open to other users (mode "
-            f"{stat.S_IMODE(st.st_mode):o}); run `chmod 700 {path}` or set ${ENV_DIR}"
-        )
-
-
-def new_socket_address(base: str) -> str:
-    """A fresh socket path in ``base``; sweeps the sockets of dead owners first.
+    ``quote`` leaves dots alone: ``"."`` and ``".."`` would name the folder
+    itself or the one above, and ``".x"`` a hidden file. ``unquote`` gives
+    ``text`` back.
 
     Args:
-        base (str): the services directory.
+        text (str): a service name or a namespace.
 
     Returns:
         str:
     """
-    _sweep_sockets(base)
-    address = os.path.join(base, f"s-{os.getpid()}-{secrets.token_hex(8)}")
-    if len(address.encode()) >= 100:  # sun_path holds 108 bytes (104 on macOS)
-        raise OSError(
-            f"socket path {address!r} is too long for a Unix socket; set ${ENV_DIR} "
-            "to a shorter directory"
-        )
-    return address
-
-
-def _sweep_sockets(base: str) -> None:
-    try:
-        entries = os.listdir(base)
-    except OSError:
-        return
-    for entry in entries:
-        parts = entry.split("-")
-        if (entry.startswith("s-") and len(parts) == 3 and parts[1].isdigit()
-                and not pid_alive(int(parts[1]))):
-            remove_quietly(os.path.join(base, entry))
+    encoded = quote(text, safe="")
+    return "%2E" + encoded[1:] if encoded.startswith(".") else encoded
 
 
 def _entry_path(base: str, name: str, namespace: Optional[str], create: bool) -> str:
@@ -122,7 +63,7 @@ def _entry_path(base: str, name: str, namespace: Optional[str], create: bool) ->
     ns = "default" if namespace is None else namespace
     if not isinstance(ns, str) or not ns:
         raise ValueError(f"a namespace must be a non-empty str or None, got {namespace!r}")
-    file_name, dir_name = quote(name, safe="") + ".json", quote(ns, safe="")
+    file_name, dir_name = path_component(name) + ".json", path_component(ns)
     if len(file_name) > _MAX_NAME or len(dir_name) > _MAX_NAME:
         raise ValueError(f"service name or namespace too long: {name!r} in {namespace!r}")
     names = os.path.join(base, "names")
@@ -151,7 +92,8 @@ def register(base: str, name: str, namespace: Optional[str], record: Dict[str, A
         ValueError: a live service already holds the name.
     """
     final = _entry_path(base, name, namespace, create=True)
-    tmp = os.path.join(os.path.dirname(final), f".{record['token']}.tmp")
+    # Never ``.json``: the scan (``live_records``) takes only those.
+    tmp = os.path.join(os.path.dirname(final), f"{record['token']}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -220,7 +162,7 @@ def live_records(base: str, namespace: Optional[str]) -> List[Dict[str, Any]]:
         return []
     records = []
     for entry in entries:
-        if entry.startswith(".") or not entry.endswith(".json"):
+        if not entry.endswith(".json"):  # a registration's temporary file (.tmp)
             continue
         record = find(base, unquote(entry[: -len(".json")]), namespace)
         if record is not None:
@@ -254,43 +196,3 @@ def _remove_if_unchanged(path: str) -> None:
             os.unlink(path)
     except OSError:
         pass
-
-
-def remove_quietly(path: Optional[str]) -> None:
-    """Unlink ``path`` if it exists; never raises."""
-    if path:
-        with contextlib.suppress(OSError):  # gone already
-            os.unlink(path)
-
-
-def pid_namespace() -> Optional[int]:
-    """An id of this process's pid namespace (Linux), to know when pids compare."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not).
-
-    Args:
-        pid (int):
-
-    Returns:
-        bool:
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    try:  # Linux: a dead child stays a zombie until its parent reaps it
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True

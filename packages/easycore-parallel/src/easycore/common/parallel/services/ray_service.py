@@ -23,12 +23,17 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..backends.ray import acquire_ray, import_ray, is_cuda, release_ray
-from ..errors import ErrorReport, WorkerError
+from ..errors import (
+    ErrorReport,
+    ServiceClosedError,
+    ServiceDiedError,
+    ServiceNotFoundError,
+    WorkerError,
+)
 from .dispatch import REF, Dispatcher, build, close_object
-from .errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
 from .wire import Outcome, ServiceInfo
 
 __all__ = ["CallFailed", "RayChannel", "RayTarget", "lookup_ray", "start_ray"]
@@ -293,10 +298,12 @@ class _RayOwner:
 
 def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
               namespace: Optional[str], options: Dict[str, Any],
-              groups: Sequence[str] = ()) -> Any:
-    """Start a service as a Ray named actor; see ``Service.start``."""
-    from .handle import ServiceHandle
+              groups: Sequence[str] = ()) -> Tuple[RayTarget, _RayOwner]:
+    """Start a service as a Ray named actor; see ``Service.start``.
 
+    Returns:
+        tuple: ``(target, owner)``, from which ``Service.start`` makes the owner's handle.
+    """
     ray = import_ray()
     address = options.pop("address", None)
     init_kwargs = dict(options.pop("ray_init_kwargs", None) or {})
@@ -336,8 +343,7 @@ def start_ray(spec: bytes, label: str, name: Optional[str], device: str,
         if owns:
             release_ray(ray)
         raise
-    owner = _RayOwner(ray, actor, target, owns)
-    return ServiceHandle("ray", target, None, name=name, namespace=ns, owner=owner)
+    return target, _RayOwner(ray, actor, target, owns)
 
 
 def ray_names(group: Optional[str], namespace: Optional[str],
@@ -364,10 +370,12 @@ def ray_names(group: Optional[str], namespace: Optional[str],
 
 
 def lookup_ray(name: str, namespace: Optional[str], timeout: float,
-               address: Optional[str]) -> Any:
-    """Find a Ray service by name; see ``lookup``."""
-    from .handle import ServiceHandle
+               address: Optional[str]) -> RayTarget:
+    """Find a Ray service by name; see ``lookup``.
 
+    Returns:
+        RayTarget: how to reach it, from which ``lookup`` makes a handle.
+    """
     ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address or "auto")
@@ -391,6 +399,5 @@ def lookup_ray(name: str, namespace: Optional[str], timeout: float,
     if ready.report is not None:
         raise ServiceNotFoundError(f"the Ray service named {name!r} failed to start")
     info: ServiceInfo = ready.value
-    target = RayTarget(name, ns, ray.get_runtime_context().gcs_address, info.device,
-                       info.label, info.pid)
-    return ServiceHandle("ray", target, None, name=name, namespace=ns)
+    return RayTarget(name, ns, ray.get_runtime_context().gcs_address, info.device,
+                     info.label, info.pid)

@@ -11,10 +11,16 @@ the channel sends it without taking a lock a caller may hold), when
 ``release()`` is called, when the client that made it disconnects or dies
 (process back-end), or when the service stops. A ``RemoteRef`` pickled into
 another process becomes a reference of its own there (the service keeps the
-value until both are released); such a copy is not tied to a connection, so
-release it (or let it be collected) before that process ends. A
-``RemoteRef`` holds its handle: an owner's handle (and so its service) stays
-alive while references made through it do.
+value until both are released): loading the pickle *claims* it for the
+loading process's connection, which releases it like its own references.
+A pickle that is never loaded (a failed send, a size check) pins the value
+only as long as the original reference lives, and
+[`pickle_lease`][easycore.common.parallel.services.RemoteRef.pickle_lease]
+seconds after it is released (time for a pickle in flight to be loaded);
+then the copy is dropped, and loading it later gives a reference whose
+calls raise ``LookupError`` (as a ``WorkerError``). A ``RemoteRef`` holds
+its handle: an owner's handle (and so its service) stays alive while
+references made through it do.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from __future__ import annotations
 import os
 import weakref
 from concurrent.futures import Future
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from .dispatch import REF, RefToken
 
 __all__ = ["RemoteRef", "resolve", "resolve_future"]
+
+_CLAIM_TIMEOUT = 30.0  # seconds loading a pickled reference waits to claim it
 
 
 def _release(state: Any, ref_id: int, pid: int) -> None:
@@ -48,6 +56,10 @@ class RemoteRef:
         ref_id (int): its number in the service.
         type_name (str): the value's type, for messages.
     """
+
+    #: seconds a pickled copy that was never loaded outlives the original
+    #: reference's release (while the original lives, so does the copy)
+    pickle_lease: ClassVar[float] = 60.0
 
     def __init__(self, handle: Any, token: RefToken) -> None:
         self._handle = handle
@@ -105,8 +117,9 @@ class RemoteRef:
         return not self._finalizer.alive
 
     def __reduce__(self) -> Any:
-        # A copy for another process is a reference of its own in the service.
-        token = self._handle.call(REF, "dup", self.ref_id)
+        # A copy for another process is a reference of its own in the
+        # service, claimed when it is loaded (see the module docstring).
+        token = self._handle.call(REF, "dup", self.ref_id, float(self.pickle_lease))
         return (_rebuild, (self._handle, token))
 
     def __repr__(self) -> str:
@@ -115,7 +128,14 @@ class RemoteRef:
 
 
 def _rebuild(handle: Any, token: RefToken) -> RemoteRef:
-    return RemoteRef(handle, token)
+    ref = RemoteRef(handle, token)
+    try:
+        handle.call(REF, "claim", token.ref_id, timeout=_CLAIM_TIMEOUT)
+    except Exception:  # noqa: BLE001
+        # Released before it was loaded (its lease ended), or the service is
+        # gone: the reference still loads, and its first use says which.
+        pass
+    return ref
 
 
 def resolve(handle: Any, result: Any) -> Any:

@@ -2,8 +2,9 @@
 
 Every message is a small named tuple, so both sides read words, not
 positions. Between a client and a local service each one is one pickle
-(`dumps`, `loads`) on a ``multiprocessing.connection`` connection over a Unix
-socket (authenticated with the service's key):
+(`dumps`, `loads`), one frame on a connection over a Unix socket (the
+[`connection`][easycore.common.parallel.connection] layer's, authenticated
+with the service's key):
 
 * client -> service: `Hello` first, then one `Call` per call, and `Bye`
   before a graceful disconnect;
@@ -28,15 +29,18 @@ Arguments and results travel as easycore-parallel
 direction and connection: the receiving side makes it (the "caller" role:
 decodes, unlinks, recycles), the sending side gets it pickled in the
 handshake (the "worker" role: encodes). ``feedback`` is the transport's
-channel back (segments the receiver is done with). Large buffers go through
-shared memory only when both ends share multiprocessing's resource tracker
-(one process family: the owner, its services, its pool workers); otherwise
-the tracker's books would disagree, so everything travels in-band.
+channel back (segments the receiver is done with, and the names it
+registered for the sender's next segments, as a runner's caller does for
+its workers: whoever may be killed while making a segment never registers
+its name). Large buffers go through shared memory only when both ends share
+multiprocessing's resource tracker (one process family: the owner, its
+services, its pool workers): a connection's first segment each way is made
+before any name was handed over, under a name its maker registers, which
+another tracker would not know; so otherwise everything travels in-band.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
@@ -56,8 +60,6 @@ __all__ = [
     "dumps",
     "in_band",
     "loads",
-    "own_names",
-    "tracker_identity",
 ]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -69,7 +71,7 @@ class Hello(NamedTuple):
 
     #: the transport the service encodes its results with (worker role)
     transport: Any
-    #: the client's resource tracker (see `tracker_identity`); shared memory
+    #: the client's resource tracker (see ``shm.tracker_identity``); shared memory
     #: is handed over only when it equals the service's
     tracker: Optional[Tuple[int, int]]
     pid: int  #: the client's process
@@ -168,42 +170,6 @@ def loads(data: bytes) -> Message:
 CLOSED = dumps(Closed())
 #: `Bye`, pickled once
 BYE = dumps(Bye())
-
-
-def tracker_identity() -> Optional[Tuple[int, int]]:
-    """Which resource tracker this process reports shared memory to.
-
-    Processes of one family share the tracker's pipe (forked, spawned and
-    forkserver children inherit it): equal identities mean shared memory may
-    be handed over. None where there is no POSIX shared memory.
-
-    Returns:
-        tuple or None: ``(st_dev, st_ino)`` of the tracker's pipe.
-    """
-    if sys.platform == "win32":  # pragma: no cover
-        return None
-    try:
-        from multiprocessing import resource_tracker
-
-        fd = resource_tracker.getfd()
-        if fd is None:
-            return None
-        st = os.fstat(fd)
-    except (ImportError, OSError, RuntimeError):  # no tracker (it failed to start): in-band
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def own_names(transport: Any) -> Any:
-    """Make ``transport``'s peer register the names of the segments it makes.
-
-    A service and its client may each outlive the other, so neither registers
-    names for the other's segments (``SharedMemoryTransport.reserve_names``):
-    a name released by a side that left could be made by the other after.
-    """
-    if hasattr(transport, "reserve_names"):
-        transport.reserve_names = False
-    return transport
 
 
 def in_band(transport: Any) -> Any:

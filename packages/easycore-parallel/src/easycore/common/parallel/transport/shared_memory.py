@@ -582,6 +582,35 @@ class SharedMemoryTransport(Transport):
     def worker_feedback(self) -> WorkerFeedback | None:
         return self._worker.feedback()
 
+    # ------------------------------------------------ one payload, one reader
+    # Added for easycore.common.parallel.Queue (the connection work of issue
+    # 35): the Queue picks the segment (under a name its owner registered) and
+    # the reader maps it, outside the caller/worker halves above.
+    def pack(self, obj: Any, segment_for: SegmentFor) -> tuple[Any, int]:
+        """Pickle ``obj``; large buffers go into the segment ``segment_for(nbytes)`` makes.
+
+        Args:
+            obj (Any):
+            segment_for (callable): ``nbytes -> (name, size, mapping)``, called
+                only when something goes out of band.
+
+        Returns:
+            tuple: ``(payload, nbytes)``. On a full ``/dev/shm`` the payload is
+            in-band (one ``ResourceWarning`` per transport).
+        """
+        return self._encode(obj, segment_for, self._warn_full)
+
+    @staticmethod
+    def segment_of(payload: Any) -> tuple[str, int] | None:
+        """``(name, size)`` of the segment a ``pack`` payload lives in; None: in-band."""
+        return (payload[1], payload[2]) if isinstance(payload, _Packed) else None
+
+    def unpack(self, payload: Any, mm: Any = None) -> Any:
+        """What ``pack`` packed; its arrays view ``mm``, the mapping of ``segment_of(payload)``."""
+        if not isinstance(payload, _Packed):
+            return pickle.loads(payload)
+        return self._unpack(payload, mm, _IGNORE, {})
+
 
 class _CallerSide:
     """The caller's half: owns, lends, grants, adopts, takes back and retires segments."""
@@ -922,3 +951,8 @@ class _WorkerSide:
         if not returned and not unused and not full:
             return None
         return WorkerFeedback(returned, unused, full)
+
+
+# No one watches an ``unpack``'s views (the segment is the reader's alone):
+# C code, as ``shm.BufferView`` asks of its callbacks.
+_IGNORE: Callable[[Any], Any] = deque(maxlen=0).append

@@ -349,3 +349,63 @@ class BufferView:
     def drop(self) -> None:
         """Stop holding the view; only the slices handed out keep it alive."""
         self.memory = None
+
+
+# ------------------------------------------------------------------ hand-over
+# Added for the connection layer (services, Queue): names registered by the
+# other side of a connection, whose files this side may have to remove.
+def remove_names(prefix: str) -> None:
+    """Unlink every segment whose name starts with ``prefix``, telling no tracker (Linux).
+
+    For segments made under names another process registered and releases
+    (a service's, a ``Queue`` owner's): that process removes the
+    registration, which unregistering here too would remove twice (the
+    tracker prints an error for the second).
+
+    Args:
+        prefix (str): from [`make_prefix`][easycore.common.parallel.transport.shm.make_prefix].
+    """
+    if not AVAILABLE or not os.path.isdir(_SHM_DIR):
+        return
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return
+    for entry in names:
+        if entry.startswith(prefix):
+            remove("/" + entry)
+
+
+def remove(name: str) -> None:
+    """Unlink one segment, telling no tracker (see `remove_names`); never raises.
+
+    Args:
+        name (str): the POSIX name, ``/`` first.
+    """
+    if AVAILABLE:
+        with contextlib.suppress(OSError):  # gone already: nothing to remove
+            _posixshmem.shm_unlink(name)
+
+
+# Added for the connection layer too: whether the other side of a connection
+# shares this process's resource tracker (then either may release a segment).
+def tracker_identity() -> tuple[int, int] | None:
+    """Which resource tracker this process reports shared memory to.
+
+    Processes of one family share the tracker's pipe (forked, spawned and
+    forkserver children inherit it): equal identities mean shared memory may
+    be handed over. None where there is no POSIX shared memory.
+
+    Returns:
+        tuple or None: ``(st_dev, st_ino)`` of the tracker's pipe.
+    """
+    if not AVAILABLE:
+        return None
+    try:
+        fd = resource_tracker.getfd()
+        if fd is None:
+            return None
+        st = os.fstat(fd)
+    except (OSError, RuntimeError):  # no tracker (it failed to start): in-band
+        return None
+    return (st.st_dev, st.st_ino)

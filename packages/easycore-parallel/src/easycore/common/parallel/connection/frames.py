@@ -1,15 +1,18 @@
-"""Frames on a non-blocking socket, one buffer per connection.
+"""Frames on a non-blocking socket, one buffer each way per connection.
 
-The service reads every client from one selector thread: a client that sends
+A server reads every client from one selector thread: a client that sends
 half a frame (stopped with SIGSTOP, a slow sender, a header announcing 100 MB
 then nothing) must cost only its own buffer, never a blocking ``recv`` that
 stops every other client. So frames are assembled here from whatever bytes
-arrive, and replies wait in a per-connection queue until the socket takes
-them.
+arrive, and what is to be sent waits in a per-connection queue until the
+socket takes it. Clients use the same two buffers
+([`Link`][easycore.common.parallel.connection.client.Link]), so a send cut
+short by its deadline leaves the rest of its frame queued, never half of it
+on the wire.
 
 The format is ``multiprocessing.connection``'s (``Connection.send_bytes``):
 a 4-byte big-endian signed length, or ``-1`` and an 8-byte length for frames
-over 2 GiB, then the bytes; the client keeps using ``Connection``.
+over 2 GiB, then the bytes.
 """
 
 from __future__ import annotations
@@ -98,10 +101,11 @@ class FrameWriter:
 
     def put(self, data: bytes) -> None:
         """Queue ``data`` as one frame."""
-        for piece in frame(data):
-            if piece:
-                self._pending.append(memoryview(piece))
-                self.nbytes += len(piece)
+        pieces = [memoryview(piece) for piece in frame(data) if piece]
+        # One extend (C code): a KeyboardInterrupt cannot land between a
+        # frame's header and its body, which would leave half a frame queued.
+        self._pending.extend(pieces)
+        self.nbytes += sum(len(p) for p in pieces)
 
     def flush(self, sock: object) -> bool:
         """Send what the socket takes without blocking; True when all is sent.
