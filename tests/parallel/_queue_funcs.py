@@ -65,3 +65,62 @@ def put_full(q, timeout):
         return "put"
     except queue.Full:
         return "full"
+
+
+def serve_a_queue(conn, items=0, maxsize=0):
+    """Own a queue holding ``items`` arrays, hand it over; close it when told, then report."""
+    from easycore.common.parallel import Queue
+
+    q = Queue(maxsize=maxsize)
+    for i in range(items):
+        q.put(np.full(1 << 17, i))
+    conn.send(q)
+    conn.recv()  # "close"
+    q.close()
+    conn.send("closed")
+
+
+def put_and_report(q, conn):
+    """A client: one small put and one array put, each with a timeout; then report."""
+    try:
+        q.put("small", timeout=20)
+        q.put(np.full(1 << 17, 7), timeout=20)
+        conn.send("put")
+    except Exception as exc:  # noqa: BLE001 (the test checks the type by name)
+        conn.send(type(exc).__name__)
+
+
+def produce_and_report(q, n, conn, kind="numpy"):
+    """Put ``n`` 1 MiB items, telling ``conn`` after each; then wait to be told to close."""
+    for i in range(n):
+        if kind == "torch":
+            import torch
+
+            q.put(torch.full((1 << 18,), float(i)))  # 1 MiB of float32
+        else:
+            q.put(np.full(1 << 17, i, dtype=np.int64))  # 1 MiB
+        conn.send(i + 1)
+    conn.recv()
+    q.close()
+
+
+def put_from_short_lived_threads(q, n, batch, conn):
+    """``n`` puts, each from a thread of its own (``batch`` at a time); report the
+    descriptors this process opened meanwhile; close when told."""
+    import gc
+    import threading
+
+    q.put(-1)  # this thread's connection: the baseline has one
+    before = len(os.listdir("/proc/self/fd"))
+    for start in range(0, n, batch):
+        threads = [threading.Thread(target=q.put, args=(i,))
+                   for i in range(start, min(n, start + batch))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    del threads
+    gc.collect()
+    conn.send(len(os.listdir("/proc/self/fd")) - before)
+    conn.recv()
+    q.close()

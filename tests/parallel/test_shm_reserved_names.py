@@ -24,7 +24,6 @@ import pytest
 from _parallel_support import METHODS, run_script, shm_segments
 
 from easycore.common.parallel import SharedMemoryTransport
-from easycore.common.parallel.services import wire
 from easycore.common.parallel.transport import shm
 
 pytestmark = [
@@ -151,16 +150,24 @@ def test_a_reserved_name_with_no_room_behind_it_is_released_and_replaced(halves,
     assert again.reserved and reserved[0] not in again.reserved
 
 
-def test_services_register_their_own_names(no_leaks, books):
-    # A service and its client may each outlive the other: a name one of them
-    # released as it left could be made by the other after.
-    caller = wire.own_names(SharedMemoryTransport(threshold=1024))
-    caller.prepare()
-    try:
-        assert caller.feedback(0) is None
-        assert books.names == set()
-    finally:
-        caller.cleanup()
+def test_a_service_makes_its_replies_under_names_its_client_registered(no_leaks, books):
+    # A service and its client follow the runner's rule too: whoever reads a
+    # segment registers its name before the other side makes it, so a
+    # service killed while making one leaves its client's tracker nothing
+    # it does not release.
+    from easycore.common.parallel.services import Service
+
+    with Service.start(dict) as handle:
+        assert handle.run(len, [1]) == 1  # connected: names handed over with the call
+        channel = handle._state.channel
+        reserved = {n for n in books.names if n.startswith("/" + channel._reply.prefix)}
+        assert len(reserved) == channel._reply.grants_per_worker
+        result = handle.run(np.ones, 100_000)
+        made = set(channel._reply._caller.segs)
+        assert made and made <= reserved  # made under a name this process registered
+        del result
+    assert books.errors == []
+    assert books.names == set()  # every name released, used or not
 
 
 KINDS = ["runner", "pool", "jobqueue", "background"]

@@ -14,6 +14,7 @@ from easycore.common.parallel.services import (
     ServiceNotFoundError,
     get_paired,
     is_member,
+    lookup,
     names,
     pair,
 )
@@ -74,3 +75,45 @@ def test_pair_and_get_paired(no_leaks):
             pair("lr", 1)
     with pytest.raises(ServiceNotFoundError):
         get_paired("lr", timeout=0.2)
+
+
+# ------------------------------------------- names with dots (issue 34 items 8, 9)
+def test_a_name_with_a_leading_dot_is_a_member_like_any_other(no_leaks):
+    """The registry's scan skipped dotfiles as its temporaries: ``.hidden`` was
+    found by lookup but missing from names() and is_member."""
+    with Service.start(Tool, name=".hidden", groups="g"), \
+            Service.start(Tool, name="..", groups=["g", ".dots"]), \
+            Service.start(Tool, name="visible", groups="g"):
+        assert names() == ["..", ".hidden", "visible"]
+        assert names("g") == ["..", ".hidden", "visible"]
+        assert names(".dots") == [".."]
+        assert is_member(".hidden", "g") and is_member("..", ".dots")
+        with lookup(".hidden") as found:
+            assert found.call("echo", 1) == ((1,), {})
+
+
+@pytest.mark.parametrize("namespace", [".", "..", ".x", "a/../..", "%2E"])
+def test_a_namespace_stays_inside_the_registry(no_leaks, services_dir, namespace):
+    """``".."`` wrote its entry into the services directory itself, ``"."`` beside
+    the namespace folders."""
+    with Service.start(Tool, name="s", namespace=namespace, groups="g"):
+        names_dir = os.path.join(services_dir, "names")
+        folders = os.listdir(names_dir)
+        assert len(folders) == 1 and os.path.isdir(os.path.join(names_dir, folders[0]))
+        assert not folders[0].startswith(".")
+        assert os.listdir(os.path.join(names_dir, folders[0])) == ["s.json"]
+        assert [f for f in os.listdir(services_dir) if f.endswith(".json")] == []
+        assert names(namespace=namespace) == ["s"] and names() == []
+        assert is_member("s", "g", namespace=namespace)
+        with lookup("s", namespace=namespace, timeout=5) as found:
+            assert found.call("echo", 2) == ((2,), {})
+    assert names(namespace=namespace) == []
+
+
+def test_namespaces_dot_and_dot_dot_are_apart(no_leaks):
+    with Service.start(Tool, name="s", namespace="."), \
+            Service.start(Tool, name="s", namespace=".."), \
+            Service.start(Tool, name="s"):
+        assert names(namespace=".") == ["s"] and names(namespace="..") == ["s"]
+        with pytest.raises(ValueError, match="already running"):
+            Service.start(Tool, name="s", namespace="..")

@@ -193,3 +193,67 @@ def test_a_client_that_stops_reading_does_not_stop_the_service(no_leaks):
         finally:
             os.kill(child.pid, signal.SIGKILL)
             child.join(10)
+
+
+# ------------------------------- the connection layer's siblings (issue 34, 35)
+def test_call_timeout_bounds_sending_to_a_stopped_service(no_leaks):
+    """Issue 34 item 2's sibling: a large argument to a stopped service (the
+    socket takes a part of it) kept call(timeout=2) sending until it resumed."""
+    with Service.start(Tool) as h:
+        client = h.with_transport(PickleTransport)  # in-band: the frame is large
+        assert client.call("echo", 0, timeout=30) == ((0,), {})
+        os.kill(h.pid, signal.SIGSTOP)
+        try:
+            done, value = _in_thread(lambda: client.call("echo", b"x" * (64 << 20), timeout=2), 60)
+            assert done, "call(timeout=2) was still sending after 60 s"
+            assert isinstance(value, TimeoutError), value
+        finally:
+            os.kill(h.pid, signal.SIGCONT)
+        assert client.call("echo", 3, timeout=60) == ((3,), {})  # the rest went after it
+        client.close()
+
+
+def test_short_lived_threads_share_one_connection(no_leaks):
+    """Issue 34 item 5's sibling: a handle's calls from 300 threads."""
+    with Service.start(Tool) as h:
+        client = pickle.loads(pickle.dumps(h))
+        assert client.call("record", -1) == 1
+        before = len(os.listdir("/proc/self/fd"))
+        for start in range(0, 300, 10):
+            threads = [threading.Thread(target=client.call, args=("record", i))
+                       for i in range(start, start + 10)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        assert len(os.listdir("/proc/self/fd")) <= before
+        assert len(client.call("history")) == 301
+        client.close()
+
+
+def test_an_unrelated_process_calls_through_a_pickle_file(tmp_path):
+    """Issue 34 item 4's sibling: a handle loaded by a ``python`` of another
+    process family (its own resource tracker): large arguments and results
+    travel, and neither side's exit reports leaked shared memory."""
+    import subprocess
+    import sys
+
+    scripts = os.path.join(os.path.dirname(__file__), "scripts")
+    path = tmp_path / "handle.pkl"
+    owner = subprocess.Popen([sys.executable, os.path.join(scripts, "service_owner.py"),
+                              str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        proc = subprocess.run([sys.executable, os.path.join(scripts, "service_from_file.py"),
+                               str(path)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == f"[{float(1 << 18)}, {float(1 << 18)}]"
+        _, err = owner.communicate("\n", timeout=120)
+    finally:
+        owner.kill()
+        owner.wait(30)
+    assert owner.returncode == 0, err
+    for stderr in (proc.stderr, err):
+        for noise in ("leaked", "No such file", "Traceback"):
+            assert noise not in stderr, stderr

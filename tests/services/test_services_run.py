@@ -9,7 +9,14 @@ import os
 import pickle
 
 import pytest
-from _services_support import Counter, Tool, Tracked, get_in_child, wait_for_file
+from _services_support import (
+    Counter,
+    Tool,
+    Tracked,
+    get_in_child,
+    hold_ref_then_die,
+    wait_for_file,
+)
 
 from easycore.common.parallel import WorkerError
 from easycore.common.parallel.services import RemoteRef, Service
@@ -110,3 +117,64 @@ def test_a_remote_ref_pickled_into_another_process(no_leaks, tmp_path):
         child.join(30)
         assert child.exitcode == 0
         assert ref.call("value") == 42  # the copy's release left ours alone
+
+
+# --------------------------------------- a pickled reference (issue 34 item 6)
+def test_a_pickle_never_loaded_pins_nothing_once_the_original_is_released(
+        no_leaks, tmp_path, monkeypatch):
+    """Pickling a ref registered a second reference at once: a pickle never
+    loaded (a failed send, a size check) kept the value until the service stopped."""
+    monkeypatch.setattr(RemoteRef, "pickle_lease", 0.2)
+    marker = tmp_path / "collected"
+    with Service.start(Tool) as h:
+        ref = h.run(Tracked, str(marker), remote=True)
+        data = pickle.dumps(ref)  # never loaded
+        assert ref.call("where") == h.pid  # the original still works
+        ref.release()
+        assert wait_for_file(marker), "an unloaded pickle kept the value"
+        with pytest.raises(WorkerError, match="released"):  # loaded too late: says so
+            pickle.loads(data).call("where")
+        del data
+
+
+def test_a_loaded_pickle_keeps_the_value_after_the_original_is_released(
+        no_leaks, tmp_path, monkeypatch):
+    monkeypatch.setattr(RemoteRef, "pickle_lease", 0.0)
+    marker = tmp_path / "collected"
+    with Service.start(Tool) as h:
+        ref = h.run(Tracked, str(marker), remote=True)
+        copy = pickle.loads(pickle.dumps(ref))  # loaded: claimed for this connection
+        ref.release()
+        assert copy.call("where") == h.pid  # the lease ended, the claimed copy lives
+        assert not marker.exists()
+        copy.release()
+        assert wait_for_file(marker)
+
+
+def test_a_pickle_loaded_within_its_lease_works(no_leaks, tmp_path):
+    marker = tmp_path / "collected"
+    with Service.start(Tool) as h:
+        ref = h.run(Tracked, str(marker), remote=True)
+        data = pickle.dumps(ref)
+        ref.release()  # the original goes first; the pickle is in flight
+        copy = pickle.loads(data)
+        assert copy.call("where") == h.pid
+        del copy
+        gc.collect()
+        assert wait_for_file(marker)
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_process_that_loaded_a_pickled_ref_and_died_releases_it(no_leaks, tmp_path, method):
+    """A loaded copy is its connection's: a loader that dies takes it along."""
+    marker = tmp_path / "collected"
+    ctx = multiprocessing.get_context(method)
+    with Service.start(Tool) as h:
+        ref = h.run(Tracked, str(marker), remote=True)
+        ready = ctx.Event()
+        child = ctx.Process(target=hold_ref_then_die, args=(ref, ready))
+        child.start()
+        assert ready.wait(60)
+        ref.release()  # only the child's copy holds it now
+        child.join(60)
+        assert wait_for_file(marker), "a dead loader's copy kept the value"

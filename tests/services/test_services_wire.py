@@ -156,7 +156,7 @@ def test_a_connection_that_sends_no_call_is_dropped_alone(no_leaks, sent):
             else:
                 data = sent
             conn.send_bytes(data)
-            with pytest.raises(EOFError):  # (None, the assertion, if it neither answered nor dropped)
+            with pytest.raises(EOFError):  # the assertion in _Raw: neither answer nor drop
                 conn.recv_bytes()  # dropped: no reply, just the end of the stream
         finally:
             conn.close()

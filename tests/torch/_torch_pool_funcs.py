@@ -67,3 +67,13 @@ def echo_tensors(inbox, outbox, n):
     for _ in range(n):
         outbox.put(inbox.get(timeout=60) * 2)
     return n
+
+
+def produce_tensors(q, n, conn):
+    """Put ``n`` tensors of 1 MiB, telling ``conn`` after each; close when told."""
+    torch.set_num_threads(1)  # forked from a parent whose OpenMP pool ran: not again here
+    for i in range(n):
+        q.put(torch.full((1 << 18,), float(i)))
+        conn.send(i + 1)
+    conn.recv()
+    q.close()

@@ -63,8 +63,18 @@ Outcome = Union[bool, None, str]
 class Peer:
     """One client connection: its socket, its buffers, and what the handler keeps on it."""
 
-    __slots__ = ("data", "eof", "frames", "held", "key", "reader", "sock", "watching",
-                 "writer", "_dirty")
+    __slots__ = (
+        "_dirty",
+        "data",
+        "eof",
+        "frames",
+        "held",
+        "key",
+        "reader",
+        "sock",
+        "watching",
+        "writer",
+    )
 
     def __init__(self, sock: socket.socket, reader: FrameReader, writer: FrameWriter,
                  dirty: List[Peer]) -> None:

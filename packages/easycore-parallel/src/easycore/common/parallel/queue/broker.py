@@ -46,7 +46,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import os
 import pickle
 import queue as _stdqueue
 import threading
@@ -277,6 +276,9 @@ class Broker(Handler):
                 self._cancel(peer, client, message[1])
                 return True
             if op == "giveback":
+                segment = segment_of(message[1])
+                if segment is not None:
+                    client.sent.discard(segment[0])  # ours again, not the client's
                 self._give_back(message[1])
                 return True
             if op == "bye":

@@ -128,8 +128,7 @@ class ClientEnd:
         conn: Optional[_Conn] = None
         try:
             conn = self._conn(deadline)
-            if not self._settle(conn, deadline):
-                raise _Late
+            self._cancel_doubts(conn)  # their answers are read by whoever asks next
             self._put(conn, item, block, timeout, deadline)
         except _Late:
             raise _stdqueue.Full(f"the queue's owner (pid {self.owner_pid}) did not answer "
@@ -179,18 +178,19 @@ class ClientEnd:
         conn: Optional[_Conn] = None
         try:
             conn = self._conn(deadline)
-            settled = self._settle(conn, deadline)
-            if conn.stash:  # an item that came after an earlier get gave up
-                return self._decode(conn, conn.stash.popleft())
-            if not settled:
-                raise _Late
-            reply = self._ask(conn, "get", block, timeout, None, deadline)
-            if reply[0] == "item":
-                return self._decode(conn, reply[2])
-            if reply[0] == "died":
-                raise QueuePeerDiedError(reply[2], reply[3])
-            raise _stdqueue.Empty("the queue is empty")
+            self._cancel_doubts(conn)
+            if not conn.stash:  # else: an item that came after an earlier get gave up
+                reply = self._ask(conn, "get", block, timeout, None, deadline)
+                if reply[0] == "item":
+                    conn.stash.append(reply[2])  # after any that came before it
+                elif not conn.stash:
+                    if reply[0] == "died":
+                        raise QueuePeerDiedError(reply[2], reply[3])
+                    raise _stdqueue.Empty("the queue is empty")
+            return self._decode(conn, conn.stash.popleft())
         except _Late:
+            if conn is not None and conn.stash:  # what came meanwhile is the answer
+                return self._decode(conn, conn.stash.popleft())
             raise _stdqueue.Empty(f"the queue's owner (pid {self.owner_pid}) did not answer "
                                   f"within {timeout} s") from None
         except (EOFError, OSError) as exc:
@@ -202,7 +202,7 @@ class ClientEnd:
         conn: Optional[_Conn] = None
         try:
             conn = self._conn(None)
-            self._settle(conn, None)
+            self._cancel_doubts(conn)
             return int(self._ask(conn, "size", True, None, None, None)[2])
         except (EOFError, OSError) as exc:
             raise self._lost(conn, exc) from None
@@ -212,7 +212,11 @@ class ClientEnd:
     # ------------------------------------------------------------ requests
     def _ask(self, conn: _Conn, kind: str, block: bool, timeout: Optional[float], arg: Any,
              deadline: Optional[float]) -> tuple:
-        """Send one request and wait for its reply; ``_Late`` at the deadline."""
+        """Send one request and wait for its reply; ``_Late`` at the deadline.
+
+        The answers to requests given up on earlier come first, in order:
+        they are taken in on the way (see ``_absorb``).
+        """
         rid = next(self.rids)
         if timeout is not None and deadline is not None:  # what is left of it, for the owner
             timeout = max(0.0, deadline - time.monotonic())
@@ -223,6 +227,7 @@ class ClientEnd:
                     break
                 if reply[1] == rid:
                     return reply
+                self._absorb(conn, reply)
         conn.doubts.append(rid)  # cancelled by the next call on this connection
         raise _Late
 
@@ -235,29 +240,38 @@ class ClientEnd:
             raise EOFError("the queue was closed")
         return reply
 
-    def _settle(self, conn: _Conn, deadline: Optional[float]) -> bool:
-        """Cancel the requests calls gave up on and read up to the owner's
-        ``cancelled`` for each; False when the deadline came first."""
+    def _cancel_doubts(self, conn: _Conn) -> None:
+        """Queue a cancel for each request a call gave up on (sent with what follows)."""
         for rid in conn.doubts:
             if rid not in conn.cancelled:
                 conn.cancelled.add(rid)  # queued whole from here on
                 conn.link.send(dumps(("cancel", rid)), 0)
+
+    def _absorb(self, conn: _Conn, reply: tuple) -> None:
+        """An answer to a request given up on, or its ``cancelled``: nothing is lost."""
+        kind = reply[0]
+        if kind == "cancelled":
+            with contextlib.suppress(ValueError):
+                conn.doubts.remove(reply[1])
+            conn.cancelled.discard(reply[1])
+        elif kind == "item":
+            conn.stash.append(reply[2])  # for this connection's next get
+        elif kind == "ok" and reply[2]:
+            conn.names.append(reply[2])  # the room goes back on cancel; the name stays ours
+        elif kind == "names":
+            conn.names.extend(reply[2])
+
+    def _settle(self, conn: _Conn, deadline: Optional[float]) -> bool:
+        """Cancel what calls gave up on and read up to each ``cancelled``;
+        False when the deadline came first."""
+        self._cancel_doubts(conn)
         if not conn.link.flush(deadline):
             return False
         while conn.doubts:
             reply = self._reply(conn, deadline)
             if reply is None:
                 return False
-            kind = reply[0]
-            if kind == "cancelled" and reply[1] in conn.doubts:
-                conn.doubts.remove(reply[1])
-                conn.cancelled.discard(reply[1])
-            elif kind == "item":
-                conn.stash.append(reply[2])
-            elif kind == "ok" and reply[2]:
-                conn.names.append(reply[2])  # the room went back; the name is still ours
-            elif kind == "names":
-                conn.names.extend(reply[2])
+            self._absorb(conn, reply)
         return True
 
     def _reserve(self, conn: _Conn, block: bool, deadline: Optional[float]) -> int:

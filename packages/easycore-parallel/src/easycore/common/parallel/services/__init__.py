@@ -34,8 +34,8 @@ Calls run one at a time in the service; errors and deaths reach every client
 with the runners' errors in [`errors`][easycore.common.parallel.errors]).
 """
 
-from .dispatch import is_remote_call
 from ..errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError
+from .dispatch import is_remote_call
 from .groups import PairedValue, get_paired, is_member, names, pair
 from .handle import Service, ServiceHandle, lookup
 from .remote_ref import RemoteRef

@@ -129,7 +129,7 @@ class RemoteRef:
 
 def _rebuild(handle: Any, token: RefToken) -> RemoteRef:
     ref = RemoteRef(handle, token)
-    try:
+    try:  # noqa: SIM105 - the except below says why it is broad
         handle.call(REF, "claim", token.ref_id, timeout=_CLAIM_TIMEOUT)
     except Exception:  # noqa: BLE001
         # Released before it was loaded (its lease ended), or the service is
