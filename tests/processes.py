@@ -45,3 +45,25 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def in_thread(fn, timeout: float):
+    """Run ``fn`` in a daemon thread for at most ``timeout`` seconds.
+
+    Returns:
+        tuple: ``(finished, its result or the exception it raised)``.
+    """
+    import threading
+
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test, whatever it is
+            box["value"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return not thread.is_alive(), box.get("value")

@@ -90,15 +90,10 @@ def put_and_report(q, conn):
         conn.send(type(exc).__name__)
 
 
-def produce_and_report(q, n, conn, kind="numpy"):
-    """Put ``n`` 1 MiB items, telling ``conn`` after each; then wait to be told to close."""
+def produce_and_report(q, n, conn):
+    """Put ``n`` 1 MiB arrays, telling ``conn`` after each; then wait to be told to close."""
     for i in range(n):
-        if kind == "torch":
-            import torch
-
-            q.put(torch.full((1 << 18,), float(i)))  # 1 MiB of float32
-        else:
-            q.put(np.full(1 << 17, i, dtype=np.int64))  # 1 MiB
+        q.put(np.full(1 << 17, i, dtype=np.int64))
         conn.send(i + 1)
     conn.recv()
     q.close()

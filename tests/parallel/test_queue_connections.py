@@ -23,26 +23,12 @@ import numpy as np
 import pytest
 from _parallel_support import METHODS
 from _queue_funcs import put_and_report, put_from_short_lived_threads, serve_a_queue
+from processes import in_thread
+from queue_support import Producer
 
 from easycore.common.parallel import Queue
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _in_thread(fn, timeout):
-    """Run ``fn`` in a thread; (finished, its result or exception)."""
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test, whatever it is
-            box["value"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return not thread.is_alive(), box.get("value")
 
 
 class _Owner:
@@ -113,7 +99,7 @@ def test_a_client_stalled_mid_frame_does_not_stop_the_queue():
         assert stalled.qsize() == 0  # connected and greeted
         link = stalled._end.conns[0].link
         os.write(link.fileno(), struct.pack("!i", 100 << 20) + b"x" * 10)  # then nothing
-        done, value = _in_thread(lambda: other.put(1, timeout=20), 60)
+        done, value = in_thread(lambda: other.put(1, timeout=20), 60)
         assert done and value is None, value
         assert q.get(timeout=20) == 1
         other.close()
@@ -154,7 +140,7 @@ def test_a_timeout_bounds_the_whole_call_with_the_owner_stopped(method):
         value = _outcome(connected.submit(q.put, "later", timeout=2))
         assert value is None, value  # unbounded: nothing to wait for
         # a thread of its own: connecting is bounded too
-        done, value = _in_thread(lambda: q.get(timeout=1), 60)
+        done, value = in_thread(lambda: q.get(timeout=1), 60)
         assert done and isinstance(value, queue.Empty), value
         owner.cont()
         # Nothing given up was lost: the first item (it came after its get
@@ -197,22 +183,18 @@ def test_short_lived_threads_share_a_few_connections(method):
     ctx = multiprocessing.get_context(method)
     with Queue() as q:
         threads_before = threading.active_count()
-        here, there = ctx.Pipe()
-        child = ctx.Process(target=put_from_short_lived_threads, args=(q, 300, 10, there))
-        child.start()
+        producer = Producer(ctx, _put_from_300_threads, q, 300)
         try:
-            assert here.poll(180)
-            opened = here.recv()
+            assert producer.here.poll(180)
+            opened = producer.here.recv()
             assert opened <= 20, f"{opened} descriptors left open by 300 short-lived threads"
             # the producer's connections are still open: the owner serves them all
             assert threading.active_count() <= threads_before
             got = sorted(q.get(timeout=30) for _ in range(301))
             assert got == list(range(-1, 300))
-            here.send("close")
-            child.join(60)
-            assert child.exitcode == 0
         finally:
-            child.kill()
-            child.join(10)
-            here.close()
-            there.close()
+            producer.finish()
+
+
+def _put_from_300_threads(q, n, conn):
+    put_from_short_lived_threads(q, n, 10, conn)

@@ -17,58 +17,25 @@ import pickle
 import queue
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from _parallel_support import METHODS, SCRIPTS, run_script, shm_named
 from _queue_funcs import produce_and_report
+from queue_support import check_room_before_memory
 
 from easycore.common.parallel import Queue
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def _wait_until(condition, timeout=60.0):
-    """Poll ``condition`` (state of another process: no event crosses to us) until true."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 # ------------------------------------------------------------------ item 3
 @pytest.mark.parametrize("method", METHODS)
 def test_maxsize_bounds_a_producers_shared_memory(method):
     """maxsize=2 and nobody taking: the producer had 171 x 1 MiB in /dev/shm."""
-    ctx = multiprocessing.get_context(method)
-    n = 8
     with Queue(maxsize=2) as q:
-        here, there = ctx.Pipe()
-        child = ctx.Process(target=produce_and_report, args=(q, n, there))
-        child.start()
-        try:
-            done = []
-
-            def waiting_or_done():
-                while here.poll():
-                    done.append(here.recv())
-                # its third put waits for room (a reservation parked), or it put all
-                return bool(getattr(q._broker, "rooms", ())) or done[-1:] == [n]
-
-            _wait_until(waiting_or_done)
-            assert len(shm_named(q._prefix)) <= 2, "a waiting producer made shared memory"
-            assert q.qsize() == 2 and done[-1:] == [2]
-            got = [int(q.get(timeout=60)[0]) for _ in range(n)]
-            assert got == list(range(n))
-            here.send("close")
-            child.join(60)
-            assert child.exitcode == 0
-        finally:
-            child.kill()
-            child.join(10)
-            here.close()
-            there.close()
+        check_room_before_memory(multiprocessing.get_context(method), q, produce_and_report, 8,
+                                 lambda: shm_named(q._prefix), lambda item: int(item[0]))
     assert shm_named(q._prefix) == []
 
 

@@ -15,27 +15,12 @@ import time
 
 import pytest
 from _services_support import Tool, wait_gone
+from processes import in_thread
 
 from easycore.common.parallel import PickleTransport
 from easycore.common.parallel.services import Service, ServiceDiedError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _in_thread(fn, timeout):
-    """Run ``fn`` in a thread; return (finished, result or exception)."""
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test, whatever it is
-            box["value"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return not thread.is_alive(), box.get("value")
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -47,7 +32,7 @@ def test_a_silent_connection_does_not_block_new_clients(no_leaks, method):
             for s in silent:
                 s.connect(h._state.target.address)  # and never says a word
             clone = pickle.loads(pickle.dumps(h))
-            done, value = _in_thread(lambda: clone.call("echo", 1, timeout=20), 30)
+            done, value = in_thread(lambda: clone.call("echo", 1, timeout=20), 30)
             assert done, "a new client was blocked by a silent connection"
             assert value == ((1,), {})
             clone.close()
@@ -64,7 +49,7 @@ def test_call_timeout_bounds_connecting(no_leaks):
         os.kill(h.pid, signal.SIGSTOP)  # accepts in its backlog, answers nothing
         try:
             start = time.monotonic()
-            done, value = _in_thread(lambda: clone.call("echo", 1, timeout=1.0), 30)
+            done, value = in_thread(lambda: clone.call("echo", 1, timeout=1.0), 30)
             assert done, "call(timeout=1) was still connecting after 30 s"
             assert isinstance(value, TimeoutError), value
             assert "within 1.0 s" in str(value)
@@ -89,7 +74,7 @@ def test_a_client_stalled_mid_frame_does_not_stop_the_service(no_leaks, method):
     with Service.start(Tool, backend_options={"start_method": method}) as h:
         stalled = pickle.loads(pickle.dumps(h))
         _stall_mid_frame(stalled, 100 << 20)
-        done, value = _in_thread(lambda: h.call("echo", 1, timeout=20), 30)
+        done, value = in_thread(lambda: h.call("echo", 1, timeout=20), 30)
         assert done and value == ((1,), {}), value
         other = pickle.loads(pickle.dumps(h))
         assert other.call("record", "x", timeout=20) == 1
@@ -108,7 +93,7 @@ def test_a_stopped_client_process_does_not_stop_the_service(no_leaks):
         child.start()
         try:
             assert ready.wait(30)
-            done, value = _in_thread(lambda: h.call("echo", 1, timeout=20), 30)
+            done, value = in_thread(lambda: h.call("echo", 1, timeout=20), 30)
             assert done and value == ((1,), {}), value
         finally:
             os.kill(child.pid, signal.SIGKILL)
@@ -188,7 +173,7 @@ def test_a_client_that_stops_reading_does_not_stop_the_service(no_leaks):
         try:
             assert ready.wait(30)
             for i in range(5):  # long after its replies filled the socket
-                done, value = _in_thread(lambda i=i: h.call("echo", i, timeout=20), 30)
+                done, value = in_thread(lambda i=i: h.call("echo", i, timeout=20), 30)
                 assert done and value == ((i,), {}), value
         finally:
             os.kill(child.pid, signal.SIGKILL)
@@ -204,7 +189,7 @@ def test_call_timeout_bounds_sending_to_a_stopped_service(no_leaks):
         assert client.call("echo", 0, timeout=30) == ((0,), {})
         os.kill(h.pid, signal.SIGSTOP)
         try:
-            done, value = _in_thread(lambda: client.call("echo", b"x" * (64 << 20), timeout=2), 60)
+            done, value = in_thread(lambda: client.call("echo", b"x" * (64 << 20), timeout=2), 60)
             assert done, "call(timeout=2) was still sending after 60 s"
             assert isinstance(value, TimeoutError), value
         finally:

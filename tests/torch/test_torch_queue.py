@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import time
 
 import pytest
 import torch
 from _torch_pool_funcs import echo_tensors, produce_tensors
+from queue_support import check_room_before_memory
 
 from easycore.torch.parallel import Pool, Queue, TensorTransport
 
@@ -45,28 +45,7 @@ def test_tensors_to_a_worker_and_back(no_leaks, start_method):
 @pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
 def test_maxsize_bounds_a_producers_shared_memory(start_method):
     """Issue 34 item 3, the torch variant: 117 tensors in /dev/shm through maxsize=4."""
-    ctx = multiprocessing.get_context(start_method)
-    n = 10
     with Queue(maxsize=4) as q:
-        here, there = ctx.Pipe()
-        child = ctx.Process(target=produce_tensors, args=(q, n, there))
-        child.start()
-        try:
-            done = []
-            deadline = time.monotonic() + 120
-            # until its fifth put waits for room (a parked reservation), or it put all
-            while not (getattr(q._broker, "rooms", ()) or done[-1:] == [n]):
-                assert time.monotonic() < deadline, "timed out"
-                while here.poll(0.02):
-                    done.append(here.recv())
-            assert len(_segments(q)) <= 4, "a waiting producer made shared memory"
-            assert [q.get(timeout=60)[0].item() for _ in range(n)] == [float(i) for i in range(n)]
-            here.send("close")
-            child.join(60)
-            assert child.exitcode == 0
-        finally:
-            child.kill()
-            child.join(10)
-            here.close()
-            there.close()
+        check_room_before_memory(multiprocessing.get_context(start_method), q, produce_tensors,
+                                 10, lambda: _segments(q), lambda item: int(item[0].item()))
     assert _segments(q) == []

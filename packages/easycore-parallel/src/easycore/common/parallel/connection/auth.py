@@ -19,7 +19,7 @@ from __future__ import annotations
 import hmac
 import os
 from multiprocessing import AuthenticationError
-from typing import Optional, Tuple
+from typing import Tuple
 
 __all__ = ["AuthenticationError", "ClientProof", "ServerProof"]
 
@@ -35,18 +35,24 @@ def _mac(authkey: bytes, role: bytes, nonce: bytes) -> bytes:
     return hmac.new(authkey, role + nonce, _DIGEST).digest()
 
 
-class ServerProof:
-    """The server's side of one handshake: two frames out, one in.
-
-    Args:
-        authkey (bytes): the key clients must hold.
-    """
+class _Proof:
+    """One side of one handshake: the key, and the challenge this side sends."""
 
     __slots__ = ("_authkey", "_nonce")
 
     def __init__(self, authkey: bytes) -> None:
         self._authkey = authkey
         self._nonce = os.urandom(_NONCE)
+
+
+class ServerProof(_Proof):
+    """The server's side of one handshake: two frames out, one in.
+
+    Args:
+        authkey (bytes): the key clients must hold.
+    """
+
+    __slots__ = ()
 
     def challenge(self) -> bytes:
         """The first frame to send."""
@@ -60,18 +66,14 @@ class ServerProof:
         return True, WELCOME + _mac(self._authkey, b"server", frame[_MAC:])
 
 
-class ClientProof:
+class ClientProof(_Proof):
     """The client's side of one handshake: one frame in, one out, one in.
 
     Args:
         authkey (bytes): the key the server holds.
     """
 
-    __slots__ = ("_authkey", "_nonce")
-
-    def __init__(self, authkey: bytes) -> None:
-        self._authkey = authkey
-        self._nonce: Optional[bytes] = None
+    __slots__ = ()
 
     def answer(self, frame: bytes) -> bytes:
         """The answer to the server's challenge (plus ours).
@@ -81,7 +83,6 @@ class ClientProof:
         """
         if not frame.startswith(CHALLENGE) or len(frame) != len(CHALLENGE) + _NONCE:
             raise AuthenticationError("the other side sent no challenge")
-        self._nonce = os.urandom(_NONCE)
         return _mac(self._authkey, b"client", frame[len(CHALLENGE):]) + self._nonce
 
     def check(self, frame: bytes) -> None:
@@ -92,7 +93,6 @@ class ClientProof:
         """
         if frame == FAILURE:
             raise AuthenticationError("the key was refused")
-        assert self._nonce is not None
         expected = WELCOME + _mac(self._authkey, b"server", self._nonce)
         if not hmac.compare_digest(frame, expected):
             raise AuthenticationError("the other side does not hold the key")

@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, List, Optional, Set, Tuple
+from typing import Any, Deque, Iterator, List, Optional, Set, Tuple
 
 from ..connection.address import wait_gone
 from ..connection.client import Link, connect
@@ -53,7 +53,7 @@ _NAMES_PER_ASK = 8  # segment names asked for at once (unbounded queues)
 class _Conn:
     """One connection to the owner and what this side keeps on it."""
 
-    __slots__ = ("cancelled", "doubts", "link", "names", "stash")
+    __slots__ = ("cancelled", "deadline", "doubts", "link", "names", "stash")
 
     def __init__(self, link: Link) -> None:
         self.link = link
@@ -61,6 +61,7 @@ class _Conn:
         self.doubts: List[int] = []  # requests given up on, not yet cancelled
         self.cancelled: Set[int] = set()  # of those, the ones whose cancel is queued
         self.stash: Deque[Any] = deque()  # items that came after their get gave up
+        self.deadline: Optional[float] = None  # the call's, while one runs
 
     @property
     def busy(self) -> bool:
@@ -123,20 +124,29 @@ class ClientEnd:
         self.rids = itertools.count(1)
 
     # ----------------------------------------------------------- the calls
-    def put(self, item: Any, block: bool, timeout: Optional[float]) -> None:
+    @contextlib.contextmanager
+    def _call(self, timeout: Optional[float], late: type) -> Iterator[_Conn]:
+        """This thread's connection for one call; the owner's silence past the
+        deadline raises ``late``, a connection that ended ``QueueClosedError``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         conn: Optional[_Conn] = None
         try:
             conn = self._conn(deadline)
             self._cancel_doubts(conn)  # their answers are read by whoever asks next
-            self._put(conn, item, block, timeout, deadline)
+            conn.deadline = deadline
+            yield conn
         except _Late:
-            raise _stdqueue.Full(f"the queue's owner (pid {self.owner_pid}) did not answer "
-                                 f"within {timeout} s") from None
+            raise late(f"the queue's owner (pid {self.owner_pid}) did not answer within "
+                       f"{timeout} s") from None
         except (EOFError, OSError) as exc:
             raise self._lost(conn, exc) from None
         finally:
-            self._done(conn)
+            if conn is not None and conn.link.eof:  # a connection that broke is dropped
+                self._drop(conn)
+
+    def put(self, item: Any, block: bool, timeout: Optional[float]) -> None:
+        with self._call(timeout, _stdqueue.Full) as conn:
+            self._put(conn, item, block, timeout, conn.deadline)
 
     def _put(self, conn: _Conn, item: Any, block: bool, timeout: Optional[float],
              deadline: Optional[float]) -> None:
@@ -174,13 +184,14 @@ class ClientEnd:
         conn.link.send(dumps(("put", payload, room is not None)), deadline)
 
     def get(self, block: bool, timeout: Optional[float]) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        conn: Optional[_Conn] = None
-        try:
-            conn = self._conn(deadline)
-            self._cancel_doubts(conn)
+        with self._call(timeout, _stdqueue.Empty) as conn:
             if not conn.stash:  # else: an item that came after an earlier get gave up
-                reply = self._ask(conn, "get", block, timeout, None, deadline)
+                try:
+                    reply = self._ask(conn, "get", block, timeout, None, conn.deadline)
+                except _Late:
+                    if not conn.stash:  # what came meanwhile is the answer, if anything
+                        raise
+                    reply = ("stashed",)
                 if reply[0] == "item":
                     conn.stash.append(reply[2])  # after any that came before it
                 elif not conn.stash:
@@ -188,26 +199,10 @@ class ClientEnd:
                         raise QueuePeerDiedError(reply[2], reply[3])
                     raise _stdqueue.Empty("the queue is empty")
             return self._decode(conn, conn.stash.popleft())
-        except _Late:
-            if conn is not None and conn.stash:  # what came meanwhile is the answer
-                return self._decode(conn, conn.stash.popleft())
-            raise _stdqueue.Empty(f"the queue's owner (pid {self.owner_pid}) did not answer "
-                                  f"within {timeout} s") from None
-        except (EOFError, OSError) as exc:
-            raise self._lost(conn, exc) from None
-        finally:
-            self._done(conn)
 
     def qsize(self) -> int:
-        conn: Optional[_Conn] = None
-        try:
-            conn = self._conn(None)
-            self._cancel_doubts(conn)
+        with self._call(None, _stdqueue.Empty) as conn:
             return int(self._ask(conn, "size", True, None, None, None)[2])
-        except (EOFError, OSError) as exc:
-            raise self._lost(conn, exc) from None
-        finally:
-            self._done(conn)
 
     # ------------------------------------------------------------ requests
     def _ask(self, conn: _Conn, kind: str, block: bool, timeout: Optional[float], arg: Any,
@@ -344,11 +339,6 @@ class ClientEnd:
             link.close()
             raise QueueClosedError(f"the queue's owner (pid {self.owner_pid}) is closing")
         return _Conn(link)
-
-    def _done(self, conn: Optional[_Conn]) -> None:
-        """After a call: a connection that broke is dropped."""
-        if conn is not None and conn.link.eof:
-            self._drop(conn)
 
     def _release(self, conn: _Conn, pid: int) -> None:
         """A thread that used ``conn`` ended: it goes back to the pool, or says goodbye."""

@@ -290,17 +290,10 @@ def sweep(prefix: str) -> None:
     Args:
         prefix (str): from [`make_prefix`][easycore.common.parallel.transport.shm.make_prefix].
     """
-    if not AVAILABLE or not os.path.isdir(_SHM_DIR):
-        return
-    try:
-        names = os.listdir(_SHM_DIR)
-    except OSError:
-        return
-    for entry in names:
-        if entry.startswith(prefix):
-            # Gone meanwhile, or not ours to remove: the sweep goes on.
-            with contextlib.suppress(OSError):
-                release("/" + entry, free_now=True, registered=False)
+    for name in _names_with(prefix):
+        # Gone meanwhile, or not ours to remove: the sweep goes on.
+        with contextlib.suppress(OSError):
+            release(name, free_now=True, registered=False)
 
 
 # ------------------------------------------------------------ watched views
@@ -365,15 +358,18 @@ def remove_names(prefix: str) -> None:
     Args:
         prefix (str): from [`make_prefix`][easycore.common.parallel.transport.shm.make_prefix].
     """
+    for name in _names_with(prefix):
+        remove(name)
+
+
+def _names_with(prefix: str) -> list[str]:
+    """The POSIX names of the segments whose name starts with ``prefix`` (Linux only)."""
     if not AVAILABLE or not os.path.isdir(_SHM_DIR):
-        return
+        return []
     try:
-        names = os.listdir(_SHM_DIR)
+        return ["/" + entry for entry in os.listdir(_SHM_DIR) if entry.startswith(prefix)]
     except OSError:
-        return
-    for entry in names:
-        if entry.startswith(prefix):
-            remove("/" + entry)
+        return []
 
 
 def remove(name: str) -> None:
