@@ -35,8 +35,8 @@ before the segment exists until the owner removes it: the owner's own puts
 register as they make one, and a client makes its segments only under
 names the owner handed it (``names``, or with a reservation of room), so no
 other process's tracker ever holds one, and none of them can delete an
-item the owner still holds when its process leaves (see
-[`shm`][easycore.common.parallel.transport.shm]). Names handed out and never
+item the owner still holds when its process leaves (``transport.shm``
+registers, releases and removes names). Names handed out and never
 used, items sent and never confirmed, and the segments of a client that
 died go when its connection ends.
 """

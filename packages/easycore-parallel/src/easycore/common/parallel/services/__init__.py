@@ -31,7 +31,7 @@ store.close()                        # stops the service
 
 Calls run one at a time in the service; errors and deaths reach every client
 (``ServiceClosedError``, ``ServiceDiedError``, ``ServiceNotFoundError``, kept
-with the runners' errors in [`errors`][easycore.common.parallel.errors]).
+with the runners' errors in ``easycore.common.parallel.errors``).
 """
 
 from ..errors import ServiceClosedError, ServiceDiedError, ServiceNotFoundError

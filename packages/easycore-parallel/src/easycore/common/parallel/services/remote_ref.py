@@ -14,8 +14,7 @@ another process becomes a reference of its own there (the service keeps the
 value until both are released): loading the pickle *claims* it for the
 loading process's connection, which releases it like its own references.
 A pickle that is never loaded (a failed send, a size check) pins the value
-only as long as the original reference lives, and
-[`pickle_lease`][easycore.common.parallel.services.RemoteRef.pickle_lease]
+only as long as the original reference lives, and ``RemoteRef.pickle_lease``
 seconds after it is released (time for a pickle in flight to be loaded);
 then the copy is dropped, and loading it later gives a reference whose
 calls raise ``LookupError`` (as a ``WorkerError``). A ``RemoteRef`` holds
