@@ -119,3 +119,21 @@ def put_from_short_lived_threads(q, n, batch, conn):
     conn.send(len(os.listdir("/proc/self/fd")) - before)
     conn.recv()
     q.close()
+
+
+def own_then_fork_a_sleeper(conn):
+    """Own a queue, hand it over; when told, fork a child that keeps every
+    descriptor of ours open (the clients' connections too) and report its pid."""
+    import time
+
+    from easycore.common.parallel import Queue
+
+    q = Queue()
+    conn.send(q)
+    conn.recv()  # "fork": a client is connected by now
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    conn.send(pid)
+    conn.recv()  # until the test kills us

@@ -22,7 +22,12 @@ import threading
 import numpy as np
 import pytest
 from _parallel_support import METHODS
-from _queue_funcs import put_and_report, put_from_short_lived_threads, serve_a_queue
+from _queue_funcs import (
+    own_then_fork_a_sleeper,
+    put_and_report,
+    put_from_short_lived_threads,
+    serve_a_queue,
+)
 from processes import in_thread
 from queue_support import Producer
 
@@ -198,3 +203,34 @@ def test_short_lived_threads_share_a_few_connections(method):
 
 def _put_from_300_threads(q, n, conn):
     put_from_short_lived_threads(q, n, 10, conn)
+
+
+def test_a_dead_owner_ends_a_wait_even_when_its_child_holds_the_connection():
+    """No end of stream reaches the client (a child the owner forked holds the
+    owner's end of the connection): the owner's death still ends a get waiting
+    without a timeout."""
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    owner = ctx.Process(target=own_then_fork_a_sleeper, args=(there,))
+    owner.start()
+    sleeper = None
+    try:
+        assert here.poll(60)
+        q = here.recv()
+        assert q.qsize() == 0  # connected
+        here.send("fork")
+        assert here.poll(60)
+        sleeper = here.recv()
+        waiting = concurrent.futures.ThreadPoolExecutor(1)
+        future = waiting.submit(q.get)  # no timeout
+        owner.kill()
+        value = _outcome(future)
+        assert type(value).__name__ == "QueueClosedError", value
+        waiting.shutdown()
+    finally:
+        owner.kill()
+        owner.join(30)
+        if sleeper is not None:
+            os.kill(sleeper, signal.SIGKILL)
+        here.close()
+        there.close()

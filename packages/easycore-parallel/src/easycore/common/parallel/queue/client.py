@@ -38,7 +38,7 @@ import weakref
 from collections import deque
 from typing import Any, Deque, Iterator, List, Optional, Set, Tuple
 
-from ..connection.address import wait_gone
+from ..connection.address import process_alive, wait_gone
 from ..connection.client import Link, connect
 from ..errors import QueueClosedError, QueuePeerDiedError
 from ..transport import shm
@@ -181,7 +181,7 @@ class ClientEnd:
             raise
         # What the socket does not take by the deadline goes with the next
         # call: the item is on its way (room was reserved, or none is needed).
-        conn.link.send(dumps(("put", payload, room is not None)), deadline)
+        conn.link.send(dumps(("put", payload, room is not None)), deadline, self._owner_check)
 
     def get(self, block: bool, timeout: Optional[float]) -> Any:
         with self._call(timeout, _stdqueue.Empty) as conn:
@@ -215,7 +215,8 @@ class ClientEnd:
         rid = next(self.rids)
         if timeout is not None and deadline is not None:  # what is left of it, for the owner
             timeout = max(0.0, deadline - time.monotonic())
-        if conn.link.send(dumps(("ask", rid, kind, block, timeout, arg)), deadline):
+        if conn.link.send(dumps(("ask", rid, kind, block, timeout, arg)), deadline,
+                          self._owner_check):
             while True:
                 reply = self._reply(conn, deadline)
                 if reply is None:
@@ -227,7 +228,7 @@ class ClientEnd:
         raise _Late
 
     def _reply(self, conn: _Conn, deadline: Optional[float]) -> Optional[tuple]:
-        data = conn.link.recv(deadline)
+        data = conn.link.recv(deadline, self._owner_check)
         if data is None:
             return None
         reply = loads(data)
@@ -260,7 +261,7 @@ class ClientEnd:
         """Cancel what calls gave up on and read up to each ``cancelled``;
         False when the deadline came first."""
         self._cancel_doubts(conn)
-        if not conn.link.flush(deadline):
+        if not conn.link.flush(deadline, self._owner_check):
             return False
         while conn.doubts:
             reply = self._reply(conn, deadline)
@@ -327,9 +328,14 @@ class ClientEnd:
     def _connect(self, deadline: Optional[float]) -> _Conn:
         try:
             link, welcome = connect(self.address, self.authkey, dumps(("hello", os.getpid())),
-                                    deadline)
+                                    deadline, self._owner_check)
         except TimeoutError:
             raise _Late from None
+        except PermissionError as exc:
+            raise QueueClosedError(
+                f"cannot reach the queue's owner (pid {self.owner_pid}) at {self.address!r}: "
+                f"{exc}; a queue is reachable from processes of its owner's user, on its "
+                "machine") from None
         except (OSError, EOFError) as exc:
             if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
                 self._sweep_if_dead()  # nobody listens: a dead owner's items are unreadable
@@ -371,6 +377,16 @@ class ClientEnd:
         self._sweep_if_dead()
         return QueueClosedError(f"the queue's owner (pid {self.owner_pid}) closed the queue "
                                 f"or died ({type(exc).__name__}: {exc})")
+
+    def _owner_check(self) -> None:
+        """Called while a call waits: the owner's death ends the wait, even where no
+        end of stream comes (a child it forked holds its end of the connection).
+
+        Raises:
+            EOFError: the owner is gone.
+        """
+        if not process_alive(self.owner_pid, self.owner_ns):
+            raise EOFError(f"process {self.owner_pid} is gone")
 
     def _sweep_if_dead(self) -> None:
         """A dead owner's items can never be read: remove their segments.
