@@ -154,8 +154,8 @@ def test_a_timeout_bounds_the_whole_call_with_the_owner_stopped(method):
         assert connected.submit(q.get, timeout=30).result(60) == "later"
         assert q.qsize() == 0
     finally:
+        owner.close()  # resumed first: a call still waiting ends
         connected.shutdown()
-        owner.close()
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -176,8 +176,8 @@ def test_a_put_timeout_on_a_full_queue_gives_its_room_back(method):
         connected.submit(q.put, "room again", timeout=30).result(60)
         assert q.get(timeout=30) == "room again"
     finally:
+        owner.close()  # resumed first: a call still waiting ends
         connected.shutdown()
-        owner.close()
 
 
 # ------------------------------------------------------------------ item 5

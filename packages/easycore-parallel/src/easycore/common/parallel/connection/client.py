@@ -24,7 +24,7 @@ import select
 import socket
 import time
 from collections import deque
-from typing import Callable, Deque, List, Optional, Tuple
+from typing import Callable, Deque, Optional, Tuple
 
 from .auth import ClientProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter
@@ -122,17 +122,17 @@ class Link:
                 self._writer.flush(self.sock)
         return self._frames.popleft()
 
-    def read_ready(self) -> List[bytes]:
-        """Read what arrived, without waiting; the frames it completed are queued for ``recv``.
+    def read_ready(self) -> int:
+        """Read what arrived, without waiting; the frames it completed wait for ``recv``/``take``.
 
         Returns:
-            list of bytes: the frames queued now (``recv`` returns them in order).
+            int: how many frames it completed.
 
         Raises:
             ValueError: the bytes are no frames.
             OSError: the connection broke.
         """
-        new: List[bytes] = []
+        before = len(self._frames)
         while not self.eof:
             try:
                 n = self.sock.recv_into(self._buf)
@@ -141,11 +141,10 @@ class Link:
             if not n:
                 self.eof = True
                 break
-            new.extend(self._reader.feed(self._view[:n]))
+            self._frames.extend(self._reader.feed(self._view[:n]))
             if n < len(self._buf):
                 break
-        self._frames.extend(new)
-        return new
+        return len(self._frames) - before
 
     def take(self) -> Optional[bytes]:
         """A frame already read (``read_ready``), or None."""

@@ -219,7 +219,10 @@ class Server:
         self._door.start()
 
     def stop(self) -> None:
-        """Close the door, send every client ``closing_frame``, drop them all; waits."""
+        """Close the door, send every client ``closing_frame``, drop them all; waits.
+
+        Idempotent.
+        """
         self._stopping = True
         if self._thread is None:
             return  # never started
@@ -227,6 +230,8 @@ class Server:
         if self._thread is not threading.current_thread():
             self._thread.join()
         with self._lock:  # a late wake must not write to a reused descriptor number
+            if not self._wake_open:
+                return  # stopped already
             fds, self._wake_open = (self._wake_r, self._wake_w, self._door_r,
                                     self._door_w), False
         for fd in fds:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import queue as _stdqueue
 import secrets
+import socket
 import threading
 import weakref
 from multiprocessing import util
@@ -115,6 +116,8 @@ class Queue:
                  transport: Optional[SharedMemoryTransport] = None) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"maxsize must be an int >= 0, got {maxsize!r}")
+        if not hasattr(socket, "AF_UNIX"):  # pragma: no cover - Windows
+            raise OSError("Queue needs Unix-domain sockets, which this platform lacks")
         transport = transport if transport is not None else SharedMemoryTransport()
         transport.prepare()  # the resource tracker, before any worker starts
         prefix = shm.make_prefix("ecq")

@@ -295,7 +295,10 @@ class ProcessChannel:
         next_check = time.monotonic() + self.tick
         try:
             while True:
-                want = select.POLLIN | (select.POLLOUT if link.unsent else 0)
+                # The rest of a frame a sender left (its deadline came first) is
+                # ours to send; while a sender holds the lock it sends itself.
+                mine = link.unsent and not self._send_lock.locked()
+                want = select.POLLIN | (select.POLLOUT if mine else 0)
                 if want != watching:
                     poller.modify(link.fileno(), want)
                     watching = want
@@ -309,13 +312,14 @@ class ProcessChannel:
                     self._send_queued()  # or, the lock busy, at the next turn
                 if events.get(link.fileno(), 0) & (select.POLLIN | select.POLLHUP | select.POLLERR):
                     try:
-                        frames = link.read_ready()
+                        link.read_ready()
                     except (ValueError, OSError):
-                        frames = []
                         link.eof = True
-                    for data in frames:
+                    data = link.take()
+                    while data is not None:
                         if not self._dispatch(wire.loads(data)):
                             return
+                        data = link.take()
                     if link.eof:
                         self._died("its connection closed")
                         return
