@@ -383,5 +383,7 @@ class SharedList(Sequence[T]):
         else:
             what = f"0 of {total:,} items"
         state = "closed, " if segment.gone is not None else ""
-        return (f"<SharedList: {what}, {state}{segment.size / 2**20:.1f} MB in shared memory "
-                f"{segment.name.lstrip('/')!r}, owned by process {segment.owner}>")
+        size = (f"{segment.size / 2**20:.1f} MB" if segment.size >= 2**20
+                else f"{segment.size / 2**10:.1f} kB")
+        return (f"<SharedList: {what}, {state}{size} shared as {segment.name.lstrip('/')!r}, "
+                f"owner {segment.owner}>")
