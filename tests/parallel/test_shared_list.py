@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 import pytest
-from _parallel_support import METHODS, SCRIPTS, shm_named, shm_segments
+from _parallel_support import METHODS, SCRIPTS, namespace_prefix, shm_named, shm_segments
 from _shared_list_funcs import (
     close_and_report,
     ids_of,
@@ -159,6 +159,27 @@ def test_an_item_that_fails_to_unpickle_is_named(no_leaks):
         assert isinstance(info.value.__cause__, RuntimeError)
 
 
+def test_a_full_dev_shm_fails_the_build_clearly_and_leaves_nothing():
+    """In a private mount namespace whose /dev/shm is a 1 MB tmpfs: 4 MB of items."""
+    code = ("import os\n"
+            "from easycore.common.parallel import SharedList\n"
+            "try:\n"
+            "    SharedList(bytes(1000) for _ in range(4000))\n"
+            "except OSError as exc:\n"
+            "    print('error:', exc)\n"
+            "print('left:', os.listdir('/dev/shm'))\n")
+    shell = 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$0" "$@"'
+    proc = subprocess.run([*namespace_prefix(), "sh", "-c", shell, sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    error, left = proc.stdout.splitlines()
+    assert error == ("error: [Errno 28] SharedList: 4,000 items need 3.9 MB of shared memory, "
+                     "more than /dev/shm has room for (Docker: give the container more with "
+                     "--shm-size)")
+    assert left == "left: []"
+    assert "leaked" not in proc.stderr, proc.stderr
+
+
 def test_close_releases_the_segment_and_reads_then_fail_clearly(no_leaks):
     shared = SharedList(make_items(10))
     view = shared[2:5]
@@ -214,7 +235,7 @@ def test_at_exit_the_owner_releases_it_without_a_tracker_warning():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_killed_owner_family_leaves_nothing_behind(method):
+def test_a_killed_owner_family_leaves_nothing_behind(no_leaks, method):
     """Owner and reader SIGKILLed: the resource tracker removes the segment."""
     info: dict = {}
     with subprocess.Popen([sys.executable, str(SCRIPTS / "shared_list_owner.py"), method],

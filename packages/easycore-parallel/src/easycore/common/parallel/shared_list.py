@@ -35,6 +35,7 @@ it), never ``SIGBUS``; the memory goes with the last mapping.
 
 from __future__ import annotations
 
+import errno
 import io
 import mmap
 import os
@@ -101,6 +102,8 @@ class _Segment:
         try:
             return pickle.loads(view[self.data + offsets[index]:self.data + offsets[index + 1]])
         except Exception as exc:
+            if self.gone is not None:  # closed by another thread meanwhile
+                raise ValueError(f"{self.describe()} {self.gone}") from None
             raise pickle.UnpicklingError(
                 f"item {index} of {self.describe()} cannot be unpickled in process "
                 f"{os.getpid()}: {type(exc).__name__}: {exc}"
@@ -193,14 +196,17 @@ def _build(iterable: Iterable[Any]) -> _Segment:
     count = len(offsets) - 1
     data = _HEADER + _INT * (count + 1)
     size = data + offsets[-1]
+    if not shm.AVAILABLE:
+        raise OSError(errno.ENOSYS, "SharedList needs POSIX shared memory (Linux, macOS), "
+                      "which this platform does not have")
     name = "/" + shm.make_prefix() + "l"
     try:
         mm = shm.create(name, size)
     except shm.SharedMemoryFull as exc:
         raise shm.SharedMemoryFull(
             exc.errno, f"SharedList: {count:,} items need {size / 2**20:.1f} MB of shared "
-            "memory, which /dev/shm cannot hold (Docker: give the container more with "
-            f"--shm-size): {exc.strerror}") from exc
+            "memory, more than /dev/shm has room for (Docker: give the container more with "
+            "--shm-size)") from exc
     try:
         mm[:len(_MAGIC)] = _MAGIC
         mm[16:32] = array("q", [count, data]).tobytes()
