@@ -178,6 +178,9 @@ def _release(name: str, mm: mmap.mmap, owner: int) -> None:
 
 def _build(iterable: Iterable[Any]) -> _Segment:
     """Pickle every item once, in one pass, then copy them into a new segment."""
+    if not shm.AVAILABLE:
+        raise OSError(errno.ENOSYS, "SharedList needs POSIX shared memory (Linux, macOS), "
+                      "which this platform does not have")
     buf = io.BytesIO()
     offsets = array("q", [0])
     # One pickler, its memo cleared per item: every item loads on its own, and
@@ -196,9 +199,6 @@ def _build(iterable: Iterable[Any]) -> _Segment:
     count = len(offsets) - 1
     data = _HEADER + _INT * (count + 1)
     size = data + offsets[-1]
-    if not shm.AVAILABLE:
-        raise OSError(errno.ENOSYS, "SharedList needs POSIX shared memory (Linux, macOS), "
-                      "which this platform does not have")
     name = "/" + shm.make_prefix() + "l"
     try:
         mm = shm.create(name, size)
@@ -259,7 +259,7 @@ class SharedList(Sequence[T]):
 
     The process that made it owns the segment; a ``SharedList`` sent to
     another process (an argument, a ``DataLoader``'s data set, a pool
-    initializer's argument) pickles as a handle of about 200 bytes that
+    initializer's argument) pickles as a handle of about 150 bytes that
     maps the segment there, under every start method, and also in a process
     that is not a child of the owner (same machine and user) while the
     owner holds it. The segment is released by the owner's
