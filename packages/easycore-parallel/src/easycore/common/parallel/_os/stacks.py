@@ -57,7 +57,9 @@ elif hasattr(signal, "SIGUSR2"):
 AVAILABLE = SIGNAL is not None and hasattr(faulthandler, "register")
 
 _MAIN_MARK = "easycore-main-thread "
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):$")
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):$"
+)
 _FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
 # How long a dump may take to appear once signalled, and how long it must stay
 # the same size to count as complete (faulthandler writes it in one go, from a
@@ -201,7 +203,9 @@ def install(path: Optional[str]) -> bool:
 _installed = None
 
 
-def request(targets: Iterable[Tuple[object, int, DumpFile]], timeout: float = 1.0) -> Dict[object, Optional[Stack]]:
+def request(
+    targets: Iterable[Tuple[object, int, DumpFile]], timeout: float = 1.0
+) -> Dict[object, Optional[Stack]]:
     """Signal every target at once; read each one's stacks.
 
     Args:
@@ -280,7 +284,8 @@ def parse(text: str, main_ident: Optional[str] = None) -> Stack:
         frame = _FRAME.match(line)
         if frame and threads:
             number = frame.group(2)
-            threads[-1][2].append(Frame(frame.group(3), frame.group(1), int(number) if number.isdigit() else None))
+            line_no = int(number) if number.isdigit() else None
+            threads[-1][2].append(Frame(frame.group(3), frame.group(1), line_no))
     named: List[Tuple[str, List[Frame]]] = []
     main: List[Tuple[str, List[Frame]]] = []
     for ident, tname, frames in threads:
