@@ -10,6 +10,7 @@ from _collections_abc import Mapping  # collections.abc without importing `colle
 
 from .errors import ConfigError, ConfigFileNotFoundError
 from .files import describe_mode
+from .freezing import FrozenTreeList
 from .node import CfgNode
 
 TYPE_CHECKING = False
@@ -236,13 +237,18 @@ def _difference(
 _ABSENT = object()
 
 
+def _kind(value: Any) -> type:
+    # A list of a frozen config is the list a file gives back.
+    return list if type(value) is FrozenTreeList else type(value)
+
+
 def _same_value(a: Any, b: Any) -> bool:
     """Equal, of the same types all the way down, and of the same sign.
 
     `[1]` equals `[1.0]` and `-0.0` equals `0.0` in Python, but a file that
     dropped one for the other would reopen with the base's value.
     """
-    if type(a) is not type(b):
+    if _kind(a) is not _kind(b):
         return False
     if isinstance(a, float):
         return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)

@@ -143,6 +143,7 @@ class _LazyCopyMixin(_MixinBase):
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key in self._lazy_unshared:
+            self._check_mutable(key)  # refused on a frozen node, as CfgNode.setdefault is
             return self._lazy_take(key)
         return super().setdefault(key, default)
 
@@ -161,7 +162,10 @@ class _LazyCopyMixin(_MixinBase):
 
     # ------------------------------------- tree walks own what they walk
     def freeze(self, frozen: bool = True) -> None:
-        self._lazy_take_nodes()
+        # The walk sets a flag on every node it reaches, at any depth and inside
+        # lists and tuples: all of them must be this copy's own first, or a
+        # consumer's freeze would reach the source's nodes (and every later copy).
+        self._lazy_take_all(deep=True)
         super().freeze(frozen)
 
     def _plan_merge(self, cfg: Any, plan: Any) -> None:

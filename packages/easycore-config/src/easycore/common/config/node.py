@@ -30,6 +30,7 @@ from _collections_abc import Mapping
 
 from . import files, yaml_io
 from .errors import ConfigError, ConfigKeyError, FrozenError
+from .freezing import set_frozen, thawed
 from .literal import decode_literal, encode_literal
 
 TYPE_CHECKING = False
@@ -276,26 +277,15 @@ class CfgNode(dict):
         A frozen node refuses every change: `cfg.X = ...`, `cfg["X"] = ...`,
         `del`, `update`, `pop`, `popitem`, `setdefault`, `clear`, `|=`,
         `merge`, `merge_from_list` and calling `__init__` again. Sub-configs
-        are frozen with it, those inside lists and tuples too; the lists
-        themselves stay ordinary lists.
+        are frozen with it, those inside lists and tuples too. The lists
+        themselves stay lists that may change, but a sub-config put into one
+        later is frozen with the config (while frozen, they are
+        `FrozenTreeList`s; unfreezing gives plain lists back).
 
         Args:
             frozen (bool): freeze or unfreeze the config
         """
-        frozen = bool(frozen)
-        # A loop over a stack, not recursion: lists built in Python may nest deep.
-        stack: list[Any] = [self]
-        seen: set[int] = set()
-        while stack:
-            value = stack.pop()
-            if id(value) in seen:  # a list that holds itself, or one node twice
-                continue
-            seen.add(id(value))
-            items = dict.values(value) if isinstance(value, CfgNode) else value
-            if isinstance(value, CfgNode):
-                object.__setattr__(value, "_frozen", frozen)
-            # only what may hold a node: a list of a million numbers stays cheap
-            stack.extend(v for v in items if isinstance(v, (CfgNode, list, tuple)))
+        set_frozen(self, bool(frozen))
 
     def is_frozen(self) -> bool:
         """get the state of the config.
@@ -434,9 +424,16 @@ class CfgNode(dict):
         """convert to a dict
 
         Returns:
-            dict: nested plain dicts (leaf values are not copied).
+            dict: nested plain dicts (leaf values are not copied, except that
+                the lists of a frozen config are given as plain lists).
         """
-        return {k: v.dict() if isinstance(v, CfgNode) else v for k, v in dict.items(self)}
+        frozen = self._frozen
+        return {
+            k: v.dict()
+            if isinstance(v, CfgNode)
+            else (thawed(v) if frozen and isinstance(v, (list, tuple)) else v)
+            for k, v in dict.items(self)
+        }
 
     def __str__(self) -> str:
         """
