@@ -9,7 +9,7 @@ import stat
 from _collections_abc import Mapping  # collections.abc without importing `collections`
 
 from .errors import ConfigError, ConfigFileNotFoundError
-from .files import describe_mode
+from .files import describe_mode, refuse_url, url_scheme
 from .freezing import FrozenTreeList
 from .node import CfgNode
 
@@ -76,7 +76,9 @@ class HierarchicalCfgNode:
             ConfigError: a base that is not a regular file, a cycle of bases, or
                 any error of [`CfgNode.open`][easycore.common.config.CfgNode.open].
         """
-        return _open_chain(os.path.abspath(os.fspath(file)), encoding)[0]
+        path = os.fspath(file)
+        refuse_url(path, "open")  # before abspath, which would make it a local path
+        return _open_chain(os.path.abspath(path), encoding)[0]
 
     @classmethod
     def save(
@@ -112,6 +114,8 @@ class HierarchicalCfgNode:
         if base_cfg_path is None:
             cfg.save(save_path, encoding)
             return
+        refuse_url(os.fspath(save_path), "save to")
+        refuse_url(os.fspath(base_cfg_path), "use", "the base ")
         base_abs = os.path.abspath(os.fspath(base_cfg_path))
         base, chain = _open_chain(base_abs, encoding)
         target = os.path.realpath(os.fspath(save_path))
@@ -188,6 +192,11 @@ def _find_base(path: str, base: Any) -> str:
         raise ConfigError(f"{path}: {BASE_KEY} must be a path string, not {type(base).__name__}")
     if "\0" in base:
         raise ConfigError(f"{path}: {BASE_KEY} {base!r} holds a null character; not a path")
+    if url_scheme(base) is not None:
+        raise ConfigError(
+            f"{path}: {BASE_KEY} {base!r} is a URL; a base is a local file (a path relative "
+            "to this file, or absolute)"
+        )
     relative = os.path.join(os.path.dirname(path), base)
     for candidate in dict.fromkeys((relative, base)):
         try:

@@ -31,7 +31,9 @@ from _collections_abc import Mapping
 from . import files, yaml_io
 from .errors import ConfigError, ConfigKeyError, FrozenError
 from .freezing import set_frozen, thawed
-from .literal import decode_literal, encode_literal
+from .literal import decode_literal, encode_tree
+from .overrides import coerce as _coerce
+from .overrides import pairs as _pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -345,28 +347,31 @@ class CfgNode(dict):
             else:
                 plan.append((self, key, self._prepare(key, _deepcopy(value))))
 
-    def merge_from_list(self, overrides: Iterable[str], allow_new: bool = False) -> None:
+    def merge_from_list(self, overrides: Iterable[Any], allow_new: bool = False) -> None:
         """merge command-line style overrides into this CfgNode.
 
         `overrides` is either alternating keys and values
         (`["SOLVER.LR", "0.1", "NAME", "run1"]`) or `KEY=VALUE` items
         (`["SOLVER.LR=0.1", "NAME=run1"]`). Values are parsed as Python
         literals (`"0.1"` -> 0.1, `"(1, 2)"` -> tuple); anything else stays a
-        string. An existing value keeps its type: an int may become a float, a
-        list a tuple and vice versa, a string stays a string (`NAME=None` sets
-        the string `"None"`), anything but a string may become None; other type
-        changes are refused.
+        string. A value given as another object than a string
+        (`["SOLVER.LR", 0.1]`, as yacs takes it) is that object. An existing
+        value keeps its type: an int may become a float, a list a tuple and
+        vice versa, a string stays a string (`NAME=None` sets the string
+        `"None"`), anything but a string may become None; other type changes
+        are refused.
 
         Either every override is applied or, on an error, none is.
 
         Args:
-            overrides (Iterable[str]): the overrides.
+            overrides (Iterable[str]): the overrides (a value may be any object).
             allow_new (bool): allow keys (and parent nodes) that do not exist yet.
                 If False (the default) an unknown key is an error, which catches typos.
 
         Raises:
             ConfigKeyError: unknown or invalid key (with a close-match suggestion).
-            ConfigError: a value whose type does not match the existing one.
+            ConfigError: a value whose type does not match the existing one, or a
+                key that is not a str (naming the entry).
             FrozenError: the config is frozen.
         """
         pairs = _pairs(list(overrides))
@@ -379,11 +384,12 @@ class CfgNode(dict):
         self._apply_overrides(pairs, allow_new)
 
     def _apply_overrides(
-        self, pairs: list[tuple[str, str]], allow_new: bool, copies: set[int] | None = None
+        self, pairs: list[tuple[str, Any]], allow_new: bool, copies: set[int] | None = None
     ) -> None:
         for dotted, raw in pairs:
             node, leaf = self._walk_to_parent(dotted, allow_new, copies)
-            value = decode_literal(raw)
+            # A value given as an object (["NUM_GPUS", 2], as yacs takes it) is itself.
+            value = decode_literal(raw) if isinstance(raw, str) else raw
             if leaf in node:
                 value = _coerce(dict.__getitem__(node, leaf), value, raw, dotted)
             elif not allow_new:
@@ -462,18 +468,26 @@ class CfgNode(dict):
             encoding (str): encoding of the file.
 
         Raises:
-            ConfigError: a value with no YAML form, or a path that is not a regular file.
+            ConfigError: a value with no YAML form, a path that is not a regular
+                file or is a URL, or YAML text larger than `open` reads (64 MiB).
         """
-        text = type(self).dump(self)
-        assert text is not None  # dump without a stream returns the text
         if hasattr(save_path, "write"):
-            if files.is_binary(save_path):
-                save_path.write(text.encode(encoding))
-            else:
-                save_path.write(text)
+            where = repr(getattr(save_path, "name", "<stream>"))
+        else:
+            where = repr(os.fspath(save_path))
+            files.refuse_url(os.fspath(save_path), "save to")
+        try:
+            text = type(self).dump(self)
+        except files.ConfigTooLargeError as exc:
+            files.check_size(exc.size, where)  # the same refusal, naming the file
+            raise
+        assert text is not None  # dump without a stream returns the text
+        data = text.encode(encoding)
+        files.check_size(len(data), where)
+        if hasattr(save_path, "write"):
+            save_path.write(data if files.is_binary(save_path) else text)
             return
-        path = os.fspath(save_path)
-        files.atomic_write(path, text.encode(encoding))
+        files.atomic_write(os.fspath(save_path), data)
 
     @classmethod
     def open(cls, file: Any, encoding: str = "utf-8") -> Self:
@@ -561,11 +575,20 @@ class CfgNode(dict):
 
         Raises:
             ConfigError: a value with no YAML or Python-literal form, or nesting
-                deeper than 100 levels, naming its key.
+                deeper than 100 levels, naming its key; or YAML text larger than
+                `open` reads (64 MiB).
         """
         ascii_only = not kwargs.get("allow_unicode", True)
-        data = _encode_tree(cfg, "", ascii_only, 0)
-        return yaml_io.safe_dump(data, stream, encoding=encoding, **kwargs)
+        data = encode_tree(cfg, "", ascii_only, 0)
+        text: str = yaml_io.safe_dump(data, None, **kwargs)
+        # What easycore writes, it reads: UTF-8 takes at most 4 bytes a character.
+        if len(text) * 4 > files.MAX_STREAM_BYTES:
+            files.check_size(len(text.encode("utf-8", "surrogatepass")), "the config")
+        out = text.encode(encoding) if encoding is not None else text
+        if stream is None:
+            return out  # type: ignore[return-value]  # bytes with an encoding, as PyYAML gives
+        stream.write(out)
+        return None
 
 
 CfgNode._reserved = frozenset(dir(CfgNode))
@@ -610,77 +633,3 @@ def _set_key_path(node: CfgNode, path: str) -> None:
     for key, value in dict.items(node):
         if isinstance(value, CfgNode):
             _set_key_path(value, f"{path}.{key}" if path else key)
-
-
-def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
-    if isinstance(value, (Mapping, list)):
-        if depth >= yaml_io.MAX_DEPTH:
-            limit = yaml_io.MAX_DEPTH
-            raise ConfigError(f"cannot save {path or 'config'!r}: nested more than {limit} levels")
-        if isinstance(value, list):
-            return [
-                _encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
-            ]
-        return {
-            # a str subclass as a key (a StrEnum) is written as the text it holds
-            (k if type(k) is str else str.__str__(k)): _encode_tree(
-                v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1
-            )
-            for k, v in value.items()
-        }
-    if type(value) is str and not value.isascii():
-        _check_encodable(value, path)
-    if type(value) is int and value.bit_length() > 14_000:  # near the 4,300-digit str limit
-        try:
-            str(value)
-        except ValueError as exc:
-            raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
-    try:
-        return encode_literal(value, ascii_only)
-    except TypeError as exc:
-        raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
-
-
-def _check_encodable(value: str, path: str) -> None:
-    """Refuse a string no text file can hold: one with a lone surrogate.
-
-    `os.listdir` and `sys.argv` give such strings for names that are not
-    UTF-8 (`surrogateescape`); the YAML emitter would fail on them with a raw
-    `UnicodeEncodeError` naming no key.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        char = value[exc.start]
-        raise ConfigError(
-            f"cannot save {path or 'config'!r}: the string holds a lone surrogate "
-            f"({char!r} at index {exc.start}), which no text file can hold; it usually "
-            "comes from a file name that is not UTF-8 (decode it with os.fsencode(name)"
-            ".decode(..., 'replace'), or keep it as bytes)"
-        ) from None
-
-
-def _pairs(items: list[str]) -> list[tuple[str, str]]:
-    if all("=" in item for item in items):
-        return [tuple(item.split("=", 1)) for item in items]  # type: ignore[misc]
-    if len(items) % 2:
-        raise ConfigError(
-            f"overrides must be KEY=VALUE items or KEY VALUE pairs; got an odd list: {items}"
-        )
-    return list(zip(items[0::2], items[1::2]))
-
-
-def _coerce(old: Any, new: Any, raw: str, key: str) -> Any:
-    if isinstance(old, str):
-        # "NAME=50" or "NAME=None" on a string key means that string; a quoted
-        # literal ("NAME='run 7'") gives the string it spells.
-        return new if isinstance(new, str) else raw
-    if old is None or new is None or type(old) is type(new):
-        return new
-    if isinstance(old, float) and type(new) is int:
-        return float(new)
-    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
-        return type(old)(new)
-    raise ConfigError(
-        f"cannot set {key!r} to {raw!r}: expected {type(old).__name__}, got {type(new).__name__}"
-    )
