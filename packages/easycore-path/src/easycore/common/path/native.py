@@ -7,9 +7,9 @@ carrying the path they are about.
 import errno
 import os
 import shutil
-import tempfile
 from typing import IO, Any, List
 
+from . import local_write
 from .path_handler import PathHandler
 
 __all__ = ["NativePathHandler"]
@@ -129,7 +129,9 @@ class NativePathHandler(PathHandler):
 
         The copy is written to a temporary file beside `dst_path` and renamed into place,
         so readers never see a partial file. Without `overwrite` the final step is a
-        hard link, which fails rather than replace a file that appeared meanwhile.
+        hard link, which fails rather than replace a file that appeared meanwhile. A
+        symbolic link at `dst_path` is followed (with `overwrite`): its target gets the
+        copy, as `open(dst_path, "w")` would write it.
 
         Args:
             local_path (str): a local file path
@@ -148,36 +150,21 @@ class NativePathHandler(PathHandler):
             raise _os_error(errno.EISDIR, dst_path)
         if not overwrite and os.path.lexists(dst_path):
             raise _os_error(errno.EEXIST, dst_path)
-        directory = os.path.dirname(os.path.abspath(dst_path))
-        if not os.path.isdir(directory):
+        if not os.path.isdir(os.path.dirname(local_write.resolve_links(dst_path))):
             raise _os_error(errno.ENOENT, dst_path)
-        fd, tmp = tempfile.mkstemp(
-            dir=directory, prefix="." + os.path.basename(dst_path) + ".", suffix=".tmp"
-        )
-        os.close(fd)
+        fd, tmp, target = local_write.stage(dst_path)
         try:
-            shutil.copyfile(local_path, tmp)
+            with open(fd, "wb") as out, open(local_path, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
             shutil.copymode(local_path, tmp)
-            if overwrite:
-                os.replace(tmp, dst_path)
-            else:
-                _link_without_clobbering(tmp, dst_path)
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-        return True
-
-
-def _link_without_clobbering(tmp: str, dst_path: str) -> None:
-    try:
-        os.link(tmp, dst_path)
-    except FileExistsError:
-        raise _os_error(errno.EEXIST, dst_path) from None
-    except OSError:
-        # No hard links here (FAT, some network shares): check, then rename.
-        if os.path.lexists(dst_path):
+        except BaseException:
+            local_write.discard(tmp)
+            raise
+        try:
+            local_write.commit(tmp, target, exclusive=not overwrite)
+        except FileExistsError:
             raise _os_error(errno.EEXIST, dst_path) from None
-        os.replace(tmp, dst_path)
+        return True
 
 
 def _os_error(code: int, path: str) -> OSError:

@@ -42,15 +42,19 @@ class PathHandler:
            `~/.cache/easycore` on Linux, `~/Library/Caches/easycore` on macOS,
            `%LOCALAPPDATA%\\easycore\\Cache` on Windows
 
+        A relative `$EASYCORE_CACHE` is taken relative to the working directory when it
+        is read, and made absolute then: the paths `get_local_path` returns stay valid
+        after an `os.chdir`.
+
         Args:
             protocol (str or None): protocol such as 'http', 'https'. If None, returns
                 the base cache dir.
 
         Returns:
-            str: the cache directory (not created here).
+            str: the cache directory, an absolute path (not created here).
         """
         base = os.environ.get("EASYCORE_CACHE") or _default_cache_dir()
-        base = os.path.expanduser(base)
+        base = os.path.abspath(os.path.expanduser(base))
         return os.path.join(base, protocol) if protocol else base
 
     def get_supported_prefixes(self) -> List[str]:
