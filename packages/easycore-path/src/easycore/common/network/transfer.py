@@ -477,10 +477,13 @@ def _content_length(response: Any, url: str) -> Optional[int]:
     # "10, 10" (a header repeated with one value) is valid; anything else is not.
     values = {value.strip() for value in raw.split(",")}
     if len(values) != 1 or not all(value.isascii() and value.isdigit() for value in values):
-        raise DownloadError(
-            url, f"the server sent an invalid Content-Length {raw!r}; nothing was stored"
-        )
+        raise _invalid_length(url, repr(raw))
     return int(values.pop())
+
+
+def _invalid_length(url: str, what: str) -> DownloadError:
+    reason = f"the server sent an invalid Content-Length {what}; nothing was stored"
+    return DownloadError(url, reason)
 
 
 def _is_transient_status(status: int) -> bool:
@@ -504,6 +507,8 @@ def _as_download_error(url: str, exc: Exception) -> DownloadError:
         return DownloadError(
             url, f"cannot resolve the host name {host!r} ({unresolved})", transient=transient
         )
+    if isinstance(exc, requests.exceptions.InvalidHeader) and "Content-Length" in str(exc):
+        return _invalid_length(url, f"({exc})")  # urllib3 refused it first ("10, 11")
     # After urllib3's retries, requests wraps the last error in MaxRetryError: name it.
     cause = exc.args[0] if exc.args else None
     if isinstance(cause, MaxRetryError) and isinstance(cause.reason, Urllib3Timeout):

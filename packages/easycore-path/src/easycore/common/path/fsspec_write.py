@@ -23,6 +23,7 @@ import errno
 import io
 import os
 import tempfile
+from _thread import allocate_lock
 from typing import IO, Any, Callable
 
 from . import local_write
@@ -33,6 +34,8 @@ __all__ = ["AtomicWriter", "open_atomic"]
 # autocommit=False (by class name along the MRO: no import of the back-ends).
 _STAGING = frozenset({"S3FileSystem", "GCSFileSystem", "AzureBlobFileSystem"})
 _TEXT_ARGS = ("encoding", "errors", "newline")
+# threading's lock type from the built-in module behind it: importing threading is not light
+_EXCLUSIVE_UPLOADS = allocate_lock()
 
 
 def stages_writes(fs: Any) -> bool:
@@ -89,11 +92,17 @@ def open_atomic(
 def _uploader(fs: Any, staged: str, fspath: str, exclusive: bool) -> Callable[[], None]:
     def upload() -> None:
         try:
+            if not exclusive:
+                fs.put_file(staged, fspath)
+                return
             # A store without conditional writes: checked again just before the upload,
-            # which narrows (cannot close) the window for another writer.
-            if exclusive and fs.exists(fspath):
-                raise FileExistsError(errno.EEXIST, "the object exists", fspath)
-            fs.put_file(staged, fspath)
+            # under a lock of this process. That makes `x` exact for a store that lives
+            # in the process (memory://) and narrows the window for other processes.
+            with _EXCLUSIVE_UPLOADS:
+                fs.invalidate_cache(fspath)
+                if fs.exists(fspath):
+                    raise FileExistsError(errno.EEXIST, "the object exists", fspath)
+                fs.put_file(staged, fspath)
         finally:
             local_write.discard(staged)
 
