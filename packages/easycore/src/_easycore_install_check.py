@@ -9,10 +9,11 @@ pip reports success, `pip check` is content, and the first import fails with an 
 "cannot import name 'CfgNode' from 'easycore.common.config' (unknown location)".
 
 The meta-package ships this module and `easycore-install-check.pth`, which calls `check()`
-at every interpreter start. While the install is sound that costs a `stat` per micro-package. When files
-are missing, it prints the one pip command that puts them back, and makes imports of the
-damaged packages raise an ImportError that says the same (a notebook user never sees a
-kernel's start-up messages). See "Upgrading from easycore 0.4.2" in the installation guide.
+at every interpreter start. While the install is sound that costs a `stat` per
+micro-package. When files are missing, it prints the one pip command that puts them back,
+and makes imports of the damaged packages raise an ImportError that says the same (a
+notebook user never sees a kernel's start-up messages). See "Upgrading from easycore 0.4.2"
+in the installation guide.
 """
 
 # No `from __future__ import annotations`: importing __future__ alone costs ~0.2 ms at every
