@@ -12,6 +12,7 @@ from .errors import ConfigError, ConfigFileNotFoundError
 from .files import describe_mode, refuse_url, url_scheme
 from .freezing import FrozenTreeList
 from .node import CfgNode
+from .peers import BASE_KEYS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -19,16 +20,18 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
 
 __all__ = ["BASE_KEY", "HierarchicalCfgNode"]
 
-#: The key that names the base config of a file.
+#: The key that names the base config of a file (fvcore's `_BASE_` is read too).
 BASE_KEY = "__BASE__"
 
 
 class HierarchicalCfgNode:
     """Config Node help class for open yaml file that depends on another yaml file.
 
-    You can specify the dependency between yaml files with the `__BASE__` key.
-    Keys in a file override those of its base; bases may have bases, to any
-    depth; a cycle is an error naming the chain.
+    You can specify the dependency between yaml files with the `__BASE__` key
+    (fvcore's `_BASE_` is read as well). Keys in a file override those of its
+    base; bases may have bases, to any depth; a cycle is an error naming the
+    chain. A list of bases (`__BASE__: [a.yaml, b.yaml]`) merges them in order,
+    a later one winning, as fvcore does.
 
     Examples:
         ```yaml title="example-B.yaml"
@@ -146,32 +149,68 @@ class HierarchicalCfgNode:
 
 
 def _open_chain(path: str, encoding: str) -> tuple[CfgNode, list[str]]:
-    """The merged config of the file at `path`, and the real paths of its chain."""
-    # A loop, not recursion: a chain of thousands of files is as fine as two.
-    configs: list[CfgNode] = []
+    """The merged config of the file at `path`, and the real paths of every file it uses.
+
+    A file names its base with `__BASE__` (or fvcore's `_BASE_`): one path, or a list
+    of them merged in order (a later base wins). Bases may have bases, to any depth: a
+    loop over a stack, not recursion, so a chain of thousands of files is as fine as
+    two. A file met again on the path from the top is a cycle; met again on another
+    branch (two bases sharing one of their own), it is read again.
+    """
+    # Each frame: [path, its real path, the file's own config, its bases, next base,
+    # what its bases merged give].
     # Keyed by real path: `__BASE__: d/x.yaml` with `d -> .` is x.yaml again.
-    seen: dict[str, str] = {}
-    referrer: str | None = None
-    while True:
-        real = os.path.realpath(path)
-        if real in seen:
-            shown = list(seen.values())
-            cycle = " -> ".join([*shown[list(seen).index(real) :], path])
-            raise ConfigError(f"circular {BASE_KEY} chain: {cycle}")
-        seen[real] = path
-        if referrer is None:
-            cfg = CfgNode.open(path, encoding)
-        else:
-            cfg = _open_base(referrer, path, encoding)
-        base = cfg.pop(BASE_KEY, None)
-        configs.append(cfg)
-        if base is None:
-            break
-        referrer, path = path, _find_base(path, base)
-    merged = configs.pop()
-    while configs:
-        merged.merge(configs.pop())
-    return merged, list(seen)
+    stack: list[list[Any]] = []
+    on_path: dict[str, int] = {}  # real path -> its frame's index in the stack
+    used: dict[str, str] = {}
+    result: CfgNode | None = None
+    todo: tuple[str, str | None] | None = (path, None)
+    while todo is not None or stack:
+        if todo is not None:
+            file, referrer = todo
+            todo = None
+            real = os.path.realpath(file)
+            if real in on_path:
+                shown = [frame[0] for frame in stack[on_path[real] :]]
+                raise ConfigError(f"circular {BASE_KEY} chain: {' -> '.join([*shown, file])}")
+            used.setdefault(real, file)
+            if referrer is None:
+                cfg = CfgNode.open(file, encoding)
+            else:
+                cfg = _open_base(referrer, file, encoding)
+            bases = [_find_base(file, base) for base in _bases_named(file, cfg)]
+            on_path[real] = len(stack)
+            stack.append([file, real, cfg, bases, 0, None])
+        frame = stack[-1]
+        if result is not None:  # a base of this frame's file is done: merge it in order
+            frame[5] = result if frame[5] is None else _merged(frame[5], result)
+            result = None
+        file, real, cfg, bases, index, merged = frame
+        if index < len(bases):
+            frame[4] += 1
+            todo = (bases[index], file)
+            continue
+        stack.pop()
+        del on_path[real]
+        result = cfg if merged is None else _merged(merged, cfg)
+    assert result is not None
+    return result, list(used)
+
+
+def _merged(base: CfgNode, cfg: CfgNode) -> CfgNode:
+    base.merge(cfg)
+    return base
+
+
+def _bases_named(path: str, cfg: CfgNode) -> list[Any]:
+    """The bases `cfg` (read from `path`) names, its base keys removed."""
+    given = [key for key in BASE_KEYS if key in cfg]
+    if len(given) > 1:
+        raise ConfigError(f"{path}: both {given[0]} and {given[1]} name a base; keep one")
+    if not given:
+        return []
+    base = cfg.pop(given[0])
+    return list(base) if isinstance(base, (list, tuple)) else [base]
 
 
 def _open_base(referrer: str, path: str, encoding: str) -> CfgNode:

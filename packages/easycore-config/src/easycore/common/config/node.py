@@ -34,6 +34,7 @@ from .freezing import set_frozen, thawed
 from .literal import decode_literal, encode_tree
 from .overrides import coerce as _coerce
 from .overrides import pairs as _pairs
+from .peers import PeerSpellings, PeerState, honour_registered_keys, set_state, state_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -43,6 +44,10 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing_extensions import Self
 
 __all__ = ["CfgNode"]
+
+
+#: `dump`'s "no config given": dump the node it is called on.
+_THIS: Any = object()
 
 
 def _deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -55,7 +60,7 @@ def _is_dunder(key: str) -> bool:
     return key[:2] == "__" and key[-2:] == "__"
 
 
-class CfgNode(dict):
+class CfgNode(PeerSpellings, dict):
     """Config Node: a `dict` whose keys are also attributes.
 
     Nested dictionaries become CfgNodes, so `cfg.MODEL.NUM_CLASSES` and
@@ -76,7 +81,7 @@ class CfgNode(dict):
         ```
     """
 
-    __slots__ = ("__dict__", "_frozen", "_key_path")
+    __slots__ = ("__dict__", "_frozen", "_key_path", "_peer")
 
     #: Names a key must not shadow as an attribute (methods, slots, dunders),
     #: per class, so a subclass's own methods are protected too.
@@ -86,13 +91,21 @@ class CfgNode(dict):
         super().__init_subclass__(**kwargs)
         cls._reserved = frozenset(dir(cls))
 
-    def __init__(self, init_dict: Mapping[str, Any] | None = None, copy: bool = True) -> None:
+    def __init__(
+        self,
+        init_dict: Mapping[str, Any] | None = None,
+        copy: bool = True,
+        *,
+        new_allowed: bool = False,
+    ) -> None:
         """
         Args:
             init_dict (dict): a possibly-nested dictionary to initialize the CfgNode.
                 Its values are kept as they are: a string stays a string.
             copy (bool): if False, the CfgNode shares the leaf values with
                 `init_dict`; otherwise the contents of `init_dict` are deep-copied.
+            new_allowed (bool): let `merge_from_other_cfg` and `merge_from_file` add
+                keys to this node (yacs's `new_allowed`; `merge` always may).
         """
         try:
             frozen = _FROZEN_SLOT.__get__(self, CfgNode)
@@ -103,7 +116,8 @@ class CfgNode(dict):
             self._check_mutable()
         object.__setattr__(self, "_frozen", False)
         object.__setattr__(self, "_key_path", "")
-        super().__init__()
+        object.__setattr__(self, "_peer", PeerState(True) if new_allowed else None)
+        dict.__init__(self)
         if init_dict is None:
             return
         if not isinstance(init_dict, Mapping):
@@ -309,6 +323,7 @@ class CfgNode(dict):
         new = type(self)()
         memo[id(self)] = new
         object.__setattr__(new, "_key_path", self._key_path)
+        set_state(new, state_of(self))
         for key, value in dict.items(self):
             new._set(key, _deepcopy(value, memo))
         object.__setattr__(new, "_frozen", self._frozen)
@@ -317,7 +332,7 @@ class CfgNode(dict):
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuild through _set so unpickled nodes (e.g. in runner workers) get
         # their attribute mirror and key paths back.
-        return (_rebuild, (type(self), dict(self), self._frozen, self._key_path))
+        return (_rebuild, (type(self), dict(self), self._frozen, self._key_path, state_of(self)))
 
     def merge(self, cfg: Mapping[str, Any]) -> None:
         """merge another CfgNode into this CfgNode, the another CfgNode will override this CfgNode.
@@ -374,7 +389,7 @@ class CfgNode(dict):
                 key that is not a str (naming the entry).
             FrozenError: the config is frozen.
         """
-        pairs = _pairs(list(overrides))
+        pairs = honour_registered_keys(self, _pairs(list(overrides)))
         # Rehearse first, so a bad override leaves this node untouched. The
         # rehearsal copies only the nodes on the overrides' paths, and those
         # shallowly: a config may hold values that cannot be copied at all (a
@@ -552,18 +567,21 @@ class CfgNode(dict):
         except ConfigKeyError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
-    @classmethod
     def dump(
-        cls, cfg: CfgNode, stream: Any = None, encoding: str | None = None, **kwargs: Any
+        self: Any, cfg: Any = _THIS, stream: Any = None, encoding: str | None = None, **kwargs: Any
     ) -> str | None:
         """dump CfgNode into yaml str or yaml file
+
+        Called on the class with the config (`CfgNode.dump(cfg, f)`, as easycore
+        0.4.2 spelt it) or on the config itself (`cfg.dump()`, `cfg.dump(f)`, as
+        yacs spells it).
 
         Note:
             if `stream` is set to a non-None object, the CfgNode is dumped into
             it and None is returned; otherwise the YAML string is returned.
 
         Args:
-            cfg (CfgNode): the config to dump.
+            cfg (CfgNode): the config to dump (the one it is called on if not given).
             stream (io.IOBase or None): a file object, or None to return a string.
             encoding (str or None): encoding of the output.
             **kwargs: options of the yaml dumper. Some useful options:
@@ -578,6 +596,13 @@ class CfgNode(dict):
                 deeper than 100 levels, naming its key; or YAML text larger than
                 `open` reads (64 MiB).
         """
+        if cfg is _THIS:
+            cfg = self
+        elif not isinstance(cfg, Mapping):  # cfg.dump(stream[, encoding]), or CfgNode.dump(cfg, f)
+            # The stream came in `cfg`'s place, and a positional encoding in `stream`'s.
+            if stream is not None and encoding is not None:
+                raise TypeError("dump() got two encodings")
+            cfg, stream, encoding = self, cfg, encoding if stream is None else stream
         ascii_only = not kwargs.get("allow_unicode", True)
         data = encode_tree(cfg, "", ascii_only, 0)
         text: str = yaml_io.safe_dump(data, None, **kwargs)
@@ -610,14 +635,23 @@ def _shallow_copy(node: CfgNode) -> CfgNode:
     new = type(node).__new__(type(node))
     object.__setattr__(new, "_frozen", node._frozen)
     object.__setattr__(new, "_key_path", node._key_path)
+    set_state(new, state_of(node))
     dict.update(new, node)
     new.__dict__.update(node.__dict__)
     return new
 
 
-def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
+def _rebuild(
+    cls: type[CfgNode],
+    items: dict[str, Any],
+    frozen: bool,
+    key_path: str,
+    peer: PeerState | None = None,
+) -> CfgNode:
     node = cls()
     object.__setattr__(node, "_key_path", key_path)
+    if peer is not None:
+        set_state(node, peer)
     for key, value in items.items():
         node._set(key, value)
     if frozen:

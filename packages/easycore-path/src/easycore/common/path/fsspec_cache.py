@@ -71,6 +71,7 @@ def cached_copy(
     cache_dir: str,
     owner: str,
     secrets: Iterable[str],
+    force: bool = False,
 ) -> str:
     """The local copy of `fspath` in `fs`, downloaded into `cache_dir` if missing or stale.
 
@@ -82,6 +83,7 @@ def cached_copy(
         owner (str): who asks (storage options and credentials in effect); hashed with
             the user's key, never written anywhere.
         secrets (iterable of str): values to keep out of messages.
+        force (bool): download even if a current copy is there (it is renamed over).
 
     Returns:
         str: a regular file inside `cache_dir` with the object's current bytes.
@@ -99,11 +101,12 @@ def cached_copy(
     # A hit is served only if it is ours (a regular file of this user, inside the
     # cache) and has the object's size: what another user planted in a shared cache,
     # or a copy cut short on disk, is downloaded over.
-    if _serves(cache_dir, local, info):
+    if not force and _serves(cache_dir, local, info):
         return local
     check_inside(cache_dir, local, url)
     with file_lock(lock_target(local), timeout=LOCK_TIMEOUT):
-        if _serves(cache_dir, local, info):  # another process finished it while we waited
+        # another process may have finished it while we waited
+        if not force and _serves(cache_dir, local, info):
             return local
         remove_stale_parts(local)
         _download(fs, fspath, url, local, version_of(info), secrets)

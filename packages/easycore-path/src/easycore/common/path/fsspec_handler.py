@@ -219,7 +219,9 @@ class FsspecPathHandler(PathHandler):
         (`env`, from `_credential_env`) and the user."""
         return repr((self.protocol, self._options_text, env, _uid()))
 
-    def get_local_path(self, path: str) -> str:
+    def get_local_path(
+        self, path: str, force: bool = False, cache_dir: Optional[str] = None
+    ) -> str:
         """A local file with the object's current bytes.
 
         Local files (`file://`) are returned as they are; anything else is downloaded
@@ -229,6 +231,9 @@ class FsspecPathHandler(PathHandler):
 
         Args:
             path (str): A URI supported by this PathHandler.
+            force (bool): download again even if the cached copy is current.
+            cache_dir (str or None): the cache directory instead of `get_cache_dir()`
+                (the protocol's folder is made inside it).
 
         Returns:
             str: a file path which exists on the local file system.
@@ -245,7 +250,7 @@ class FsspecPathHandler(PathHandler):
                 raise self._error(FileNotFoundError("no such file"), "get_local_path", path)
             return fspath
         env = _credential_env()
-        if self.max_age > 0:
+        if self.max_age > 0 and not force and cache_dir is None:
             hit = self._checked.get((fspath, env))
             if (
                 hit is not None
@@ -254,10 +259,13 @@ class FsspecPathHandler(PathHandler):
             ):
                 return hit[0]
         checked_at = time.monotonic()
-        cache_dir = self.get_cache_dir(self.protocol)
+        if cache_dir is None:
+            folder = self.get_cache_dir(self.protocol)
+        else:
+            folder = os.path.join(os.path.abspath(os.path.expanduser(cache_dir)), self.protocol)
         owner = self._owner(env)
-        local = cached_copy(fs, fspath, path, cache_dir, owner, self._secrets)
-        if self.max_age > 0:
+        local = cached_copy(fs, fspath, path, folder, owner, self._secrets, force=force)
+        if self.max_age > 0 and cache_dir is None:
             self._checked[(fspath, env)] = (local, checked_at)
         return local
 
@@ -461,6 +469,34 @@ class FsspecPathHandler(PathHandler):
             if parent == current:
                 return
             current = parent.rstrip("/")
+
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move an object (or a prefix and all under it) to `dst_path`.
+
+        Args:
+            src_path (str): what to move.
+            dst_path (str): where; nothing may be there yet.
+
+        Returns:
+            bool: True.
+
+        Raises:
+            FileExistsError: something is at `dst_path`.
+            FileNotFoundError: nothing is at `src_path`.
+        """
+        fs = self.fs
+        src, dst = self._path(src_path), self._path(dst_path)
+        fs.invalidate_cache(src)
+        fs.invalidate_cache(dst)
+        try:
+            if not fs.exists(src):
+                raise FileNotFoundError("nothing to move")
+            if fs.exists(dst):
+                raise FileExistsError(f"{redact(dst_path)} exists")
+            fs.mv(src, dst, recursive=fs.isdir(src))
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
+            raise self._error(exc, "move", src_path) from None
+        return True
 
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Upload a local file to `dst_path`; the object appears whole or not at all.

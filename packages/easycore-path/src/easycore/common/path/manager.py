@@ -1,11 +1,12 @@
 """`PathManager`: one API for every registered kind of path."""
 
 import os
-from typing import IO, Any, Dict, List, Tuple, Union
+from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 from easycore.common.network.urls import redact
 
 from .http import HTTPURLHandler
+from .iopath_spellings import IopathSpellings
 from .native import NativePathHandler
 from .path_handler import PathHandler
 from .prefixes import has_scheme, leads, normalise_scheme
@@ -55,7 +56,7 @@ def _handler_for(path: str) -> Tuple[PathHandler, str]:
     )
 
 
-class PathManager:
+class PathManager(IopathSpellings):
     """A general path manager for URI.
 
     Each path goes to the registered [`PathHandler`][easycore.common.path.PathHandler]
@@ -75,6 +76,10 @@ class PathManager:
         PathManager.register(RedirectPathHandler("dataset://", "/data/"))
         PathManager.exists("dataset://MNIST/train.npz")
         ```
+
+    iopath's spellings work too (`ls`, `mkdirs`, `rm`, `mv`, `symlink`, `set_cwd`,
+    `register_handler`, `get_local_path(force=, cache_dir=)`); see
+    [`IopathSpellings`][easycore.common.path.iopath_spellings.IopathSpellings].
     """
 
     @staticmethod
@@ -159,10 +164,13 @@ class PathManager:
             bool: True on success.
         """
         handler, dst_path = _handler_for(os.fspath(dst_path))
-        return handler.copy_from_local(os.fspath(local_path), dst_path, overwrite)
+        local = _native._get_path_with_cwd(os.fspath(local_path))  # relative: as set_cwd says
+        return handler.copy_from_local(local, dst_path, overwrite)
 
     @staticmethod
-    def get_local_path(path: PathLike) -> str:
+    def get_local_path(
+        path: PathLike, force: bool = False, cache_dir: Optional[PathLike] = None
+    ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`.
 
@@ -172,12 +180,23 @@ class PathManager:
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            force (bool): download again even when a cached copy is there (iopath's
+                argument); a local path is returned as it is.
+            cache_dir (str or None): the cache directory to use instead of
+                `get_cache_dir()` (iopath's argument; the protocol's folder is made
+                inside it).
 
         Returns:
             str: a file path which exists on the local file system.
         """
         handler, path = _handler_for(os.fspath(path))
-        return handler.get_local_path(path)
+        # Passed on only when given: a handler of the user's may take the path alone.
+        options: Dict[str, Any] = {}
+        if force:
+            options["force"] = True
+        if cache_dir is not None:
+            options["cache_dir"] = os.fspath(cache_dir)
+        return handler.get_local_path(path, **options)
 
     @staticmethod
     def exists(path: PathLike) -> bool:

@@ -181,6 +181,41 @@ class PathHandler:
         """
         raise self._unsupported("copy_from_local", dst_path)
 
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move a file or directory to a new path of this handler.
+
+        Args:
+            src_path (str): what to move.
+            dst_path (str): where; nothing may be there yet.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("mv", src_path)
+
+    def symlink(self, src_path: str, dst_path: str) -> bool:
+        """Make `dst_path` a symbolic link to `src_path`.
+
+        Args:
+            src_path (str): what the link points to.
+            dst_path (str): the link to create.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("symlink", dst_path)
+
+    def set_cwd(self, path: Optional[str]) -> bool:
+        """Resolve this handler's relative paths against `path` (None: stop doing so).
+
+        Args:
+            path (str or None): a directory of this handler.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("set_cwd", str(path))
+
     def _prefixes(self) -> List[str]:
         # The tutorial's custom handler overrides `get_support_prefixes`; the API docs
         # name `get_supported_prefixes`. Honour whichever the most derived class defines.
