@@ -29,7 +29,7 @@ import os
 from _collections_abc import Mapping
 
 from . import files, yaml_io
-from .errors import ConfigError, ConfigKeyError, FrozenError
+from .errors import ConfigError, ConfigKeyError, FrozenError, UnknownOverrideKeyError
 from .freezing import set_frozen, thawed
 from .literal import decode_literal, encode_tree
 from .overrides import coerce as _coerce
@@ -384,7 +384,9 @@ class CfgNode(PeerSpellings, dict):
                 If False (the default) an unknown key is an error, which catches typos.
 
         Raises:
-            ConfigKeyError: unknown or invalid key (with a close-match suggestion).
+            ConfigKeyError: unknown or invalid key (with a close-match suggestion);
+                an unknown one is an `UnknownOverrideKeyError`, also an
+                `AssertionError` (what yacs raised).
             ConfigError: a value whose type does not match the existing one, or a
                 key that is not a str (naming the entry).
             FrozenError: the config is frozen.
@@ -408,7 +410,7 @@ class CfgNode(PeerSpellings, dict):
             if leaf in node:
                 value = _coerce(dict.__getitem__(node, leaf), value, raw, dotted)
             elif not allow_new:
-                raise ConfigKeyError(node._missing_message(leaf))
+                raise UnknownOverrideKeyError(node._missing_message(leaf))
             node[leaf] = value
 
     def _walk_to_parent(
@@ -423,7 +425,7 @@ class CfgNode(PeerSpellings, dict):
         for part in parents:
             if part not in node:
                 if not allow_new:
-                    raise ConfigKeyError(node._missing_message(part))
+                    raise UnknownOverrideKeyError(node._missing_message(part))
                 node[part] = CfgNode()
             child = dict.__getitem__(node, part)
             if not isinstance(child, CfgNode):

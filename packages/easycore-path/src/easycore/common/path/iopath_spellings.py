@@ -142,6 +142,23 @@ class IopathSpellings:
         return handler.set_cwd(path)
 
     @staticmethod
+    def set_strict_kwargs_checking(enable: bool) -> None:
+        """iopath's switch for refusing unknown keyword arguments: easycore always
+        refuses them (Python's `TypeError`), so only `True` is accepted.
+
+        Args:
+            enable (bool): must be True.
+
+        Raises:
+            ValueError: `enable` is False: easycore never drops an argument it does not
+                know (a typo such as `encodng=` would go unnoticed).
+        """
+        if not enable:
+            raise ValueError(
+                "easycore always refuses unknown keyword arguments; fix the call instead"
+            )
+
+    @staticmethod
     def register_handler(handler: "PathHandler", allow_override: bool = True) -> None:
         """Register a path handler (iopath's name for `register`, which replaces an
         existing handler by default, as iopath does).
