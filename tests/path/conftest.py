@@ -288,13 +288,15 @@ def cache_dir(tmp_path, monkeypatch) -> str:
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    """Handlers registered by a test are gone after it."""
+    """Handlers registered by a test are gone after it, and so is a `set_cwd` of it."""
     saved_handlers = dict(_manager._handlers)
     saved_prefixes = _manager._prefixes
+    saved_cwd = _manager._native._cwd
     yield
     _manager._handlers.clear()
     _manager._handlers.update(saved_handlers)
     _manager._prefixes = saved_prefixes
+    _manager._native._cwd = saved_cwd
 
 
 @pytest.fixture
