@@ -78,8 +78,8 @@ class PathManager(IopathSpellings):
         ```
 
     iopath's spellings work too (`ls`, `mkdirs`, `rm`, `mv`, `symlink`, `set_cwd`,
-    `register_handler`, `get_local_path(force=, cache_dir=)`); see
-    [`IopathSpellings`][easycore.common.path.iopath_spellings.IopathSpellings].
+    `register_handler`, `get_local_path(force=, cache_dir=)`), with iopath's meaning
+    (see "Coming from iopath" in the documentation).
     """
 
     @staticmethod
