@@ -265,6 +265,17 @@ def gated_server():
 
 
 @pytest.fixture
+def mem():
+    """A memory:// directory of the test's own (fsspec's in-process store), removed after."""
+    fsspec = pytest.importorskip("fsspec")
+    root = f"memory://t{uuid.uuid4().hex[:10]}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.fixture
 def uid() -> str:
     """A short token that makes a test's URLs its own."""
     return uuid.uuid4().hex[:10]

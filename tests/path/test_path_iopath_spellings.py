@@ -5,7 +5,6 @@ against them. Plain paths, memory:// and a real loopback HTTP server.
 """
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ from easycore.common.path import (  # noqa: E402
     RedirectPathHandler,
 )
 from easycore.common.path import manager as _manager  # noqa: E402
-
-
-@pytest.fixture
-def mem():
-    root = f"memory://t{uuid.uuid4().hex[:10]}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
 
 
 @pytest.mark.parametrize("where", ["plain", "memory"])

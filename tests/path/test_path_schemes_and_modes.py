@@ -7,7 +7,6 @@ a real S3 endpoint in test_path_fsspec_s3.py.
 import os
 import stat
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,6 @@ from easycore.common.path import (  # noqa: E402
     PathManager,
     RedirectPathHandler,
 )
-
-
-@pytest.fixture
-def mem():
-    """A memory:// directory of the test's own, removed afterwards."""
-    root = f"memory://t{uuid.uuid4().hex[:10]}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
 
 
 def file_url(path) -> str:

@@ -166,12 +166,7 @@ def _read_bytes(path: str) -> bytes:
 def _reading_error(exc: OSError, path: str) -> OSError:
     """The same kind of error, saying in words that it is the config file `path`."""
     why = "it is a directory, not a YAML file" if exc.errno == errno.EISDIR else exc.strerror
-    if exc.errno is None:
-        return exc
-    try:
-        return type(exc)(exc.errno, f"cannot read config file {path!r}: {why}", path)
-    except TypeError:  # pragma: no cover - an OSError subclass with another signature
-        return exc
+    return _naming(exc, path, f"cannot read config file {path!r}: {why}")
 
 
 def decode(data: bytes, encoding: str, source: str) -> str:
@@ -229,12 +224,12 @@ def atomic_write(path: str, data: bytes) -> None:
         raise
 
 
-def _naming(exc: OSError, path: str) -> OSError:
-    """The same error, naming the file the caller asked for instead of the temporary one."""
+def _naming(exc: OSError, path: str, message: str | None = None) -> OSError:
+    """The same error, naming the file the caller asked for (not a temporary one)."""
     if exc.errno is None:
         return exc
     try:
-        return type(exc)(exc.errno, f"cannot save {path!r}: {exc.strerror}", path)
+        return type(exc)(exc.errno, message or f"cannot save {path!r}: {exc.strerror}", path)
     except TypeError:  # pragma: no cover - an OSError subclass with another signature
         return exc
 

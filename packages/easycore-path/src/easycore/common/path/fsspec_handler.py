@@ -471,18 +471,19 @@ class FsspecPathHandler(PathHandler):
             current = parent.rstrip("/")
 
     def mv(self, src_path: str, dst_path: str) -> bool:
-        """Move an object (or a prefix and all under it) to `dst_path`.
+        """Move an object, or a prefix with every object under it, within the store
+        (`fs.mv`: a copy and a delete on most object stores, not atomic).
 
         Args:
-            src_path (str): what to move.
-            dst_path (str): where; nothing may be there yet.
+            src_path (str): an object or a prefix of this store.
+            dst_path (str): a free key of this store.
 
         Returns:
-            bool: True.
+            bool: True once moved.
 
         Raises:
-            FileExistsError: something is at `dst_path`.
-            FileNotFoundError: nothing is at `src_path`.
+            FileExistsError: an object or prefix is at `dst_path` already.
+            FileNotFoundError: no object or prefix at `src_path`.
         """
         fs = self.fs
         src, dst = self._path(src_path), self._path(dst_path)

@@ -57,18 +57,19 @@ class NativePathHandler(PathHandler):
         return True
 
     def mv(self, src_path: str, dst_path: str) -> bool:
-        """Move a file or directory, refusing to replace what is at `dst_path`.
+        """Move a local file or folder (`shutil.move`: a rename, or a copy across
+        file systems); whatever is at `dst_path` stays, and the move is refused.
 
         Args:
-            src_path (str): what to move.
-            dst_path (str): where; nothing may be there yet.
+            src_path (str): the file or folder.
+            dst_path (str): its new path.
 
         Returns:
-            bool: True.
+            bool: True once moved.
 
         Raises:
-            FileExistsError: something is at `dst_path`.
-            FileNotFoundError: nothing is at `src_path`.
+            FileExistsError: `dst_path` is taken.
+            FileNotFoundError: `src_path` does not exist.
         """
         src, dst = self._get_path_with_cwd(src_path), self._get_path_with_cwd(dst_path)
         if not os.path.lexists(src):

@@ -226,27 +226,28 @@ class RedirectPathHandler(PathHandler):
             PathManager.removedirs(target)
 
     def mv(self, src_path: str, dst_path: str) -> bool:
-        """Move `src_path` to `dst_path`, both redirected.
+        """Move, as the handler of the redirected paths does: both are rewritten first.
 
         Args:
-            src_path (str): what to move.
-            dst_path (str): where.
+            src_path (str): a path of this prefix.
+            dst_path (str): a path of this prefix.
 
         Returns:
-            bool: True on success.
+            bool: what the target handler's `mv` returns.
         """
         with self._redirected(src_path) as src, self._redirected(dst_path) as dst:
             return PathManager.mv(src, dst)
 
     def symlink(self, src_path: str, dst_path: str) -> bool:
-        """Make `dst_path` a symbolic link to `src_path`, both redirected.
+        """Link, as the handler of the redirected paths does: `src_path` and `dst_path`
+        are both rewritten first.
 
         Args:
-            src_path (str): what the link points to.
-            dst_path (str): the link to create.
+            src_path (str): a path of this prefix, the link's target.
+            dst_path (str): a path of this prefix, for the link.
 
         Returns:
-            bool: True on success.
+            bool: what the target handler's `symlink` returns.
         """
         with self._redirected(src_path) as src, self._redirected(dst_path) as dst:
             return PathManager.symlink(src, dst)
