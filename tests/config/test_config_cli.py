@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -127,3 +128,45 @@ def test_no_arguments_is_a_usage_error(tmp_path):
     result = run_cli(cwd=tmp_path)
     assert result.returncode == 2
     assert "usage" in result.stderr.lower()
+
+
+# ------------------------------------------------------------ issue 34, item 32
+def test_a_directory_exits_2_with_a_plain_message(tmp_path):
+    (tmp_path / "configs").mkdir()
+    result = run_cli("configs", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
+    assert "configs" in result.stderr and "is a directory" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["nope.yaml", "memory://bucket/x.yaml"])
+def test_other_unreadable_paths_exit_2_naming_them(tmp_path, name):
+    result = run_cli(name, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
+    assert name in result.stderr
+
+
+# ------------------------------------------------------------ issue 34, item 15
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_text_stdout_cannot_encode_is_written_as_yaml_escapes(tmp_path, encoding):
+    # An ASCII locale (or a legacy code page) cannot encode "é" or "→": the output
+    # uses YAML's escapes, which read back as the same config.
+    cfg = CfgNode({"NAME": "café → ☕", "SIZE": ("é", 2), "é": 1})
+    cfg.save(tmp_path / "u.yaml")
+    env = {**os.environ, "PYTHONIOENCODING": f"{encoding}:strict"}
+    command = [sys.executable, "-m", "easycore.common.config", "u.yaml"]
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, timeout=TIMEOUT, env=env
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"Traceback" not in done.stderr
+    assert CfgNode.load(done.stdout.decode(encoding)) == cfg
+
+
+def test_a_stdout_that_encodes_everything_gets_the_text_as_it_is(tmp_path):
+    (tmp_path / "u.yaml").write_text("NAME: café\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    command = [sys.executable, "-m", "easycore.common.config", "u.yaml"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=TIMEOUT, env=env)
+    assert done.stdout.decode("utf-8") == "NAME: café\n"

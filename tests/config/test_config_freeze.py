@@ -12,8 +12,9 @@ import operator
 import pickle
 
 import pytest
+import yaml
 
-from easycore.common.config import CfgNode, FrozenError
+from easycore.common.config import CfgNode, FrozenError, HierarchicalCfgNode
 
 
 def make_cfg() -> CfgNode:
@@ -131,7 +132,7 @@ def test_reading_a_frozen_config_works():
     assert cfg["SOLVER"]["LR"] == 0.1
     assert dict(cfg.items())["NAME"] == "run0"
     assert cfg.get("MISSING", 3) == 3
-    assert CfgNode.load(CfgNode.dump(cfg)) == cfg
+    assert CfgNode.load(CfgNode.dump(cfg.MODEL)) == cfg.MODEL
 
 
 def test_operators_that_make_a_new_config_leave_the_frozen_one_alone():
@@ -238,3 +239,108 @@ def test_freezing_a_list_that_holds_itself_terminates():
     cfg.L.append(cfg.L)
     cfg.freeze()
     assert cfg.is_frozen()
+
+
+# ------------------------------------------------------------ issue 34, item 21
+def _new_node() -> CfgNode:
+    return CfgNode({"x": 1, "SUB": {"y": 2}})
+
+
+# Each puts a new node into a list of the frozen config and returns where it landed.
+ADDITIONS = {
+    "append": lambda c, n: (c.L.append(n), c.L[-1])[1],
+    "extend": lambda c, n: (c.L.extend([n]), c.L[-1])[1],
+    "insert": lambda c, n: (c.L.insert(0, n), c.L[0])[1],
+    "item": lambda c, n: (c.L.__setitem__(0, n), c.L[0])[1],
+    "slice": lambda c, n: (c.L.__setitem__(slice(0, 1), [n]), c.L[0])[1],
+    "iadd": lambda c, n: (c.L.__iadd__([n]), c.L[-1])[1],
+    "nested list": lambda c, n: (c.L[1].append(n), c.L[1][-1])[1],
+    "list in a tuple": lambda c, n: (c.T[1].append(n), c.T[1][-1])[1],
+    "in a new list": lambda c, n: (c.L.append([[n]]), c.L[-1][0][0])[1],
+    "in a new tuple": lambda c, n: (c.L.append(([n],)), c.L[-1][0][0])[1],
+    "child's list": lambda c, n: (c.MODEL.LAYERS.append(n), c.MODEL.LAYERS[-1])[1],
+    "inside a list's node": lambda c, n: (c.L[0].ITEMS.append(n), c.L[0].ITEMS[-1])[1],
+}
+
+
+def _with_lists() -> CfgNode:
+    return CfgNode(
+        {
+            "L": [CfgNode({"x": 0, "ITEMS": []}), [CfgNode({"y": 0})]],
+            "T": (CfgNode({"z": 0}), []),
+            "MODEL": {"LAYERS": [1, 2]},
+        },
+        copy=False,
+    )
+
+
+@pytest.mark.parametrize("add", list(ADDITIONS.values()), ids=list(ADDITIONS))
+def test_a_node_put_into_a_list_of_a_frozen_config_is_frozen(add):
+    cfg = _with_lists()
+    cfg.freeze()
+    node = add(cfg, _new_node())
+    assert node.is_frozen() and node.SUB.is_frozen()
+    with pytest.raises(FrozenError):
+        node.x = 2
+    with pytest.raises(FrozenError):
+        node.SUB.y = 3
+    assert node == _new_node()
+    cfg.freeze(False)
+    node.x = 2  # unfrozen with its config
+    node.SUB.y = 3
+
+
+def test_lists_of_a_frozen_config_stay_lists_and_become_plain_again():
+    cfg = _with_lists()
+    lists = [cfg.L, cfg.L[1], cfg.T[1], cfg.MODEL.LAYERS, cfg.L[0].ITEMS]
+    cfg.freeze()
+    frozen_lists = [cfg.L, cfg.L[1], cfg.T[1], cfg.MODEL.LAYERS, cfg.L[0].ITEMS]
+    assert all(isinstance(x, list) for x in frozen_lists)
+    assert frozen_lists == lists
+    cfg.MODEL.LAYERS.append(3)  # a list still takes values
+    assert cfg.MODEL.LAYERS == [1, 2, 3]
+    assert CfgNode.load(CfgNode.dump(cfg.MODEL)) == cfg.MODEL
+    plain = cfg.dict()  # the types a file gives back, which any YAML dumper takes
+    assert type(plain["MODEL"]["LAYERS"]) is list and type(plain["L"][1]) is list
+    assert yaml.safe_load(yaml.safe_dump(cfg.MODEL.dict())) == {"LAYERS": [1, 2, 3]}
+    cfg.freeze(False)
+    assert [type(x) for x in (cfg.L, cfg.L[1], cfg.T[1], cfg.MODEL.LAYERS)] == [list] * 4
+    assert type(cfg.L[0].ITEMS) is list
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [copy.deepcopy, lambda c: pickle.loads(pickle.dumps(c)), lambda c: c.copy()],
+    ids=["deepcopy", "pickle", "copy"],
+)
+def test_copies_of_a_frozen_config_freeze_what_their_lists_receive(clone):
+    cfg = _with_lists()
+    cfg.freeze()
+    other = clone(cfg)
+    other.L.append(_new_node())
+    with pytest.raises(FrozenError):
+        other.L[-1].x = 2
+    fresh = CfgNode(cfg)  # a new, unfrozen tree: plain lists
+    fresh.L.append(_new_node())
+    fresh.L[-1].x = 2
+    assert type(fresh.L) is list
+
+
+def test_a_list_holding_itself_freezes_and_unfreezes():
+    cfg = CfgNode({"L": [CfgNode({"x": 1})]})
+    cfg.L.append(cfg.L)
+    cfg.freeze()
+    assert cfg.L[1] is cfg.L and cfg.L[0].is_frozen()
+    cfg.freeze(False)
+    assert cfg.L[1] is cfg.L and type(cfg.L) is list and not cfg.L[0].is_frozen()
+
+
+def test_saving_a_frozen_config_over_its_base_writes_only_what_differs(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("LAYERS: [1, 2]\nNAME: a\n", encoding="utf-8")
+    cfg = HierarchicalCfgNode.open(base)
+    cfg.NAME = "b"
+    cfg.freeze()
+    HierarchicalCfgNode.save(cfg, tmp_path / "run.yaml", base)
+    saved = CfgNode.open(tmp_path / "run.yaml")
+    assert dict(saved) == {"__BASE__": "base.yaml", "NAME": "b"}

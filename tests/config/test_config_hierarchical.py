@@ -299,3 +299,44 @@ def test_save_refuses_unsaveable_values_without_touching_the_file(tmp_path):
         )
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.yaml", "child.yaml"]
+
+
+# ------------------------------------------------------------ issue 34, item 24
+URLS = ["memory://b/x.yaml", "s3://bucket/cfg.yaml", "HTTPS://host/cfg.yaml", "file:///tmp/x.yaml"]
+
+
+@pytest.mark.parametrize("url", URLS)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda url: HierarchicalCfgNode.open(url),
+        lambda url: CfgNode.open(url),
+        lambda url: CfgNode({"A": 1}).save(url),
+        lambda url: HierarchicalCfgNode.save(CfgNode({"A": 1}), url),
+        lambda url: HierarchicalCfgNode.save(CfgNode({"A": 1}), "out.yaml", url),
+    ],
+    ids=["Hierarchical.open", "open", "save", "Hierarchical.save", "a base URL"],
+)
+def test_a_url_is_refused_naming_it_as_given(url, call, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        call(url)
+    message = str(info.value)
+    assert repr(url) in message and "local files" in message
+    assert str(tmp_path) not in message  # never a path made from the working directory
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_base_given_as_a_url_is_refused_naming_the_file_and_the_url(tmp_path):
+    (tmp_path / "child.yaml").write_text("__BASE__: memory://b/base.yaml\nA: 1\n")
+    with pytest.raises(ConfigError) as info:
+        HierarchicalCfgNode.open(tmp_path / "child.yaml")
+    message = str(info.value)
+    assert "child.yaml" in message and "'memory://b/base.yaml' is a URL" in message
+
+
+def test_names_that_only_look_like_a_scheme_are_local_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c:").mkdir()  # one letter: a drive, as PathManager reads it
+    CfgNode({"A": 1}).save("c://x.yaml")
+    assert HierarchicalCfgNode.open("c://x.yaml") == {"A": 1}

@@ -162,3 +162,134 @@ def test_a_copy_of_a_copy_is_independent_of_both() -> None:
     first.MODEL.LAYERS.append(6)
     assert src.MODEL.LAYERS == [3, 4]
     assert first.MODEL.LAYERS == [3, 4, 6] and second.MODEL.LAYERS == [3, 4, 7]
+
+
+# ------------------------------------------------------------ issue 34, item 7
+def _deep_source() -> CfgNode:
+    """Nodes two levels down, inside a list, a nested list and a tuple."""
+    return CfgNode(
+        {
+            "N": 0,
+            "A": {"B": {"c": 1, "L": [1], "C": {"d": 1}}, "x": 2},
+            "L": [CfgNode({"x": 1}), [CfgNode({"y": 2})], 3],
+            "T": (CfgNode({"y": 1}), [4]),
+        },
+        copy=False,
+    )
+
+
+@pytest.mark.parametrize("source_frozen", [False, True], ids=["unfrozen", "frozen"])
+@pytest.mark.parametrize(
+    "freeze",
+    [
+        lambda v: v.freeze(),
+        lambda v: v.A.freeze(),
+        lambda v: v["A"].freeze(True),
+        lambda v: v.freeze(False),
+        lambda v: v.A.freeze(False),
+        lambda v: v.L[0].freeze(not v.L[0].is_frozen()),
+        lambda v: v.T[0].freeze(not v.T[0].is_frozen()),
+    ],
+    ids=["freeze", "A.freeze", "A.freeze(True)", "unfreeze", "A.unfreeze", "L[0]", "T[0]"],
+)
+def test_freeze_or_unfreeze_of_a_copy_never_reaches_the_source(freeze, source_frozen) -> None:
+    src = _deep_source()
+    src.freeze(source_frozen)
+    cache: dict = {}
+    freeze(lazy_copy(src, cache))
+    nodes = [src, src.A, src.A.B, src.A.B.C, src.L[0], src.L[1][0], src.T[0]]
+    assert [node.is_frozen() for node in nodes] == [source_frozen] * len(nodes)
+    if not source_frozen:
+        # what a runner's next call does with its own copy
+        later = lazy_copy(src, cache)
+        later.A.B.c = 5
+        later.A.B.C.d = 5
+        later.L[0].x = 5
+        later.L[1][0].y = 5
+        later.T[0].y = 5
+        assert src == _deep_source()
+
+
+def _snapshot(value: object) -> object:
+    """Everything observable of a tree: keys, values, types and every node's freeze."""
+    if isinstance(value, CfgNode):
+        items = [(key, _snapshot(item)) for key, item in dict.items(value)]
+        return ("node", type(value).__name__, value.is_frozen(), items)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_snapshot(item) for item in value])
+    return ("value", repr(value))
+
+
+_PATHS = {
+    "root": lambda c: c,
+    "A": lambda c: c.A,
+    "A[]": lambda c: c["A"],
+    "A.get": lambda c: c.get("A"),
+    "A.B": lambda c: c.A.B,
+    "A.B.L": lambda c: c["A"].B.L,
+    "A.B.C": lambda c: c.A["B"].C,
+    "L": lambda c: c.L,
+    "L[0]": lambda c: c.L[0],
+    "L[1]": lambda c: c.L[1],
+    "L[1][0]": lambda c: c.L[1][0],
+    "T[0]": lambda c: c.T[0],
+    "T[1]": lambda c: c.T[1],
+    "values": lambda c: next(v for v in c.values() if isinstance(v, CfgNode)),
+    "items": lambda c: next(v for _, v in c.items() if isinstance(v, list)),
+}
+
+_ACTIONS = {
+    "read": lambda t: _snapshot(t),
+    "freeze": lambda t: t.freeze(),
+    "unfreeze": lambda t: t.freeze(False),
+    "set x": lambda t: setattr(t, "x", 7),
+    "set c": lambda t: t.__setitem__("c", [7]),
+    "new key": lambda t: t.__setitem__("NEW", {"d": 1}),
+    "append": lambda t: t.append(CfgNode({"z": 0})),
+    "append int": lambda t: t.append(9),
+    "item set": lambda t: t.__setitem__(0, 8),
+    "update": lambda t: t.update({"x": 3}),
+    "merge": lambda t: t.merge({"B": {"c": 9}, "x": 4}),
+    "merge_from_list": lambda t: t.merge_from_list(["B.c", "10"]),
+    "pop": lambda t: t.pop("x"),
+    "popitem": lambda t: t.popitem(),
+    "setdefault": lambda t: t.setdefault("B"),
+    "clear": lambda t: t.clear(),
+    "delattr": lambda t: delattr(t, "x"),
+    "dict": lambda t: t.dict(),
+    "copy": lambda t: t.copy(),
+    "is_frozen": lambda t: t.is_frozen(),
+}
+
+
+def _outcome(target: object, action) -> object:
+    try:
+        return ("ok", _snapshot(action(target)))
+    except Exception as exc:  # noqa: BLE001 (the same error on both is the point)
+        return ("error", type(exc).__name__)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_every_sequence_of_operations_gives_what_a_deep_copy_gives(seed) -> None:
+    import random
+
+    rng = random.Random(seed)
+    src = _deep_source()
+    src.freeze(rng.random() < 0.3)
+    pristine = _snapshot(src)
+    cache: dict = {}
+    view, deep = lazy_copy(src, cache), copy.deepcopy(src)
+    for _ in range(16):
+        path, action = rng.choice(list(_PATHS)), rng.choice(list(_ACTIONS))
+        outcomes = []
+        for tree in (view, deep):
+            try:
+                target = _PATHS[path](tree)
+            except Exception as exc:  # noqa: BLE001
+                outcomes.append(("no target", type(exc).__name__))
+                continue
+            outcomes.append(_outcome(target, _ACTIONS[action]))
+        assert outcomes[0] == outcomes[1], (path, action)
+        assert _snapshot(view) == _snapshot(deep), (path, action)
+        assert _snapshot(src) == pristine, (path, action)
+    assert _snapshot(lazy_copy(src, cache)) == pristine

@@ -338,3 +338,53 @@ def test_cli_output_cut_short_by_a_closed_pipe_is_quiet(tmp_path):
 def test_deep_nesting_is_found_after_any_line_break_and_a_byte_order_mark(text_start):
     with pytest.raises(ConfigError, match="nested more than"):
         CfgNode.load(text_start + "- " * (MAX_DEPTH + 5) + "x\n")
+
+
+# ------------------------------------------------------------ issue 34, item 14
+#: A value whose YAML text passes the 64 MiB `open` reads (the key and newline add a few).
+OVER_THE_LIMIT = "x" * (64 * 2**20)
+
+
+@pytest.fixture(scope="module")
+def too_large() -> CfgNode:
+    return CfgNode({"A": OVER_THE_LIMIT}, copy=False)
+
+
+def test_save_refuses_a_config_open_would_refuse_and_writes_nothing(too_large, tmp_path):
+    path = tmp_path / "big.yaml"
+    with pytest.raises(ConfigError, match=r"big\.yaml.*more than the 64 MiB"):
+        too_large.save(path)
+    assert os.listdir(tmp_path) == []  # no file, no temporary file
+    with pytest.raises(ConfigError, match="64 MiB"):
+        CfgNode.dump(too_large)
+    with open(path, "wb") as f, pytest.raises(ConfigError, match="64 MiB"):
+        too_large.save(f)
+    assert path.stat().st_size == 0
+
+
+def test_what_save_writes_at_the_limit_opens(tmp_path):
+    # "A: " and the newline: 4 bytes; the largest config that fits, written and read.
+    cfg = CfgNode({"A": "y" * (64 * 2**20 - 4)}, copy=False)
+    cfg.save(tmp_path / "edge.yaml")
+    assert (tmp_path / "edge.yaml").stat().st_size == 64 * 2**20
+    assert CfgNode.open(tmp_path / "edge.yaml") == cfg
+
+
+def test_an_encoding_that_takes_more_bytes_is_measured_in_bytes(tmp_path):
+    # 40 Mi characters are 80 MiB in UTF-16, which `open(..., "utf-16")` refuses.
+    cfg = CfgNode({"A": "z" * (40 * 2**20)}, copy=False)
+    with pytest.raises(ConfigError, match="64 MiB"):
+        cfg.save(tmp_path / "wide.yaml", encoding="utf-16")
+    with pytest.raises(ConfigError, match="64 MiB"):
+        HierarchicalCfgNode.save(cfg, tmp_path / "wide.yaml", encoding="utf-16")
+    assert not (tmp_path / "wide.yaml").exists()
+
+
+# ------------------------------------------------------------ issue 34, item 32
+def test_a_directory_is_named_as_such_by_every_reader(tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for read in (CfgNode.open, HierarchicalCfgNode.open):
+        with pytest.raises(IsADirectoryError, match="is a directory, not a YAML file") as info:
+            read(folder)
+        assert str(folder) in str(info.value)

@@ -279,3 +279,43 @@ def test_the_rehearsal_respects_a_frozen_sub_config():
     with pytest.raises(FrozenError):
         cfg.merge_from_list(["MODEL.NUM_CLASSES=5", "SOLVER.LR=1.0"])
     assert cfg == make_cfg()
+
+
+# ------------------------------------------------------------ issue 34, item 16
+@pytest.mark.parametrize(
+    "overrides, entry",
+    [
+        ([2, "A"], "entry 0 is 2 (int)"),
+        (["A", "1", None, "2"], "entry 2 is None (NoneType)"),
+        ([("A",), "1"], "entry 0 is ('A',) (tuple)"),
+        ([b"A", "1"], "entry 0 is b'A' (bytes)"),
+    ],
+)
+def test_a_key_that_is_not_a_string_is_named_with_what_was_expected(overrides, entry):
+    cfg = CfgNode({"A": 1})
+    with pytest.raises(ConfigError, match=re.escape(entry) + ".*a key is expected"):
+        cfg.merge_from_list(overrides)
+    assert cfg == {"A": 1}
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["A", 2], {"A": 2, "B": 0.5, "C": (1,), "S": "s"}),
+        (["B", 2], {"A": 1, "B": 2.0, "C": (1,), "S": "s"}),  # int on a float key
+        (["C", [3, 4]], {"A": 1, "B": 0.5, "C": (3, 4), "S": "s"}),  # kept a tuple
+        (["A", None], {"A": None, "B": 0.5, "C": (1,), "S": "s"}),
+    ],
+)
+def test_a_value_given_as_an_object_is_that_object_as_yacs_takes_it(overrides, expected):
+    cfg = CfgNode({"A": 1, "B": 0.5, "C": (1,), "S": "s"})
+    cfg.merge_from_list(overrides)
+    assert cfg == expected and type(cfg.B) is float
+
+
+@pytest.mark.parametrize("value", [2, 2.5, [1]])
+def test_an_object_value_of_the_wrong_type_is_refused_naming_the_key(value):
+    cfg = CfgNode({"S": "text"})
+    with pytest.raises(ConfigError, match=r"'S'.*expected str"):
+        cfg.merge_from_list(["S", value])
+    assert cfg.S == "text"

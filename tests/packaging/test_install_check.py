@@ -9,6 +9,7 @@ runs in a subprocess. The real upgrade from 0.4.2 is in test_packaging_upgrade.p
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -30,6 +31,12 @@ FILES = {
     "easycore-registry": [
         "easycore/common/registry/__init__.py",
         "easycore/common/registry/registry.py",
+    ],
+    "easycore-path": [
+        "easycore/common/path/__init__.py",
+        "easycore/common/path/manager.py",
+        "easycore/common/network/__init__.py",
+        "easycore/common/network/download.py",
     ],
     "easycore-torch": [
         "easycore/torch/__init__.py",
@@ -77,6 +84,7 @@ def test_removed_files_are_found_with_the_packages_they_break(site):
     assert check.looks_damaged(site)
     assert check.damaged_distributions(site) == {
         "easycore-config": ("0.5.0", ["easycore.common.config"]),
+        "easycore-path": ("0.5.0", ["easycore.common.network", "easycore.common.path"]),
         "easycore-registry": ("0.5.0", ["easycore.common.registry"]),
         "easycore-torch": ("0.5.0", ["easycore.torch"]),  # .parallel is inside it
     }
@@ -138,8 +146,8 @@ def test_damage_is_reported_once_on_stderr_and_on_import(site):
     assert done.stdout.splitlines()[:2] == ["damaged", "again: False"]
     assert done.stderr.count("is damaged") == 1
     command = (
-        f"{sys.executable} -m pip install --force-reinstall --no-deps"
-        " easycore-config==0.5.0 easycore-registry==0.5.0 easycore-torch==0.5.0"
+        f"{sys.executable} -m pip install --force-reinstall --no-deps easycore-config==0.5.0"
+        " easycore-path==0.5.0 easycore-registry==0.5.0 easycore-torch==0.5.0"
     )
     assert command in done.stderr
     assert "ImportError: easycore: the installation" in done.stdout
@@ -248,3 +256,72 @@ def test_a_sound_install_with_compiled_files_has_no_leftovers(site):
             (cache / f"{Path(file).stem}.{tag}.opt-1.pyc").write_bytes(b"compiled")
     assert not check.looks_damaged(site)
     assert check.leftover_folders(site) == []
+
+
+# ------------------------------------------------------------ issue 34, item 26
+@pytest.mark.parametrize(
+    "name, packages",
+    [
+        ("easycore-registry", ["easycore.common.registry"]),
+        ("easycore-path", ["easycore.common.network", "easycore.common.path"]),
+        ("easycore-torch", ["easycore.torch"]),
+    ],
+)
+def test_compiled_leftovers_of_any_micro_package_are_found(site, name, packages):
+    uninstall_after_python_dash_o(site, name)
+    assert check.looks_damaged(site)
+    assert check.damaged_distributions(site) == {}
+    assert sorted(check.leftover_folders(site)) == packages
+
+
+@pytest.mark.parametrize(
+    "name, module",
+    [
+        ("easycore-registry", "easycore.common.registry"),
+        ("easycore-path", "easycore.common.network"),
+        ("easycore-torch", "easycore.torch.parallel"),
+    ],
+)
+def test_compiled_leftovers_of_any_micro_package_give_the_clear_message(site, name, module):
+    uninstall_after_python_dash_o(site, name)
+    done = run_check(site, module)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["damaged", "again: False"]
+    assert done.stderr.count("is damaged") == 1
+    assert "unknown location" not in done.stdout
+    assert "ImportError: easycore: the installation" in done.stdout
+    assert "rm -r" in done.stdout and "pip install --force-reinstall" in done.stdout
+
+
+def test_an_empty_folder_where_a_package_would_be_is_not_damage(tmp_path):
+    site = tmp_path / "site-packages"
+    install(site, "easycore-config")
+    (site / "easycore" / "torch").mkdir()  # no __init__.py, but no compiled files either
+    assert check.damaged_distributions(site) == {} and check.leftover_folders(site) == []
+    done = run_check(site, "json")
+    assert done.stdout.splitlines()[0] == "sound" and done.stderr == ""
+
+
+def test_the_real_uninstall_after_python_dash_o_gives_the_clear_message(artifacts, make_venv):
+    """End to end: the built wheels, `python -O`, `pip uninstall`, then the import."""
+    env = make_venv("dash-o")
+    light = ["easycore", "easycore-config", "easycore-registry", "easycore-path"]
+    light.append("easycore-parallel")
+    env.install(*(str(artifacts.wheels[name]) for name in light))
+    env.run("import easycore.common.registry, easycore.common.path, easycore.common.network")
+    # A program run under -O (or -OO) writes its compiled files, as Python does by default.
+    writes = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for flag, module in [("-O", "easycore.common.registry"), ("-OO", "easycore.common.path")]:
+        command = [str(env.python), flag, "-c", f"import {module}"]
+        subprocess.run(command, check=True, timeout=60, env=writes, cwd=env.home)
+    for name, module in [
+        ("easycore-registry", "from easycore.common.registry import Registry"),
+        ("easycore-path", "from easycore.common.path import PathManager"),
+    ]:
+        env.pip("uninstall", "--yes", name)
+        broken = env.attempt(module)
+        assert broken.returncode != 0
+        assert "unknown location" not in broken.stderr
+        assert "ImportError: easycore: the installation in" in broken.stderr, broken.stderr
+        assert "pip install --force-reinstall easycore" in broken.stderr
+        assert env.attempt("pass").stderr.count("easycore: the installation in") == 1

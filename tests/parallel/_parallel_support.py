@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
 import leaks
+import pytest
 from processes import stray_children, wait_gone  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
@@ -51,3 +53,20 @@ def run_script(
         cwd=str(SCRIPTS),
         **kwargs,
     )
+
+
+def namespace_prefix() -> list:
+    """A command prefix giving a private mount namespace where tmpfs can be mounted."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("no unshare/mount")
+    probe = "mount -t tmpfs -o size=1m tmpfs /dev/shm"
+    for prefix in (["unshare", "--mount", "--propagation", "private"],
+                   ["unshare", "--user", "--map-root-user", "--mount", "--propagation",
+                    "private"]):
+        try:
+            done = subprocess.run([*prefix, "sh", "-c", probe], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return prefix
+    pytest.skip("mount namespaces are not permitted here")

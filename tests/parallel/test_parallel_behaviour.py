@@ -106,6 +106,32 @@ def test_nested_changes_of_a_large_cfg_never_reach_the_next_call(no_leaks):
     assert cfg.deep.log == [] and cfg.seen == 0 and sum(cfg.deep.table.values()) == 10_000
 
 
+class FreezingConsumer(UnorderedRunner):
+    """Changes nodes deep in its cfg, in a list and in a tuple; freezes it all at the end."""
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        if data >= 0:
+            cfg.A.B.c += 1
+            cfg.L[0].x += 1
+            cfg.T[0].y += 1
+
+    @staticmethod
+    def consumer_end(cfg):
+        cfg.freeze()
+        return cfg.A.B.c, cfg.L[0].x, cfg.T[0].y
+
+
+def test_a_consumer_freezing_its_cfg_never_freezes_the_next_call(no_leaks):
+    # Issue 34, item 7: a call's freeze of its copy reached the runner's own nodes.
+    cfg = CfgNode({"A": {"B": {"c": 0}}, "L": [CfgNode({"x": 0})], "T": (CfgNode({"y": 0}),)})
+    with FreezingConsumer(1, cfg=cfg) as runner:
+        assert runner([-1]) == (0, 0, 0)  # froze a copy it had not touched
+        assert runner(range(2)) == (2, 2, 2)
+        assert runner(range(3)) == (3, 3, 3)
+    assert not cfg.A.B.is_frozen()
+
+
 class Counting(UnorderedRunner):
     @staticmethod
     def consumer_work(cfg, data):

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-from _parallel_support import METHODS, SCRIPTS, shm_segments
+from _parallel_support import METHODS, SCRIPTS, namespace_prefix, shm_segments
 
 from easycore.common.parallel import OrderedRunner, SharedMemoryTransport, UnorderedRunner
 
@@ -216,27 +215,10 @@ def test_objects_shared_memory_cannot_map_still_travel(method, no_leaks):
 
 
 # --- a small /dev/shm (Docker's 64 MB) ---------------------------------------------
-def _namespace_prefix() -> list:
-    """A command prefix giving a private mount namespace where tmpfs can be mounted."""
-    if shutil.which("unshare") is None or shutil.which("mount") is None:
-        pytest.skip("no unshare/mount")
-    probe = "mount -t tmpfs -o size=1m tmpfs /dev/shm"
-    for prefix in (["unshare", "--mount", "--propagation", "private"],
-                   ["unshare", "--user", "--map-root-user", "--mount", "--propagation",
-                    "private"]):
-        try:
-            done = subprocess.run([*prefix, "sh", "-c", probe], capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    pytest.skip("mount namespaces are not permitted here")
-
-
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("mode", ["small", "full"])  # full: not a page left at the start
 def test_a_small_dev_shm_falls_back_to_the_pipe_without_sigbus(method, mode):
-    prefix = _namespace_prefix()
+    prefix = namespace_prefix()
     shell = 'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$0" "$@"'
     script = [sys.executable, str(SCRIPTS / "small_shm.py"), method, mode]
     proc = subprocess.run(

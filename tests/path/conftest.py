@@ -8,6 +8,7 @@ import http.server
 import os
 import socket
 import threading
+import urllib.parse
 import uuid
 
 import pytest
@@ -51,6 +52,8 @@ class LoopbackServer:
     - ``/chunkcut/...``        one chunk, then the connection closes without the last chunk.
     - ``/close/...``           ``payload(path)`` with no length, ended by closing the
       connection (HTTP/1.0 style).
+    - ``/badlength/<value>/...`` ``payload(path)`` with ``Content-Length: <value>`` as
+      given (``%2C`` for a comma, ``%20`` for a space), ended by closing the connection.
     - anything else          200 with ``payload(path)``.
 
     Every request is counted by method and full path (query included), and the
@@ -212,6 +215,14 @@ class LoopbackServer:
                     else:
                         self.wfile.write(b"0\r\n\r\n")
                     self.close_connection = kind == "chunkcut"
+                elif kind == "badlength":
+                    self.send_response(200)
+                    self.send_header("Content-Length", urllib.parse.unquote(parts[2]))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload(self.path))
+                    self.close_connection = True
                 elif kind == "close":
                     self.send_response(200)
                     self.send_header("Connection", "close")
@@ -254,6 +265,17 @@ def gated_server():
 
 
 @pytest.fixture
+def mem():
+    """A memory:// directory of the test's own (fsspec's in-process store), removed after."""
+    fsspec = pytest.importorskip("fsspec")
+    root = f"memory://t{uuid.uuid4().hex[:10]}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.fixture
 def uid() -> str:
     """A short token that makes a test's URLs its own."""
     return uuid.uuid4().hex[:10]
@@ -277,13 +299,15 @@ def cache_dir(tmp_path, monkeypatch) -> str:
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    """Handlers registered by a test are gone after it."""
+    """Handlers registered by a test are gone after it, and so is a `set_cwd` of it."""
     saved_handlers = dict(_manager._handlers)
     saved_prefixes = _manager._prefixes
+    saved_cwd = _manager._native._cwd
     yield
     _manager._handlers.clear()
     _manager._handlers.update(saved_handlers)
     _manager._prefixes = saved_prefixes
+    _manager._native._cwd = saved_cwd
 
 
 @pytest.fixture

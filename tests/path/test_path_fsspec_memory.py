@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,16 +12,6 @@ fsspec = pytest.importorskip("fsspec")
 
 from easycore.common.path import FsspecPathHandler, PathManager  # noqa: E402
 from easycore.common.path import manager as _manager  # noqa: E402
-
-
-@pytest.fixture
-def mem():
-    """A memory:// directory of the test's own, removed afterwards."""
-    root = f"memory://t{uuid.uuid4().hex[:10]}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
 
 
 def test_importing_the_package_does_not_import_fsspec():

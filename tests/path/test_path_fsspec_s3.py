@@ -462,3 +462,40 @@ def test_exclusive_create_refuses_an_existing_object(s3):
     with pytest.raises(FileExistsError, match=f"{s3}/x.txt"):
         PathManager.open(f"{s3}/x.txt", "xb")
     assert read(f"{s3}/x.txt") == b"first"
+
+
+# ------------------------------------------------------------ issue 34, items 12, 20, 22, 23
+def test_an_upper_case_scheme_is_the_same_bucket(s3):
+    scheme = "S3"
+    write(f"{s3}/u.txt", b"lower")
+    upper = scheme + s3[len("s3") :]
+    assert PathManager.exists(f"{upper}/u.txt") and read(f"{upper}/u.txt") == b"lower"
+    write(f"{upper}/v.txt", b"upper")
+    assert PathManager.listdir(s3) == ["u.txt", "v.txt"]
+    assert Path(PathManager.get_local_path(f"{upper}/v.txt")).read_bytes() == b"upper"
+
+
+@pytest.mark.parametrize("mode", ["w", "wb", "x", "r"])
+def test_a_key_ending_in_a_slash_is_no_object(s3, raw_fs, mode):
+    with pytest.raises(IsADirectoryError, match=f"{s3}/top/"):
+        PathManager.open(f"{s3}/top/", mode)
+    assert not raw_fs.exists(f"{s3}/top")
+
+
+def test_a_cached_copy_of_the_wrong_size_is_downloaded_again(s3):
+    write(f"{s3}/sized.bin", b"y" * 10_000)
+    local = PathManager.get_local_path(f"{s3}/sized.bin")
+    with open(local, "r+b") as f:
+        f.truncate(10)
+    again = PathManager.get_local_path(f"{s3}/sized.bin")
+    assert Path(again).read_bytes() == b"y" * 10_000
+
+
+def test_open_refuses_a_keyword_no_layer_takes_and_passes_those_s3fs_names(s3):
+    with pytest.raises(TypeError, match="encodng"):
+        PathManager.open(f"{s3}/k.txt", "w", encodng="utf-8")
+    write(f"{s3}/k.txt", b"k")
+    with pytest.raises(TypeError, match="encodng"):
+        PathManager.open(f"{s3}/k.txt", "r", encodng="utf-8")
+    with PathManager.open(f"{s3}/k.txt", "rb", version_id=None, fill_cache=False) as f:
+        assert f.read() == b"k"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from fractions import Fraction
 
 import pytest
 
@@ -169,3 +170,76 @@ def test_device_distances_checks_its_devices():
         device_distances(["cuda:0", "cpu"], nvlink=[("cuda:0", "cpu")])
     with pytest.raises(ValueError, match="knows 'cpu' and 'cuda:N'"):
         device_distances(["mps"])
+
+
+# ------------------------------------------------------------ issue 34, item 10
+np = pytest.importorskip("numpy")
+
+REALS = [
+    np.float16, np.float32, np.float64, np.longdouble,
+    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+]
+
+
+def _knobs(kind):
+    """Every number plan_placement takes, as `kind` (a NumPy scalar type or Fraction)."""
+    return dict(
+        sizes=[kind(4), kind(4), kind(2)],
+        devices=["cuda:0", "cuda:1", "cpu"],
+        capacity={"cuda:0": kind(16), "cuda:1": kind(16), "cpu": kind(64)},
+        compute=[kind(2), kind(1), kind(1)],
+        traffic={(np.int64(0), np.int32(1)): kind(3)},
+        device_speed={"cuda:0": kind(2), "cpu": kind(1)},
+        distance={("cuda:0", "cuda:1"): kind(1), ("cuda:0", "cpu"): kind(3)},
+        size_multiplier=kind(1) if kind is not np.float16 else kind(1.5),
+    )
+
+
+def _plain(knobs):
+    def plain(value):
+        if isinstance(value, dict):
+            return {(tuple(int(k) for k in key) if isinstance(key, tuple) and
+                     not isinstance(key[0], str) else key): float(v) for key, v in value.items()}
+        if isinstance(value, list):
+            return [float(v) for v in value]
+        return float(value)
+
+    return {k: (v if k == "devices" else plain(v)) for k, v in knobs.items()}
+
+
+@pytest.mark.parametrize("kind", [*REALS, Fraction], ids=lambda k: k.__name__)
+def test_every_real_number_type_is_a_number_for_every_knob(kind):
+    knobs = _knobs(kind)
+    expected = plan_placement(**_plain(knobs), reserve=0.25)
+    assert plan_placement(**knobs, reserve=kind(1) / kind(4)) == expected
+    as_list = {**knobs, "size_multiplier": [knobs["size_multiplier"]] * 3}
+    assert plan_placement(**as_list, reserve=0.25) == expected
+
+
+def test_a_numpy_array_is_a_list_of_numbers():
+    sizes = np.array([4.0, 4.0, 2.0], dtype=np.float32)
+    plan = plan_placement(sizes, ["cuda:0", "cpu"], capacity={"cuda:0": 9, "cpu": 9},
+                          size_multiplier=np.array([1.0, 1.0, 1.0]))
+    assert plan == plan_placement([4.0, 4.0, 2.0], ["cuda:0", "cpu"],
+                                  capacity={"cuda:0": 9, "cpu": 9})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(device_speed={"cpu": "fast"}), r"device_speed\['cpu'\] must be a number, got 'fast'"),
+    (dict(device_speed={"cpu": np.float32(-2.0)}),
+     r"device_speed\['cpu'\] must be a finite number >= 0, got -2.0$"),
+    (dict(distance={("cpu", "cuda:0"): np.float64("nan")}),
+     r"must be a finite number >= 0, got nan"),
+    (dict(size_multiplier=np.float32(0.5)), "size_multiplier must be >= 1"),
+    (dict(size_multiplier=True), "size_multiplier must be a list of numbers"),
+    (dict(reserve=np.float32(1.0)), r"reserve must be a fraction in \[0, 1\)"),
+    (dict(traffic={(np.float32(0), 1): 1.0}), "must be a pair of model indices"),
+    (dict(traffic={(0, 1): np.bool_(True)}),
+     r"traffic\[\(0, 1\)\] must be a number, got .*\(bool\)"),
+    (dict(capacity={"cuda:0": "9", "cpu": 9}), r"capacity\['cuda:0'\] must be a number, got '9'"),
+])
+def test_a_refused_number_says_what_is_wrong_with_it(kwargs, match):
+    exc = TypeError if "list of numbers" in match else ValueError
+    args = {"capacity": {"cuda:0": 9, "cpu": 9}, **kwargs}
+    with pytest.raises(exc, match=match):
+        plan_placement([1.0, 1.0], ["cuda:0", "cpu"], **args)

@@ -9,10 +9,11 @@ pip reports success, `pip check` is content, and the first import fails with an 
 "cannot import name 'CfgNode' from 'easycore.common.config' (unknown location)".
 
 The meta-package ships this module and `easycore-install-check.pth`, which calls `check()`
-at every interpreter start. While the install is sound that costs one `stat`. When files
-are missing, it prints the one pip command that puts them back, and makes imports of the
-damaged packages raise an ImportError that says the same (a notebook user never sees a
-kernel's start-up messages). See "Upgrading from easycore 0.4.2" in the installation guide.
+at every interpreter start. While the install is sound that costs a `stat` per
+micro-package. When files are missing, it prints the one pip command that puts them back,
+and makes imports of the damaged packages raise an ImportError that says the same (a
+notebook user never sees a kernel's start-up messages). See "Upgrading from easycore 0.4.2"
+in the installation guide.
 """
 
 # No `from __future__ import annotations`: importing __future__ alone costs ~0.2 ms at every
@@ -23,15 +24,29 @@ import sys
 # The meta-package always installs easycore-config, and easycore 0.4.2 owned this file, so
 # every upgrade that damages the install removes it. A folder left without it is the sign.
 SENTINEL = ("easycore", "common", "config")
+# Every micro-package's import package: any of them may be left as a folder without its
+# `__init__.py` (0.4.2's uninstall for config and registry; compiled files that `python -O`
+# wrote and `pip uninstall` leaves, for any of them).
+PACKAGES = (
+    SENTINEL,
+    ("easycore", "common", "registry"),
+    ("easycore", "common", "path"),
+    ("easycore", "common", "network"),
+    ("easycore", "common", "parallel"),
+    ("easycore", "torch"),
+)
 GUIDE = "https://easycore-dev.github.io/easycore/installation/#upgrading-from-easycore-042"
 
 Damage = "dict[str, tuple[str, list[str]]]"  # name -> (version, import packages hit)
 
 
 def looks_damaged(site: str) -> bool:
-    """The fast test: easycore-config's folder in `site` is there, its `__init__.py` is not."""
-    folder = os.path.join(site, *SENTINEL)
-    return not os.path.exists(os.path.join(folder, "__init__.py")) and os.path.isdir(folder)
+    """The fast test: a micro-package's folder in `site` is there, its `__init__.py` is not."""
+    for package in PACKAGES:
+        folder = os.path.join(site, *package)
+        if not os.path.exists(os.path.join(folder, "__init__.py")) and os.path.isdir(folder):
+            return True
+    return False
 
 
 def damaged_distributions(site: str) -> Damage:

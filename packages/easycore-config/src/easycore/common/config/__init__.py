@@ -20,6 +20,7 @@ from .errors import (
     ConfigFileNotFoundError,
     ConfigKeyError,
     FrozenError,
+    UnknownOverrideKeyError,
 )
 from .hierarchical import HierarchicalCfgNode
 from .node import CfgNode
@@ -32,5 +33,6 @@ __all__ = [
     "ConfigKeyError",
     "FrozenError",
     "HierarchicalCfgNode",
+    "UnknownOverrideKeyError",
     "__version__",
 ]

@@ -42,17 +42,42 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise ConfigError(f"--set expects KEY=VALUE, got {bad[0]!r}")
             cfg.merge_from_list(args.set, allow_new=args.allow_new)
-        text = CfgNode.dump(cfg)
+        text = CfgNode.dump(cfg) or ""
+        if not _encodable(text, sys.stdout):
+            # An ASCII locale, a pipe in a legacy code page: YAML's escapes
+            # ("\u00e9") say the same text in ASCII and read back the same.
+            text = CfgNode.dump(cfg, allow_unicode=False) or ""
     except (OSError, ConfigError, ConfigKeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_describe(exc)}", file=sys.stderr)
         return 2
     try:
-        sys.stdout.write(text or "")
+        sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         # Point stdout at /dev/null so the interpreter's final flush is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _encodable(text: str, stream: object) -> bool:
+    encoding = getattr(stream, "encoding", None)
+    if not encoding or text.isascii():
+        return True
+    try:
+        text.encode(encoding, getattr(stream, "errors", None) or "strict")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _describe(exc: BaseException) -> str:
+    """The message alone: no `[Errno 21]`, and the file named once."""
+    if isinstance(exc, OSError) and not isinstance(exc, ConfigError) and exc.strerror:
+        name = exc.filename
+        if name is None or str(name) in exc.strerror:
+            return exc.strerror
+        return f"{name}: {exc.strerror}"
+    return str(exc)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ __all__ = [
     "ConfigFileNotFoundError",
     "ConfigKeyError",
     "FrozenError",
+    "UnknownOverrideKeyError",
 ]
 
 
@@ -62,6 +63,15 @@ class ConfigKeyError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownOverrideKeyError(ConfigKeyError, AssertionError):
+    """`merge_from_list` was given a key the config does not have.
+
+    A [`ConfigKeyError`][easycore.common.config.ConfigKeyError], and an
+    `AssertionError` as well: what yacs raised there, so that code written for yacs
+    (`except AssertionError:`) keeps working.
+    """
 
 
 class FrozenError(AttributeError):

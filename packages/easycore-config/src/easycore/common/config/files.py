@@ -27,7 +27,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any
 
-__all__ = ["MAX_STREAM_BYTES", "atomic_write", "describe_mode", "is_binary", "read_text"]
+__all__ = [
+    "MAX_STREAM_BYTES",
+    "atomic_write",
+    "check_size",
+    "describe_mode",
+    "is_binary",
+    "read_text",
+    "refuse_url",
+    "url_scheme",
+]
 
 #: Most bytes a config may have: a larger regular file is refused before it is
 #: read, a stream (a FIFO, a device) once it has given that much.
@@ -40,9 +49,66 @@ def read_text(path: str, encoding: str) -> str:
     Raises:
         ConfigFileNotFoundError: no file there.
         ConfigDecodeError: the bytes are not text in `encoding`.
-        ConfigError: a stream that gave more than `MAX_STREAM_BYTES`.
+        ConfigError: a URL, or a stream that gave more than `MAX_STREAM_BYTES`.
+        IsADirectoryError: a directory (any `OSError` of opening names the file).
     """
+    refuse_url(path, "open")
     return decode(_read_bytes(path), encoding, path)
+
+
+def url_scheme(path: str) -> str | None:
+    """The scheme of `path` if it starts with `scheme://` (one letter is a drive), else None."""
+    head, sep, _ = path.partition("://")
+    if not sep or len(head) < 2 or not (head[0].isascii() and head[0].isalpha()):
+        return None
+    if all(c.isascii() and (c.isalnum() or c in "+.-") for c in head):
+        return head
+    return None
+
+
+def refuse_url(path: str, action: str, what: str = "") -> None:
+    """Refuse a URL where a local file is needed, naming it as given.
+
+    Without this, `os.path.abspath("memory://b/x.yaml")` is `<cwd>/memory:/b/x.yaml`,
+    and the error names a file nobody asked for.
+
+    Raises:
+        ConfigError: `path` is a URL (`scheme://...`).
+    """
+    if url_scheme(path) is None:
+        return
+    raise ConfigError(
+        f"cannot {action} {what}{path!r}: configs are read and written as local files; "
+        "for a URL, open it with easycore.common.path.PathManager.open() and pass the "
+        "file object, or pass PathManager.get_local_path(url)"
+    )
+
+
+class ConfigTooLargeError(ConfigError):
+    """A config whose text is larger than `open` reads; `size` holds its bytes."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
+def check_size(size: int, where: str) -> None:
+    """Refuse to write a config larger than `CfgNode.open` reads.
+
+    Args:
+        size (int): bytes the config's text takes.
+        where (str): what is being written, for the message.
+
+    Raises:
+        ConfigTooLargeError: more than `MAX_STREAM_BYTES` (a `ConfigError`).
+    """
+    if size > MAX_STREAM_BYTES:
+        raise ConfigTooLargeError(
+            f"cannot save {where}: its YAML text is {size:,} bytes, more than the "
+            f"{MAX_STREAM_BYTES // 2**20} MiB limit of configs (CfgNode.open refuses larger "
+            "files); keep large data in a file of its own and its path in the config",
+            size,
+        )
 
 
 def is_binary(stream: Any) -> bool:
@@ -75,6 +141,8 @@ def _read_bytes(path: str) -> bytes:
         raise ConfigFileNotFoundError(
             errno.ENOENT, f"config file {path!r} not found", path
         ) from None
+    except OSError as exc:  # a directory, no permission, a loop of links ...
+        raise _reading_error(exc, path) from None
     with f:
         st = os.fstat(f.fileno())
         mode = st.st_mode
@@ -95,6 +163,12 @@ def _read_bytes(path: str) -> bytes:
     return data
 
 
+def _reading_error(exc: OSError, path: str) -> OSError:
+    """The same kind of error, saying in words that it is the config file `path`."""
+    why = "it is a directory, not a YAML file" if exc.errno == errno.EISDIR else exc.strerror
+    return _naming(exc, path, f"cannot read config file {path!r}: {why}")
+
+
 def decode(data: bytes, encoding: str, source: str) -> str:
     try:
         return data.decode(encoding)
@@ -113,6 +187,7 @@ def decode_error(exc: UnicodeDecodeError, source: str) -> ConfigDecodeError:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace the regular file at `path` (or a symlink's target) by `data`, atomically."""
+    refuse_url(path, "save to")
     try:
         st: os.stat_result | None = os.stat(path)  # follows symlinks
     except FileNotFoundError:
@@ -149,12 +224,12 @@ def atomic_write(path: str, data: bytes) -> None:
         raise
 
 
-def _naming(exc: OSError, path: str) -> OSError:
-    """The same error, naming the file the caller asked for instead of the temporary one."""
+def _naming(exc: OSError, path: str, message: str | None = None) -> OSError:
+    """The same error, naming the file the caller asked for (not a temporary one)."""
     if exc.errno is None:
         return exc
     try:
-        return type(exc)(exc.errno, f"cannot save {path!r}: {exc.strerror}", path)
+        return type(exc)(exc.errno, message or f"cannot save {path!r}: {exc.strerror}", path)
     except TypeError:  # pragma: no cover - an OSError subclass with another signature
         return exc
 

@@ -9,8 +9,10 @@ import stat
 from _collections_abc import Mapping  # collections.abc without importing `collections`
 
 from .errors import ConfigError, ConfigFileNotFoundError
-from .files import describe_mode
+from .files import describe_mode, refuse_url, url_scheme
+from .freezing import FrozenTreeList
 from .node import CfgNode
+from .peers import BASE_KEYS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -18,16 +20,18 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
 
 __all__ = ["BASE_KEY", "HierarchicalCfgNode"]
 
-#: The key that names the base config of a file.
+#: The key that names the base config of a file (fvcore's `_BASE_` is read too).
 BASE_KEY = "__BASE__"
 
 
 class HierarchicalCfgNode:
     """Config Node help class for open yaml file that depends on another yaml file.
 
-    You can specify the dependency between yaml files with the `__BASE__` key.
-    Keys in a file override those of its base; bases may have bases, to any
-    depth; a cycle is an error naming the chain.
+    You can specify the dependency between yaml files with the `__BASE__` key
+    (fvcore's `_BASE_` is read as well). Keys in a file override those of its
+    base; bases may have bases, to any depth; a cycle is an error naming the
+    chain. A list of bases (`__BASE__: [a.yaml, b.yaml]`) merges them in order,
+    a later one winning, as fvcore does.
 
     Examples:
         ```yaml title="example-B.yaml"
@@ -75,7 +79,9 @@ class HierarchicalCfgNode:
             ConfigError: a base that is not a regular file, a cycle of bases, or
                 any error of [`CfgNode.open`][easycore.common.config.CfgNode.open].
         """
-        return _open_chain(os.path.abspath(os.fspath(file)), encoding)[0]
+        path = os.fspath(file)
+        refuse_url(path, "open")  # before abspath, which would make it a local path
+        return _open_chain(os.path.abspath(path), encoding)[0]
 
     @classmethod
     def save(
@@ -111,6 +117,8 @@ class HierarchicalCfgNode:
         if base_cfg_path is None:
             cfg.save(save_path, encoding)
             return
+        refuse_url(os.fspath(save_path), "save to")
+        refuse_url(os.fspath(base_cfg_path), "use", "the base ")
         base_abs = os.path.abspath(os.fspath(base_cfg_path))
         base, chain = _open_chain(base_abs, encoding)
         target = os.path.realpath(os.fspath(save_path))
@@ -141,32 +149,68 @@ class HierarchicalCfgNode:
 
 
 def _open_chain(path: str, encoding: str) -> tuple[CfgNode, list[str]]:
-    """The merged config of the file at `path`, and the real paths of its chain."""
-    # A loop, not recursion: a chain of thousands of files is as fine as two.
-    configs: list[CfgNode] = []
+    """The merged config of the file at `path`, and the real paths of every file it uses.
+
+    A file names its base with `__BASE__` (or fvcore's `_BASE_`): one path, or a list
+    of them merged in order (a later base wins). Bases may have bases, to any depth: a
+    loop over a stack, not recursion, so a chain of thousands of files is as fine as
+    two. A file met again on the path from the top is a cycle; met again on another
+    branch (two bases sharing one of their own), it is read again.
+    """
+    # Each frame: [path, its real path, the file's own config, its bases, next base,
+    # what its bases merged give].
     # Keyed by real path: `__BASE__: d/x.yaml` with `d -> .` is x.yaml again.
-    seen: dict[str, str] = {}
-    referrer: str | None = None
-    while True:
-        real = os.path.realpath(path)
-        if real in seen:
-            shown = list(seen.values())
-            cycle = " -> ".join([*shown[list(seen).index(real) :], path])
-            raise ConfigError(f"circular {BASE_KEY} chain: {cycle}")
-        seen[real] = path
-        if referrer is None:
-            cfg = CfgNode.open(path, encoding)
-        else:
-            cfg = _open_base(referrer, path, encoding)
-        base = cfg.pop(BASE_KEY, None)
-        configs.append(cfg)
-        if base is None:
-            break
-        referrer, path = path, _find_base(path, base)
-    merged = configs.pop()
-    while configs:
-        merged.merge(configs.pop())
-    return merged, list(seen)
+    stack: list[list[Any]] = []
+    on_path: dict[str, int] = {}  # real path -> its frame's index in the stack
+    used: dict[str, str] = {}
+    result: CfgNode | None = None
+    todo: tuple[str, str | None] | None = (path, None)
+    while todo is not None or stack:
+        if todo is not None:
+            file, referrer = todo
+            todo = None
+            real = os.path.realpath(file)
+            if real in on_path:
+                shown = [frame[0] for frame in stack[on_path[real] :]]
+                raise ConfigError(f"circular {BASE_KEY} chain: {' -> '.join([*shown, file])}")
+            used.setdefault(real, file)
+            if referrer is None:
+                cfg = CfgNode.open(file, encoding)
+            else:
+                cfg = _open_base(referrer, file, encoding)
+            bases = [_find_base(file, base) for base in _bases_named(file, cfg)]
+            on_path[real] = len(stack)
+            stack.append([file, real, cfg, bases, 0, None])
+        frame = stack[-1]
+        if result is not None:  # a base of this frame's file is done: merge it in order
+            frame[5] = result if frame[5] is None else _merged(frame[5], result)
+            result = None
+        file, real, cfg, bases, index, merged = frame
+        if index < len(bases):
+            frame[4] += 1
+            todo = (bases[index], file)
+            continue
+        stack.pop()
+        del on_path[real]
+        result = cfg if merged is None else _merged(merged, cfg)
+    assert result is not None
+    return result, list(used)
+
+
+def _merged(base: CfgNode, cfg: CfgNode) -> CfgNode:
+    base.merge(cfg)
+    return base
+
+
+def _bases_named(path: str, cfg: CfgNode) -> list[Any]:
+    """The bases `cfg` (read from `path`) names, its base keys removed."""
+    given = [key for key in BASE_KEYS if key in cfg]
+    if len(given) > 1:
+        raise ConfigError(f"{path}: both {given[0]} and {given[1]} name a base; keep one")
+    if not given:
+        return []
+    base = cfg.pop(given[0])
+    return list(base) if isinstance(base, (list, tuple)) else [base]
 
 
 def _open_base(referrer: str, path: str, encoding: str) -> CfgNode:
@@ -187,6 +231,11 @@ def _find_base(path: str, base: Any) -> str:
         raise ConfigError(f"{path}: {BASE_KEY} must be a path string, not {type(base).__name__}")
     if "\0" in base:
         raise ConfigError(f"{path}: {BASE_KEY} {base!r} holds a null character; not a path")
+    if url_scheme(base) is not None:
+        raise ConfigError(
+            f"{path}: {BASE_KEY} {base!r} is a URL; a base is a local file (a path relative "
+            "to this file, or absolute)"
+        )
     relative = os.path.join(os.path.dirname(path), base)
     for candidate in dict.fromkeys((relative, base)):
         try:
@@ -236,13 +285,18 @@ def _difference(
 _ABSENT = object()
 
 
+def _kind(value: Any) -> type:
+    # A list of a frozen config is the list a file gives back.
+    return list if type(value) is FrozenTreeList else type(value)
+
+
 def _same_value(a: Any, b: Any) -> bool:
     """Equal, of the same types all the way down, and of the same sign.
 
     `[1]` equals `[1.0]` and `-0.0` equals `0.0` in Python, but a file that
     dropped one for the other would reopen with the base's value.
     """
-    if type(a) is not type(b):
+    if _kind(a) is not _kind(b):
         return False
     if isinstance(a, float):
         return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Optional, Tuple, Type
 
 from .node import CfgNode, _deepcopy, _rebuild
+from .peers import set_state, state_of
 
 __all__ = ["lazy_copy"]
 
@@ -143,6 +144,7 @@ class _LazyCopyMixin(_MixinBase):
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key in self._lazy_unshared:
+            self._check_mutable(key)  # refused on a frozen node, as CfgNode.setdefault is
             return self._lazy_take(key)
         return super().setdefault(key, default)
 
@@ -161,7 +163,10 @@ class _LazyCopyMixin(_MixinBase):
 
     # ------------------------------------- tree walks own what they walk
     def freeze(self, frozen: bool = True) -> None:
-        self._lazy_take_nodes()
+        # The walk sets a flag on every node it reaches, at any depth and inside
+        # lists and tuples: all of them must be this copy's own first, or a
+        # consumer's freeze would reach the source's nodes (and every later copy).
+        self._lazy_take_all(deep=True)
         super().freeze(frozen)
 
     def _plan_merge(self, cfg: Any, plan: Any) -> None:
@@ -184,12 +189,16 @@ class _LazyCopyMixin(_MixinBase):
 
     # ------------------------------------ copies and pickles are plain nodes
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (_rebuild, (self._lazy_base, dict(self), self._frozen, self._key_path))
+        return (
+            _rebuild,
+            (self._lazy_base, dict(self), self._frozen, self._key_path, state_of(self)),
+        )
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> CfgNode:  # type: ignore[override]
         new = self._lazy_base()
         memo[id(self)] = new
         object.__setattr__(new, "_key_path", self._key_path)
+        set_state(new, state_of(self))
         for key, value in dict.items(self):
             new._set(key, _deepcopy(value, memo))
         object.__setattr__(new, "_frozen", self._frozen)
@@ -223,6 +232,7 @@ def _make(source: CfgNode, cache: TemplateCache) -> CfgNode:
     object.__setattr__(copy, "_lazy_unshared", set(unshared))
     object.__setattr__(copy, "_lazy_cache", cache)
     object.__setattr__(copy, "_key_path", source._key_path)
+    set_state(copy, state_of(source))
     dict.update(copy, source)  # C: the source is a plain node
     mirror = copy.__dict__
     mirror.update(source.__dict__)

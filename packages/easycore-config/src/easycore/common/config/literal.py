@@ -13,11 +13,17 @@ something else are quoted (the dumper does that, see `yaml_dialect`).
 
 from __future__ import annotations
 
+# collections.abc without importing `collections` (see node.py)
+from _collections_abc import Mapping
+
+from .errors import ConfigError
+from .yaml_io import MAX_DEPTH
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Callable
 
-__all__ = ["PlainScalar", "decode_literal", "encode_literal"]
+__all__ = ["PlainScalar", "decode_literal", "encode_literal", "encode_tree"]
 
 # Only strings starting with one of these can be a non-trivial literal; checking
 # the first character skips the (slow) parser for ordinary words like "res3".
@@ -225,3 +231,56 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+def encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
+    """A config's values as YAML-safe data (`encode_literal` on each leaf), naming the key at fault.
+
+    Raises:
+        ConfigError: a value with no YAML or literal form, or nesting deeper than `MAX_DEPTH`.
+    """
+    if isinstance(value, (Mapping, list)):
+        if depth >= MAX_DEPTH:
+            limit = MAX_DEPTH
+            raise ConfigError(f"cannot save {path or 'config'!r}: nested more than {limit} levels")
+        if isinstance(value, list):
+            return [
+                encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
+            ]
+        return {
+            # a str subclass as a key (a StrEnum) is written as the text it holds
+            (k if type(k) is str else str.__str__(k)): encode_tree(
+                v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1
+            )
+            for k, v in value.items()
+        }
+    if type(value) is str and not value.isascii():
+        _check_encodable(value, path)
+    if type(value) is int and value.bit_length() > 14_000:  # near the 4,300-digit str limit
+        try:
+            str(value)
+        except ValueError as exc:
+            raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
+    try:
+        return encode_literal(value, ascii_only)
+    except TypeError as exc:
+        raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
+
+
+def _check_encodable(value: str, path: str) -> None:
+    """Refuse a string no text file can hold: one with a lone surrogate.
+
+    `os.listdir` and `sys.argv` give such strings for names that are not
+    UTF-8 (`surrogateescape`); the YAML emitter would fail on them with a raw
+    `UnicodeEncodeError` naming no key.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = value[exc.start]
+        raise ConfigError(
+            f"cannot save {path or 'config'!r}: the string holds a lone surrogate "
+            f"({char!r} at index {exc.start}), which no text file can hold; it usually "
+            "comes from a file name that is not UTF-8 (decode it with os.fsencode(name)"
+            ".decode(..., 'replace'), or keep it as bytes)"
+        ) from None

@@ -29,8 +29,12 @@ import os
 from _collections_abc import Mapping
 
 from . import files, yaml_io
-from .errors import ConfigError, ConfigKeyError, FrozenError
-from .literal import decode_literal, encode_literal
+from .errors import ConfigError, ConfigKeyError, FrozenError, UnknownOverrideKeyError
+from .freezing import set_frozen, thawed
+from .literal import decode_literal, encode_tree
+from .overrides import coerce as _coerce
+from .overrides import pairs as _pairs
+from .peers import PeerSpellings, PeerState, honour_registered_keys, set_state, state_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -40,6 +44,10 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing_extensions import Self
 
 __all__ = ["CfgNode"]
+
+
+#: `dump`'s "no config given": dump the node it is called on.
+_THIS: Any = object()
 
 
 def _deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -52,7 +60,7 @@ def _is_dunder(key: str) -> bool:
     return key[:2] == "__" and key[-2:] == "__"
 
 
-class CfgNode(dict):
+class CfgNode(PeerSpellings, dict):
     """Config Node: a `dict` whose keys are also attributes.
 
     Nested dictionaries become CfgNodes, so `cfg.MODEL.NUM_CLASSES` and
@@ -73,7 +81,7 @@ class CfgNode(dict):
         ```
     """
 
-    __slots__ = ("__dict__", "_frozen", "_key_path")
+    __slots__ = ("__dict__", "_frozen", "_key_path", "_peer")
 
     #: Names a key must not shadow as an attribute (methods, slots, dunders),
     #: per class, so a subclass's own methods are protected too.
@@ -83,13 +91,21 @@ class CfgNode(dict):
         super().__init_subclass__(**kwargs)
         cls._reserved = frozenset(dir(cls))
 
-    def __init__(self, init_dict: Mapping[str, Any] | None = None, copy: bool = True) -> None:
+    def __init__(
+        self,
+        init_dict: Mapping[str, Any] | None = None,
+        copy: bool = True,
+        *,
+        new_allowed: bool = False,
+    ) -> None:
         """
         Args:
             init_dict (dict): a possibly-nested dictionary to initialize the CfgNode.
                 Its values are kept as they are: a string stays a string.
             copy (bool): if False, the CfgNode shares the leaf values with
                 `init_dict`; otherwise the contents of `init_dict` are deep-copied.
+            new_allowed (bool): let `merge_from_other_cfg` and `merge_from_file` add
+                keys to this node (yacs's `new_allowed`; `merge` always may).
         """
         try:
             frozen = _FROZEN_SLOT.__get__(self, CfgNode)
@@ -100,7 +116,8 @@ class CfgNode(dict):
             self._check_mutable()
         object.__setattr__(self, "_frozen", False)
         object.__setattr__(self, "_key_path", "")
-        super().__init__()
+        object.__setattr__(self, "_peer", PeerState(True) if new_allowed else None)
+        dict.__init__(self)
         if init_dict is None:
             return
         if not isinstance(init_dict, Mapping):
@@ -276,26 +293,15 @@ class CfgNode(dict):
         A frozen node refuses every change: `cfg.X = ...`, `cfg["X"] = ...`,
         `del`, `update`, `pop`, `popitem`, `setdefault`, `clear`, `|=`,
         `merge`, `merge_from_list` and calling `__init__` again. Sub-configs
-        are frozen with it, those inside lists and tuples too; the lists
-        themselves stay ordinary lists.
+        are frozen with it, those inside lists and tuples too. The lists
+        themselves stay lists that may change, but a sub-config put into one
+        later is frozen with the config (while frozen, they are
+        `FrozenTreeList`s; unfreezing gives plain lists back).
 
         Args:
             frozen (bool): freeze or unfreeze the config
         """
-        frozen = bool(frozen)
-        # A loop over a stack, not recursion: lists built in Python may nest deep.
-        stack: list[Any] = [self]
-        seen: set[int] = set()
-        while stack:
-            value = stack.pop()
-            if id(value) in seen:  # a list that holds itself, or one node twice
-                continue
-            seen.add(id(value))
-            items = dict.values(value) if isinstance(value, CfgNode) else value
-            if isinstance(value, CfgNode):
-                object.__setattr__(value, "_frozen", frozen)
-            # only what may hold a node: a list of a million numbers stays cheap
-            stack.extend(v for v in items if isinstance(v, (CfgNode, list, tuple)))
+        set_frozen(self, bool(frozen))
 
     def is_frozen(self) -> bool:
         """get the state of the config.
@@ -317,6 +323,7 @@ class CfgNode(dict):
         new = type(self)()
         memo[id(self)] = new
         object.__setattr__(new, "_key_path", self._key_path)
+        set_state(new, state_of(self))
         for key, value in dict.items(self):
             new._set(key, _deepcopy(value, memo))
         object.__setattr__(new, "_frozen", self._frozen)
@@ -325,7 +332,7 @@ class CfgNode(dict):
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuild through _set so unpickled nodes (e.g. in runner workers) get
         # their attribute mirror and key paths back.
-        return (_rebuild, (type(self), dict(self), self._frozen, self._key_path))
+        return (_rebuild, (type(self), dict(self), self._frozen, self._key_path, state_of(self)))
 
     def merge(self, cfg: Mapping[str, Any]) -> None:
         """merge another CfgNode into this CfgNode, the another CfgNode will override this CfgNode.
@@ -355,31 +362,36 @@ class CfgNode(dict):
             else:
                 plan.append((self, key, self._prepare(key, _deepcopy(value))))
 
-    def merge_from_list(self, overrides: Iterable[str], allow_new: bool = False) -> None:
+    def merge_from_list(self, overrides: Iterable[Any], allow_new: bool = False) -> None:
         """merge command-line style overrides into this CfgNode.
 
         `overrides` is either alternating keys and values
         (`["SOLVER.LR", "0.1", "NAME", "run1"]`) or `KEY=VALUE` items
         (`["SOLVER.LR=0.1", "NAME=run1"]`). Values are parsed as Python
         literals (`"0.1"` -> 0.1, `"(1, 2)"` -> tuple); anything else stays a
-        string. An existing value keeps its type: an int may become a float, a
-        list a tuple and vice versa, a string stays a string (`NAME=None` sets
-        the string `"None"`), anything but a string may become None; other type
-        changes are refused.
+        string. A value given as another object than a string
+        (`["SOLVER.LR", 0.1]`, as yacs takes it) is that object. An existing
+        value keeps its type: an int may become a float, a list a tuple and
+        vice versa, a string stays a string (`NAME=None` sets the string
+        `"None"`), anything but a string may become None; other type changes
+        are refused.
 
         Either every override is applied or, on an error, none is.
 
         Args:
-            overrides (Iterable[str]): the overrides.
+            overrides (Iterable[str]): the overrides (a value may be any object).
             allow_new (bool): allow keys (and parent nodes) that do not exist yet.
                 If False (the default) an unknown key is an error, which catches typos.
 
         Raises:
-            ConfigKeyError: unknown or invalid key (with a close-match suggestion).
-            ConfigError: a value whose type does not match the existing one.
+            ConfigKeyError: unknown or invalid key (with a close-match suggestion);
+                an unknown one is an `UnknownOverrideKeyError`, also an
+                `AssertionError` (what yacs raised).
+            ConfigError: a value whose type does not match the existing one, or a
+                key that is not a str (naming the entry).
             FrozenError: the config is frozen.
         """
-        pairs = _pairs(list(overrides))
+        pairs = honour_registered_keys(self, _pairs(list(overrides)))
         # Rehearse first, so a bad override leaves this node untouched. The
         # rehearsal copies only the nodes on the overrides' paths, and those
         # shallowly: a config may hold values that cannot be copied at all (a
@@ -389,15 +401,16 @@ class CfgNode(dict):
         self._apply_overrides(pairs, allow_new)
 
     def _apply_overrides(
-        self, pairs: list[tuple[str, str]], allow_new: bool, copies: set[int] | None = None
+        self, pairs: list[tuple[str, Any]], allow_new: bool, copies: set[int] | None = None
     ) -> None:
         for dotted, raw in pairs:
             node, leaf = self._walk_to_parent(dotted, allow_new, copies)
-            value = decode_literal(raw)
+            # A value given as an object (["NUM_GPUS", 2], as yacs takes it) is itself.
+            value = decode_literal(raw) if isinstance(raw, str) else raw
             if leaf in node:
                 value = _coerce(dict.__getitem__(node, leaf), value, raw, dotted)
             elif not allow_new:
-                raise ConfigKeyError(node._missing_message(leaf))
+                raise UnknownOverrideKeyError(node._missing_message(leaf))
             node[leaf] = value
 
     def _walk_to_parent(
@@ -412,7 +425,7 @@ class CfgNode(dict):
         for part in parents:
             if part not in node:
                 if not allow_new:
-                    raise ConfigKeyError(node._missing_message(part))
+                    raise UnknownOverrideKeyError(node._missing_message(part))
                 node[part] = CfgNode()
             child = dict.__getitem__(node, part)
             if not isinstance(child, CfgNode):
@@ -434,9 +447,16 @@ class CfgNode(dict):
         """convert to a dict
 
         Returns:
-            dict: nested plain dicts (leaf values are not copied).
+            dict: nested plain dicts (leaf values are not copied, except that
+                the lists of a frozen config are given as plain lists).
         """
-        return {k: v.dict() if isinstance(v, CfgNode) else v for k, v in dict.items(self)}
+        frozen = self._frozen
+        return {
+            k: v.dict()
+            if isinstance(v, CfgNode)
+            else (thawed(v) if frozen and isinstance(v, (list, tuple)) else v)
+            for k, v in dict.items(self)
+        }
 
     def __str__(self) -> str:
         """
@@ -465,18 +485,26 @@ class CfgNode(dict):
             encoding (str): encoding of the file.
 
         Raises:
-            ConfigError: a value with no YAML form, or a path that is not a regular file.
+            ConfigError: a value with no YAML form, a path that is not a regular
+                file or is a URL, or YAML text larger than `open` reads (64 MiB).
         """
-        text = type(self).dump(self)
-        assert text is not None  # dump without a stream returns the text
         if hasattr(save_path, "write"):
-            if files.is_binary(save_path):
-                save_path.write(text.encode(encoding))
-            else:
-                save_path.write(text)
+            where = repr(getattr(save_path, "name", "<stream>"))
+        else:
+            where = repr(os.fspath(save_path))
+            files.refuse_url(os.fspath(save_path), "save to")
+        try:
+            text = type(self).dump(self)
+        except files.ConfigTooLargeError as exc:
+            files.check_size(exc.size, where)  # the same refusal, naming the file
+            raise
+        assert text is not None  # dump without a stream returns the text
+        data = text.encode(encoding)
+        files.check_size(len(data), where)
+        if hasattr(save_path, "write"):
+            save_path.write(data if files.is_binary(save_path) else text)
             return
-        path = os.fspath(save_path)
-        files.atomic_write(path, text.encode(encoding))
+        files.atomic_write(os.fspath(save_path), data)
 
     @classmethod
     def open(cls, file: Any, encoding: str = "utf-8") -> Self:
@@ -541,18 +569,21 @@ class CfgNode(dict):
         except ConfigKeyError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
-    @classmethod
     def dump(
-        cls, cfg: CfgNode, stream: Any = None, encoding: str | None = None, **kwargs: Any
+        self: Any, cfg: Any = _THIS, stream: Any = None, encoding: str | None = None, **kwargs: Any
     ) -> str | None:
         """dump CfgNode into yaml str or yaml file
+
+        Called on the class with the config (`CfgNode.dump(cfg, f)`, as easycore
+        0.4.2 spelt it) or on the config itself (`cfg.dump()`, `cfg.dump(f)`, as
+        yacs spells it).
 
         Note:
             if `stream` is set to a non-None object, the CfgNode is dumped into
             it and None is returned; otherwise the YAML string is returned.
 
         Args:
-            cfg (CfgNode): the config to dump.
+            cfg (CfgNode): the config to dump (the one it is called on if not given).
             stream (io.IOBase or None): a file object, or None to return a string.
             encoding (str or None): encoding of the output.
             **kwargs: options of the yaml dumper. Some useful options:
@@ -564,11 +595,27 @@ class CfgNode(dict):
 
         Raises:
             ConfigError: a value with no YAML or Python-literal form, or nesting
-                deeper than 100 levels, naming its key.
+                deeper than 100 levels, naming its key; or YAML text larger than
+                `open` reads (64 MiB).
         """
+        if cfg is _THIS:
+            cfg = self
+        elif not isinstance(cfg, Mapping):  # cfg.dump(stream[, encoding]), or CfgNode.dump(cfg, f)
+            # The stream came in `cfg`'s place, and a positional encoding in `stream`'s.
+            if stream is not None and encoding is not None:
+                raise TypeError("dump() got two encodings")
+            cfg, stream, encoding = self, cfg, encoding if stream is None else stream
         ascii_only = not kwargs.get("allow_unicode", True)
-        data = _encode_tree(cfg, "", ascii_only, 0)
-        return yaml_io.safe_dump(data, stream, encoding=encoding, **kwargs)
+        data = encode_tree(cfg, "", ascii_only, 0)
+        text: str = yaml_io.safe_dump(data, None, **kwargs)
+        # What easycore writes, it reads: UTF-8 takes at most 4 bytes a character.
+        if len(text) * 4 > files.MAX_STREAM_BYTES:
+            files.check_size(len(text.encode("utf-8", "surrogatepass")), "the config")
+        out = text.encode(encoding) if encoding is not None else text
+        if stream is None:
+            return out  # type: ignore[return-value]  # bytes with an encoding, as PyYAML gives
+        stream.write(out)
+        return None
 
 
 CfgNode._reserved = frozenset(dir(CfgNode))
@@ -590,14 +637,23 @@ def _shallow_copy(node: CfgNode) -> CfgNode:
     new = type(node).__new__(type(node))
     object.__setattr__(new, "_frozen", node._frozen)
     object.__setattr__(new, "_key_path", node._key_path)
+    set_state(new, state_of(node))
     dict.update(new, node)
     new.__dict__.update(node.__dict__)
     return new
 
 
-def _rebuild(cls: type[CfgNode], items: dict[str, Any], frozen: bool, key_path: str) -> CfgNode:
+def _rebuild(
+    cls: type[CfgNode],
+    items: dict[str, Any],
+    frozen: bool,
+    key_path: str,
+    peer: PeerState | None = None,
+) -> CfgNode:
     node = cls()
     object.__setattr__(node, "_key_path", key_path)
+    if peer is not None:
+        set_state(node, peer)
     for key, value in items.items():
         node._set(key, value)
     if frozen:
@@ -613,77 +669,3 @@ def _set_key_path(node: CfgNode, path: str) -> None:
     for key, value in dict.items(node):
         if isinstance(value, CfgNode):
             _set_key_path(value, f"{path}.{key}" if path else key)
-
-
-def _encode_tree(value: Any, path: str, ascii_only: bool, depth: int) -> Any:
-    if isinstance(value, (Mapping, list)):
-        if depth >= yaml_io.MAX_DEPTH:
-            limit = yaml_io.MAX_DEPTH
-            raise ConfigError(f"cannot save {path or 'config'!r}: nested more than {limit} levels")
-        if isinstance(value, list):
-            return [
-                _encode_tree(v, f"{path}[{i}]", ascii_only, depth + 1) for i, v in enumerate(value)
-            ]
-        return {
-            # a str subclass as a key (a StrEnum) is written as the text it holds
-            (k if type(k) is str else str.__str__(k)): _encode_tree(
-                v, f"{path}.{k}" if path else str(k), ascii_only, depth + 1
-            )
-            for k, v in value.items()
-        }
-    if type(value) is str and not value.isascii():
-        _check_encodable(value, path)
-    if type(value) is int and value.bit_length() > 14_000:  # near the 4,300-digit str limit
-        try:
-            str(value)
-        except ValueError as exc:
-            raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
-    try:
-        return encode_literal(value, ascii_only)
-    except TypeError as exc:
-        raise ConfigError(f"cannot save {path or 'config'!r}: {exc}") from None
-
-
-def _check_encodable(value: str, path: str) -> None:
-    """Refuse a string no text file can hold: one with a lone surrogate.
-
-    `os.listdir` and `sys.argv` give such strings for names that are not
-    UTF-8 (`surrogateescape`); the YAML emitter would fail on them with a raw
-    `UnicodeEncodeError` naming no key.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        char = value[exc.start]
-        raise ConfigError(
-            f"cannot save {path or 'config'!r}: the string holds a lone surrogate "
-            f"({char!r} at index {exc.start}), which no text file can hold; it usually "
-            "comes from a file name that is not UTF-8 (decode it with os.fsencode(name)"
-            ".decode(..., 'replace'), or keep it as bytes)"
-        ) from None
-
-
-def _pairs(items: list[str]) -> list[tuple[str, str]]:
-    if all("=" in item for item in items):
-        return [tuple(item.split("=", 1)) for item in items]  # type: ignore[misc]
-    if len(items) % 2:
-        raise ConfigError(
-            f"overrides must be KEY=VALUE items or KEY VALUE pairs; got an odd list: {items}"
-        )
-    return list(zip(items[0::2], items[1::2]))
-
-
-def _coerce(old: Any, new: Any, raw: str, key: str) -> Any:
-    if isinstance(old, str):
-        # "NAME=50" or "NAME=None" on a string key means that string; a quoted
-        # literal ("NAME='run 7'") gives the string it spells.
-        return new if isinstance(new, str) else raw
-    if old is None or new is None or type(old) is type(new):
-        return new
-    if isinstance(old, float) and type(new) is int:
-        return float(new)
-    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
-        return type(old)(new)
-    raise ConfigError(
-        f"cannot set {key!r} to {raw!r}: expected {type(old).__name__}, got {type(new).__name__}"
-    )

@@ -69,6 +69,7 @@ from .jobqueue import JobQueue
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
+from .shared_list import SharedList
 from .transport.shared_memory import PickleTransport, SharedMemoryTransport, Transport
 from .worker.executor import Executor, WorkerContext, WorkerProgram
 
@@ -83,6 +84,7 @@ __all__ = [
     "Queue",
     "QueueClosedError",
     "QueuePeerDiedError",
+    "SharedList",
     "BaseRunner",
     "UnorderedRunner",
     "OrderedRunner",

@@ -7,6 +7,10 @@ variables read at download time, then to defaults. `.deadline` enforces the firs
 """
 
 import os
+
+# threading's own constant, from the built-in module behind it (importing threading
+# is not light).
+from _thread import TIMEOUT_MAX
 from typing import Optional, Union
 
 __all__ = [
@@ -14,6 +18,7 @@ __all__ = [
     "DEFAULT_DEADLINE",
     "LOCK_MARGIN",
     "LOCK_TIMEOUT_ENV",
+    "MAX_WAIT",
     "resolve_deadline",
     "resolve_lock_timeout",
 ]
@@ -24,13 +29,18 @@ DEFAULT_DEADLINE = 3600.0  # seconds for one download, every attempt and pause i
 # Waiting for another process's download gives up only after that download's own deadline
 # (if it uses the same settings) could have passed: a little more than the deadline.
 LOCK_MARGIN = 60.0
+#: The longest wait the platform can make (a socket timeout, a timer, a sleep): about 292
+#: years on Linux, 49 days on Windows. A longer deadline or lock timeout means none (it
+#: would fail with OverflowError mid-download); a longer per-operation timeout is refused.
+MAX_WAIT = float(TIMEOUT_MAX)
 
 
 def resolve_deadline(value: Optional[float]) -> float:
     """The deadline in seconds: `value`, else `$EASYCORE_DOWNLOAD_DEADLINE`, else one hour.
 
     Args:
-        value (float or None): seconds, positive; `math.inf` turns the deadline off.
+        value (float or None): seconds, positive; `math.inf` (or anything longer than
+            the platform's longest wait, `MAX_WAIT`) turns the deadline off.
 
     Returns:
         float: positive seconds, possibly `math.inf`.
@@ -77,4 +87,5 @@ def _from_env(name: str, default: float) -> float:
 def _seconds(what: str, value: Union[int, float]) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{what} must be positive seconds (math.inf for none), got {value!r}")
-    return float(value)
+    # No clock can wait that long (a timer would fail with OverflowError): it means none.
+    return float("inf") if value > MAX_WAIT else float(value)

@@ -8,21 +8,26 @@ together), the download's deadline (no pause outlives it, whatever `Retry-After`
 and a warning on the `easycore.common.network` logger for every retry.
 
 A body cut mid-stream is not urllib3's to retry (the response was already returned):
-`.transfer` does that itself, within the same budget of attempts.
+`.transfer` does that itself, within the same budget of attempts. A host name that does
+not resolve is not retried at all: asking the resolver again gives the same answer (and
+urllib3 files its error under connect timeouts).
 
 Imported only when a transfer happens (it imports `urllib3`).
 """
 
 import random
+import socket
 import time
-from typing import Any, Optional
+from typing import Any, List, Optional
 
+from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from . import deadline as _deadline
+from .limits import MAX_WAIT
 from .urls import redact
 
-__all__ = ["TRANSIENT_STATUSES", "DownloadRetry", "download_retry"]
+__all__ = ["TRANSIENT_STATUSES", "DownloadRetry", "download_retry", "resolution_failure"]
 
 #: Answers worth asking again: the server may answer otherwise in a moment.
 TRANSIENT_STATUSES = frozenset({408, 429, *range(500, 600)})
@@ -44,6 +49,20 @@ class DownloadRetry(Retry):
         fresh.log_url = self.log_url
         return fresh
 
+    def increment(  # type: ignore[override]  # urllib3's own signature, typed loosely
+        self,
+        method: Optional[str] = None,
+        url: Optional[str] = None,
+        response: Any = None,
+        error: Optional[Exception] = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> "Retry":
+        """urllib3's count of one more failure; a failed name resolution ends the request."""
+        if error is not None and resolution_failure(error) is not None:
+            raise MaxRetryError(_pool, url, error) from error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
     def get_backoff_time(self) -> float:
         """`backoff * 2**k` before the (k+1)-th retry, plus up to half of it at random."""
         k = len(self.history) - 1
@@ -63,6 +82,7 @@ class DownloadRetry(Retry):
         clock = _deadline.current()
         if clock is not None:
             pause = min(pause, clock.remaining())
+        pause = min(pause, MAX_WAIT)  # a Retry-After of years: no sleep takes it
         self._log(pause)
         if pause > 0:
             time.sleep(pause)
@@ -85,6 +105,30 @@ class DownloadRetry(Retry):
             self.max_attempts,
             pause,
         )
+
+
+def resolution_failure(error: BaseException) -> Optional[socket.gaierror]:
+    """The resolver's error behind `error` (urllib3's `NameResolutionError` and its older
+    `NewConnectionError` carry it as their cause or context), or None.
+
+    Args:
+        error (BaseException): what a request raised, or urllib3's reason for it.
+
+    Returns:
+        socket.gaierror or None.
+    """
+    seen = set()
+    todo: List[Any] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror):
+            return current
+        todo += [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        todo += [arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException)]
+    return None
 
 
 def download_retry(url: str, backoff: float, attempts_before: int, max_attempts: int) -> Retry:

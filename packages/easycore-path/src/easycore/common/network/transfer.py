@@ -10,15 +10,15 @@ server that answers `Content-Encoding: gzip` anyway gets its gzip bytes stored, 
 
 import contextlib
 import errno
-import math
 import os
 import random
 import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union
+from urllib.parse import urlsplit
 
 from .errors import DownloadError
-from .limits import resolve_deadline
+from .limits import MAX_WAIT, resolve_deadline
 from .names import PART_SUFFIX, own_prefix
 from .urls import credentials, redact
 
@@ -168,21 +168,23 @@ def probe(
 
 def check_timeout(timeout: Timeout) -> None:
     """Refuse a missing, non-positive or infinite timeout: a transfer must never wait
-    forever (and a socket cannot take `math.inf`: use `deadline=` for the whole).
+    forever (and a socket cannot take `math.inf`: use `deadline=` for the whole), nor
+    one longer than a socket can wait (`MAX_WAIT`, about 292 years on Linux).
 
     Args:
         timeout (float or tuple): `(connect, read)` seconds, or one number for both.
 
     Raises:
         ValueError: `timeout` is None, neither a number nor a pair, or not positive and
-            finite.
+            at most `MAX_WAIT`.
     """
     values = timeout if isinstance(timeout, tuple) else (timeout,)
     if (isinstance(timeout, tuple) and len(timeout) != 2) or not all(
-        _is_number(v) and 0 < v < math.inf for v in values
+        _is_number(v) and 0 < v <= MAX_WAIT for v in values
     ):
         raise ValueError(
-            f"timeout must be positive, finite seconds or (connect, read), got {timeout!r}"
+            f"timeout must be positive, finite seconds (at most {MAX_WAIT:.4g}) or "
+            f"(connect, read), got {timeout!r}"
         )
 
 
@@ -199,13 +201,16 @@ def check_attempts(max_attempts: int) -> None:
 
 
 def check_backoff(backoff: float) -> None:
-    """Refuse a negative, infinite or non-numeric backoff.
+    """Refuse a negative, infinite or non-numeric backoff, or one no sleep can take.
 
     Raises:
-        ValueError: `backoff` is not a finite number of seconds, 0 or more.
+        ValueError: `backoff` is not a number of seconds from 0 to `MAX_WAIT`.
     """
-    if not (_is_number(backoff) and 0 <= backoff < math.inf):
-        raise ValueError(f"backoff must be finite seconds, 0 or more, got {backoff!r}")
+    if not (_is_number(backoff) and 0 <= backoff <= MAX_WAIT):
+        raise ValueError(
+            f"backoff must be finite seconds, 0 or more (at most {MAX_WAIT:.4g}), "
+            f"got {backoff!r}"
+        )
 
 
 def check_options(timeout: Timeout, max_attempts: int, backoff: float) -> None:
@@ -311,7 +316,7 @@ def _with_retries(attempt: Callable[[], T], url: str, attempts: _Attempts, clock
                 attempts.max_attempts,
                 pause,
             )
-        time.sleep(min(pause, clock.remaining()))
+        time.sleep(min(pause, clock.remaining(), MAX_WAIT))
 
 
 def _fetch_once(
@@ -395,7 +400,7 @@ def _stream_into(
 ) -> None:
     from urllib3.exceptions import HTTPError, ReadTimeoutError
 
-    expected = _content_length(response)
+    expected = _content_length(response, url)
     written = 0
     # decode_content=False: the bytes the server sent, never expanded (see module doc).
     chunks = response.raw.stream(chunk_size, decode_content=False)
@@ -456,14 +461,29 @@ def _create_temporary_file(dst: str, mode: int) -> Tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary file name next to", dst)
 
 
-def _content_length(response: Any) -> Optional[int]:
+def _content_length(response: Any, url: str) -> Optional[int]:
+    """The body's length the answer promises, or None when it gives none.
+
+    Raises:
+        DownloadError: an invalid `Content-Length` (not digits, or several different
+            values): RFC 9112 (6.3) makes the answer's framing an unrecoverable error,
+            so nothing of it is stored.
+    """
     if "chunked" in response.headers.get("Transfer-Encoding", "").lower():
         return None  # a Content-Length beside chunked coding is to be ignored (RFC 9112)
-    try:
-        value = int(response.headers["Content-Length"])
-    except (KeyError, ValueError):
+    raw = response.headers.get("Content-Length")
+    if raw is None:
         return None
-    return value if value >= 0 else None
+    # "10, 10" (a header repeated with one value) is valid; anything else is not.
+    values = {value.strip() for value in raw.split(",")}
+    if len(values) != 1 or not all(value.isascii() and value.isdigit() for value in values):
+        raise _invalid_length(url, repr(raw))
+    return int(values.pop())
+
+
+def _invalid_length(url: str, what: str) -> DownloadError:
+    reason = f"the server sent an invalid Content-Length {what}; nothing was stored"
+    return DownloadError(url, reason)
 
 
 def _is_transient_status(status: int) -> bool:
@@ -471,10 +491,24 @@ def _is_transient_status(status: int) -> bool:
 
 
 def _as_download_error(url: str, exc: Exception) -> DownloadError:
+    import socket
+
     import requests
     from urllib3.exceptions import MaxRetryError
     from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+    from .retry import resolution_failure
+
+    unresolved = resolution_failure(exc)
+    if unresolved is not None:
+        # Not a timeout, whatever urllib3's classes say: the name has no address.
+        host = urlsplit(url).hostname or url
+        transient = unresolved.errno == getattr(socket, "EAI_AGAIN", None)
+        return DownloadError(
+            url, f"cannot resolve the host name {host!r} ({unresolved})", transient=transient
+        )
+    if isinstance(exc, requests.exceptions.InvalidHeader) and "Content-Length" in str(exc):
+        return _invalid_length(url, f"({exc})")  # urllib3 refused it first ("10, 11")
     # After urllib3's retries, requests wraps the last error in MaxRetryError: name it.
     cause = exc.args[0] if exc.args else None
     if isinstance(cause, MaxRetryError) and isinstance(cause.reason, Urllib3Timeout):

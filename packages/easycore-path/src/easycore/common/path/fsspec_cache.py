@@ -12,7 +12,9 @@ have (see `.cache` and `easycore.common.network.download`), built from the same 
   copy is never served; another user, or other credentials, never find the entry;
 - the download runs once across threads and processes under the entry's file lock,
   into an `@<8 hex>.part` file renamed into place only when complete and only if the
-  object did not change meanwhile; copies are readable by their owner only.
+  object did not change meanwhile; copies are readable by their owner only;
+- a copy is served only while its size is the object's (the metadata fetched for the
+  version gives it): a copy truncated or grown on disk is downloaded again.
 
 A hit costs one metadata request (`info`) to learn the object's current version.
 """
@@ -69,6 +71,7 @@ def cached_copy(
     cache_dir: str,
     owner: str,
     secrets: Iterable[str],
+    force: bool = False,
 ) -> str:
     """The local copy of `fspath` in `fs`, downloaded into `cache_dir` if missing or stale.
 
@@ -80,6 +83,7 @@ def cached_copy(
         owner (str): who asks (storage options and credentials in effect); hashed with
             the user's key, never written anywhere.
         secrets (iterable of str): values to keep out of messages.
+        force (bool): download even if a current copy is there (it is renamed over).
 
     Returns:
         str: a regular file inside `cache_dir` with the object's current bytes.
@@ -95,16 +99,31 @@ def cached_copy(
     info = _info(fs, fspath, url, secrets)
     local = _entry(cache_dir, fs, fspath, owner, version_of(info))
     # A hit is served only if it is ours (a regular file of this user, inside the
-    # cache): what another user planted in a shared cache is downloaded over.
-    if trusted_entry(cache_dir, local):
+    # cache) and has the object's size: what another user planted in a shared cache,
+    # or a copy cut short on disk, is downloaded over.
+    if not force and _serves(cache_dir, local, info):
         return local
     check_inside(cache_dir, local, url)
     with file_lock(lock_target(local), timeout=LOCK_TIMEOUT):
-        if trusted_entry(cache_dir, local):  # another process finished it while we waited
+        # another process may have finished it while we waited
+        if not force and _serves(cache_dir, local, info):
             return local
         remove_stale_parts(local)
         _download(fs, fspath, url, local, version_of(info), secrets)
     return local
+
+
+def _serves(cache_dir: str, local: str, info: Mapping[str, Any]) -> bool:
+    """Whether the entry at `local` may be served for the object `info` describes."""
+    if not trusted_entry(cache_dir, local):
+        return False
+    size = info.get("size")
+    if size is None:
+        return True
+    try:
+        return os.lstat(local).st_size == size
+    except OSError:
+        return False
 
 
 def _info(fs: Any, fspath: str, url: str, secrets: Tuple[str, ...]) -> Dict:

@@ -11,16 +11,18 @@ import json
 import os
 import shutil
 import time
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import unquote
 
 from easycore.common.network.urls import redact
 
 from .fsspec_cache import cached_copy
 from .fsspec_errors import as_os_error, secret_values
 from .fsspec_read import Reader
-from .fsspec_write import open_atomic
+from .fsspec_write import is_local, open_atomic
 from .path_handler import PathHandler
+from .prefixes import has_scheme, normalise_scheme
 
 __all__ = ["FsspecPathHandler", "handler_on_first_use"]
 
@@ -182,14 +184,32 @@ class FsspecPathHandler(PathHandler):
                     self.protocol, skip_instance_cache=self._fs_pid is not None, **self._options
                 )
                 self._fs_pid, self._fs_env = pid, env
-                self._fs_is_local = _is_local(self._fs)
+                self._fs_is_local = is_local(self._fs)
             return self._fs
 
     def _path(self, url: str) -> str:
+        # Schemes ignore case (RFC 3986); fsspec strips only the spelling it knows.
+        url = normalise_scheme(url)
         try:
-            return self.fs._strip_protocol(url)
+            fs = self.fs
+            path = fs._strip_protocol(url)
         except ImportError as exc:
             raise ImportError(f"cannot open {redact(url)!r}: {exc}") from None
+        if self._fs_is_local and "%" in path and has_scheme(url):
+            # A file:// URL is percent-encoded (RFC 8089): file:///a%20b is the file "a b".
+            # A plain path given to this handler is a path, never decoded.
+            path = unquote(path)
+        return path
+
+    def _object_path(self, url: str, operation: str) -> str:
+        """`_path` of a URL that must name an object: one ending in "/" names a directory."""
+        if url.endswith("/"):
+            raise self._error(
+                IsADirectoryError("a path ending in '/' names a directory, not an object"),
+                operation,
+                url,
+            )
+        return self._path(url)
 
     def _error(self, exc: BaseException, operation: str, url: str) -> OSError:
         return as_os_error(exc, operation, url, self._secrets)
@@ -199,7 +219,9 @@ class FsspecPathHandler(PathHandler):
         (`env`, from `_credential_env`) and the user."""
         return repr((self.protocol, self._options_text, env, _uid()))
 
-    def get_local_path(self, path: str) -> str:
+    def get_local_path(
+        self, path: str, force: bool = False, cache_dir: Optional[str] = None
+    ) -> str:
         """A local file with the object's current bytes.
 
         Local files (`file://`) are returned as they are; anything else is downloaded
@@ -209,6 +231,9 @@ class FsspecPathHandler(PathHandler):
 
         Args:
             path (str): A URI supported by this PathHandler.
+            force (bool): download again even if the cached copy is current.
+            cache_dir (str or None): the cache directory instead of `get_cache_dir()`
+                (the protocol's folder is made inside it).
 
         Returns:
             str: a file path which exists on the local file system.
@@ -219,13 +244,13 @@ class FsspecPathHandler(PathHandler):
             PermissionError: the store refused the credentials.
             DownloadError: the transfer failed; nothing is left in the cache.
         """
-        fs, fspath = self.fs, self._path(path)
+        fs, fspath = self.fs, self._object_path(path, "get_local_path")
         if self._fs_is_local:
             if not os.path.isfile(fspath):
                 raise self._error(FileNotFoundError("no such file"), "get_local_path", path)
             return fspath
         env = _credential_env()
-        if self.max_age > 0:
+        if self.max_age > 0 and not force and cache_dir is None:
             hit = self._checked.get((fspath, env))
             if (
                 hit is not None
@@ -234,10 +259,13 @@ class FsspecPathHandler(PathHandler):
             ):
                 return hit[0]
         checked_at = time.monotonic()
-        cache_dir = self.get_cache_dir(self.protocol)
+        if cache_dir is None:
+            folder = self.get_cache_dir(self.protocol)
+        else:
+            folder = os.path.join(os.path.abspath(os.path.expanduser(cache_dir)), self.protocol)
         owner = self._owner(env)
-        local = cached_copy(fs, fspath, path, cache_dir, owner, self._secrets)
-        if self.max_age > 0:
+        local = cached_copy(fs, fspath, path, folder, owner, self._secrets, force=force)
+        if self.max_age > 0 and cache_dir is None:
             self._checked[(fspath, env)] = (local, checked_at)
         return local
 
@@ -247,14 +275,20 @@ class FsspecPathHandler(PathHandler):
         Args:
             path (str): A URI supported by this PathHandler.
             mode (str): `r`, `rb`, `w`, `wb`, `x`, `xb` (text modes take `encoding`,
-                `errors`, `newline`); other keyword arguments go to fsspec's `open`
-                (`block_size`, `cache_type`, ...).
+                `errors`, `newline`); other keyword arguments go to fsspec's `open`:
+                `block_size`, `cache_type`, `cache_options`, `compression` and those the
+                store's own `_open` names (s3fs: `version_id`, `acl`, ...).
 
         Returns:
             IO: a file-like object. A writer stores the object only when closed cleanly.
 
         Raises:
-            ValueError: an unsupported mode (appending or updating objects).
+            ValueError: an unsupported mode (appending or updating objects), or a text
+                argument in a binary mode.
+            TypeError: a keyword argument no layer takes (a typo such as `encodng=`).
+            IsADirectoryError: a path that ends in "/", or names a prefix.
+            FileExistsError: mode `x` or `xb` and the object exists (a racing writer that
+                lost gets it when it closes).
             FileNotFoundError: reading a missing object.
             PermissionError: the store refused the credentials.
         """
@@ -263,7 +297,8 @@ class FsspecPathHandler(PathHandler):
                 f"cannot open {redact(path)!r} with mode {mode!r}: objects are read or "
                 "written whole (use 'r', 'rb', 'w', 'wb', 'x' or 'xb')"
             )
-        fs, fspath = self.fs, self._path(path)
+        fs, fspath = self.fs, self._object_path(path, "open")
+        _check_open_arguments(fs, path, mode, kwargs)
         if _WRITE_MODES.intersection(mode):
             if "x" in mode and fs.exists(fspath):
                 raise self._error(FileExistsError("the object exists"), "create", path)
@@ -407,7 +442,7 @@ class FsspecPathHandler(PathHandler):
             OSError: the directory is not empty (`ENOTEMPTY`) or is missing.
         """
         fs, fspath = self.fs, self._path(path)
-        top = _first_component(fspath) if not _is_local(fs) else None
+        top = _first_component(fspath) if not is_local(fs) else None
         current = fspath.rstrip("/")
         first = True
         while current and current != top and current not in ("/", "."):
@@ -418,7 +453,7 @@ class FsspecPathHandler(PathHandler):
                         raise OSError(errno.ENOTEMPTY, "directory not empty")
                     return
                 if first and not fs.isdir(current) and not fs.exists(current):
-                    if _is_local(fs):
+                    if is_local(fs):
                         raise FileNotFoundError(errno.ENOENT, "no such directory")
                     return  # a prefix with nothing under it is gone already
                 if fs.exists(current):
@@ -435,6 +470,35 @@ class FsspecPathHandler(PathHandler):
                 return
             current = parent.rstrip("/")
 
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move an object, or a prefix with every object under it, within the store
+        (`fs.mv`: a copy and a delete on most object stores, not atomic).
+
+        Args:
+            src_path (str): an object or a prefix of this store.
+            dst_path (str): a free key of this store.
+
+        Returns:
+            bool: True once moved.
+
+        Raises:
+            FileExistsError: an object or prefix is at `dst_path` already.
+            FileNotFoundError: no object or prefix at `src_path`.
+        """
+        fs = self.fs
+        src, dst = self._path(src_path), self._path(dst_path)
+        fs.invalidate_cache(src)
+        fs.invalidate_cache(dst)
+        try:
+            if not fs.exists(src):
+                raise FileNotFoundError("nothing to move")
+            if fs.exists(dst):
+                raise FileExistsError(f"{redact(dst_path)} exists")
+            fs.mv(src, dst, recursive=fs.isdir(src))
+        except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
+            raise self._error(exc, "move", src_path) from None
+        return True
+
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Upload a local file to `dst_path`; the object appears whole or not at all.
 
@@ -449,7 +513,7 @@ class FsspecPathHandler(PathHandler):
         Raises:
             FileExistsError: `dst_path` exists and `overwrite` is False.
         """
-        fs, fspath = self.fs, self._path(dst_path)
+        fs, fspath = self.fs, self._object_path(dst_path, "copy to")
         fs.invalidate_cache(fspath)
         if not overwrite and fs.exists(fspath):
             raise self._error(
@@ -458,6 +522,53 @@ class FsspecPathHandler(PathHandler):
         with open(local_path, "rb") as src, self.open(dst_path, "wb") as dst:
             shutil.copyfileobj(src, dst, 8 << 20)
         return True
+
+
+_TEXT_ARGS = ("encoding", "errors", "newline")
+# What fsspec's open takes for every store (AbstractFileSystem.open, buffered files).
+_GENERIC_OPEN_ARGS = frozenset({"block_size", "cache_type", "cache_options", "compression"})
+
+
+def _check_open_arguments(fs: Any, url: str, mode: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse what `open` would otherwise pass on to be ignored: fsspec's `_open` takes
+    `**kwargs` and drops what it does not know, so a typo (`encodng=`) went unnoticed."""
+    text = [name for name in _TEXT_ARGS if name in kwargs]
+    if "b" in mode and text:
+        raise ValueError(
+            f"cannot open {redact(url)!r} with mode {mode!r}: binary mode doesn't take "
+            f"an {text[0]} argument"
+        )
+    accepted = _open_parameters(fs.__class__)
+    unknown = sorted(set(kwargs) - accepted - set(_TEXT_ARGS))
+    if unknown:
+        known = ", ".join(sorted(accepted))
+        raise TypeError(
+            f"cannot open {redact(url)!r}: unexpected keyword argument {unknown[0]!r} "
+            f"(text modes take encoding, errors, newline; fsspec's open here takes {known})"
+        )
+
+
+@cache
+def _open_parameters(fs_class: Any) -> frozenset:
+    """The keyword arguments `fs_class`'s files take: fsspec's generic ones and the named
+    parameters of its `_open` (not `autocommit`: easycore sets it to stage writes)."""
+    import inspect
+
+    named = set(_GENERIC_OPEN_ARGS)
+    for klass in fs_class.__mro__:
+        method = vars(klass).get("_open")
+        if method is None:
+            continue
+        try:
+            parameters = inspect.signature(method).parameters.values()
+        except (TypeError, ValueError):  # pragma: no cover - a C or odd callable
+            continue
+        named.update(
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+    return frozenset(named - {"self", "path", "mode", "autocommit"})
 
 
 def _credential_env() -> Tuple[Any, ...]:
@@ -473,10 +584,6 @@ def _credential_env() -> Tuple[Any, ...]:
 def _encoded_credential_env() -> Tuple[Any, ...]:
     encode = getattr(os.environ, "encodekey", lambda key: key)
     return tuple(map(encode, _CREDENTIAL_ENV))
-
-
-def _is_local(fs: Any) -> bool:
-    return any(klass.__name__ == "LocalFileSystem" for klass in type(fs).__mro__)
 
 
 def _first_component(fspath: str) -> str:

@@ -4,32 +4,48 @@ An fsspec file commits what was written when it is closed, also when it is close
 the `with` block of an exception: the partial object is then stored. `AtomicWriter`
 commits only on a clean close and throws the upload away otherwise.
 
-Two ways to stage the bytes, chosen by the file system:
+Three ways to stage the bytes, chosen by the file system:
 
-- stores whose files honour `autocommit=False` (s3fs, gcsfs, adlfs and fsspec's local
-  files) stream as usual; a multipart upload is completed (`commit()`) only on a clean
-  close and aborted (`discard()`) otherwise;
+- local files (`file://`): easycore's own local writer (`.local_write`), as for plain
+  paths: a temporary file beside the target (a symbolic link is followed, never
+  replaced), renamed into place, or for `x` modes hard-linked, so that of writers racing
+  to create one file exactly one wins (fsspec's local files stage only `w` modes, in
+  the system's temporary folder, and replace links);
+- stores whose files honour `autocommit=False` (s3fs, gcsfs, adlfs) stream as usual; a
+  multipart upload is completed (`commit()`) only on a clean close and aborted
+  (`discard()`) otherwise;
 - any other store: the bytes go to a local temporary file, uploaded with `put_file` on
   a clean close and deleted otherwise.
 """
 
 import contextlib
+import errno
 import io
 import os
 import tempfile
-from typing import IO, Any, Callable, Optional
+from _thread import allocate_lock
+from typing import IO, Any, Callable
+
+from . import local_write
 
 __all__ = ["AtomicWriter", "open_atomic"]
 
 # File systems whose files stage their bytes until commit() when opened with
 # autocommit=False (by class name along the MRO: no import of the back-ends).
-_STAGING = frozenset({"S3FileSystem", "GCSFileSystem", "AzureBlobFileSystem", "LocalFileSystem"})
+_STAGING = frozenset({"S3FileSystem", "GCSFileSystem", "AzureBlobFileSystem"})
 _TEXT_ARGS = ("encoding", "errors", "newline")
+# threading's lock type from the built-in module behind it: importing threading is not light
+_EXCLUSIVE_UPLOADS = allocate_lock()
 
 
 def stages_writes(fs: Any) -> bool:
     """Whether `fs`'s files keep written bytes out of the store until `commit()`."""
     return any(klass.__name__ in _STAGING for klass in type(fs).__mro__)
+
+
+def is_local(fs: Any) -> bool:
+    """Whether `fs` is fsspec's local file system (`file://`, `local://`)."""
+    return any(klass.__name__ == "LocalFileSystem" for klass in type(fs).__mro__)
 
 
 def open_atomic(
@@ -50,17 +66,47 @@ def open_atomic(
     """
     text_args = {name: kwargs.pop(name) for name in _TEXT_ARGS if name in kwargs}
     binary_mode = mode.replace("t", "").replace("b", "") + "b"
-    staged: Optional[str] = None
+    exclusive = "x" in mode
     try:
-        if stages_writes(fs):
+        if is_local(fs):
+            if exclusive and os.path.lexists(fspath):
+                raise FileExistsError(errno.EEXIST, "the file exists", fspath)
+            fd, tmp, target = local_write.stage(fspath)
+            raw: Any = open(fd, "wb")  # noqa: SIM115 (the AtomicWriter returned owns it)
+            commit = lambda: local_write.commit(tmp, target, exclusive)  # noqa: E731
+            abandon = lambda: local_write.discard(tmp)  # noqa: E731
+        elif stages_writes(fs):
             raw = fs.open(fspath, binary_mode, autocommit=False, **kwargs)
+            commit, abandon = raw.commit, raw.discard
         else:
             fd, staged = tempfile.mkstemp(prefix="easycore-upload-", suffix=".part")
-            raw = open(fd, "wb")  # noqa: SIM115 (the AtomicWriter returned owns and closes it)
+            raw = open(fd, "wb")  # noqa: SIM115 (the AtomicWriter returned owns it)
+            commit = _uploader(fs, staged, fspath, exclusive)
+            abandon = lambda: local_write.discard(staged)  # noqa: E731
     except Exception as exc:  # noqa: BLE001 (any back-end's error, reported naming the URL)
         raise on_error(exc) from None
     stream: IO = raw if "b" in mode else io.TextIOWrapper(raw, **text_args)
-    return AtomicWriter(fs, fspath, raw, stream, staged, on_error)
+    return AtomicWriter(raw, stream, commit, abandon, on_error)
+
+
+def _uploader(fs: Any, staged: str, fspath: str, exclusive: bool) -> Callable[[], None]:
+    def upload() -> None:
+        try:
+            if not exclusive:
+                fs.put_file(staged, fspath)
+                return
+            # A store without conditional writes: checked again just before the upload,
+            # under a lock of this process. That makes `x` exact for a store that lives
+            # in the process (memory://) and narrows the window for other processes.
+            with _EXCLUSIVE_UPLOADS:
+                fs.invalidate_cache(fspath)
+                if fs.exists(fspath):
+                    raise FileExistsError(errno.EEXIST, "the object exists", fspath)
+                fs.put_file(staged, fspath)
+        finally:
+            local_write.discard(staged)
+
+    return upload
 
 
 class AtomicWriter:
@@ -74,18 +120,16 @@ class AtomicWriter:
 
     def __init__(
         self,
-        fs: Any,
-        fspath: str,
         raw: Any,
         stream: IO,
-        staged: Optional[str],
+        commit: Callable[[], None],
+        abandon: Callable[[], None],
         on_error: Callable[[BaseException], OSError],
     ) -> None:
-        self._fs = fs
-        self._fspath = fspath
         self._raw = raw
         self._stream = stream
-        self._staged = staged
+        self._commit = commit
+        self._abandon_staged = abandon
         self._on_error = on_error
         self._done = False
 
@@ -124,47 +168,33 @@ class AtomicWriter:
             raise self._on_error(exc) from None
 
     def close(self) -> None:
-        """Store what was written: complete the upload (or upload the staged file)."""
+        """Store what was written: complete the upload, upload or rename the staged file."""
         if self._done:
             return
         self._done = True
         try:
             self._stream.close()  # flushes text into raw and raw's last part to the store
-            if self._staged is None:
-                self._raw.commit()
-            else:
-                self._fs.put_file(self._staged, self._fspath)
+            self._commit()
         except BaseException as exc:
             self._abandon()
             if isinstance(exc, Exception):
                 raise self._on_error(exc) from None
             raise
-        finally:
-            self._remove_staged()
 
     def discard(self) -> None:
         """Throw away what was written; the store is left as it was."""
         if self._done:
             return
         self._done = True
-        try:
-            self._abandon()
-        finally:
-            self._remove_staged()
+        self._abandon()
 
     def _abandon(self) -> None:
         # Close first (with autocommit=False that stores nothing), then throw the staged
-        # bytes away: discard() aborts a multipart upload, or deletes a local temp file.
+        # bytes away: abort a multipart upload, or delete a local temporary file.
         # Broad on purpose: any back-end's error here must not mask why the write is
         # abandoned. Closing may fail (e.g. the store went away): nothing was committed
         # either way; nor is anything after the close, so the abort is tidiness only.
         with contextlib.suppress(Exception):
             self._raw.close()
-        if self._staged is None:
-            with contextlib.suppress(Exception):
-                self._raw.discard()
-
-    def _remove_staged(self) -> None:
-        if self._staged is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self._staged)
+        with contextlib.suppress(Exception):
+            self._abandon_staged()

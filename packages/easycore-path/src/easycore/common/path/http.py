@@ -94,12 +94,17 @@ class HTTPURLHandler(PathHandler):
         """
         return ["http://", "https://"]
 
-    def get_local_path(self, path: str) -> str:
+    def get_local_path(
+        self, path: str, force: bool = False, cache_dir: Optional[str] = None
+    ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`, downloading the URL into the cache on first use.
 
         Args:
             path (str): A URI supported by this PathHandler.
+            force (bool): download again, replacing the cached copy (which readers
+                holding it open keep reading whole).
+            cache_dir (str or None): the cache directory instead of `get_cache_dir()`.
 
         Returns:
             str: the path of a file that exists on the local file system.
@@ -108,10 +113,11 @@ class HTTPURLHandler(PathHandler):
             DownloadError: the download failed (HTTP error, timeout, cut connection).
             ValueError: the URL cannot be mapped safely into the cache.
         """
-        local = self._cache_path(path)
-        if self._is_cached(path, local):
+        folder = self._protocol_dir(path, cache_dir)
+        local = url_to_cache_path(folder, path)
+        if not force and trusted_entry(folder, local):
             return local
-        return self._download(path, local)
+        return self._download(path, local, folder, force)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
         """Open a stream to a URI, similar to the built-in `open`; read modes only.
@@ -247,6 +253,18 @@ class HTTPURLHandler(PathHandler):
         """
         raise self._read_only("removedirs", path)
 
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Not supported: remote URLs are read-only.
+
+        Args:
+            src_path (str): A URI supported by this PathHandler.
+            dst_path (str): A URI supported by this PathHandler.
+
+        Raises:
+            PermissionError: always, naming the URL.
+        """
+        raise self._read_only("mv", src_path)
+
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Not supported: remote URLs are read-only.
 
@@ -260,14 +278,22 @@ class HTTPURLHandler(PathHandler):
         """
         raise self._read_only("copy_from_local to", dst_path)
 
+    def _protocol_dir(self, url: str, cache_dir: Optional[str] = None) -> str:
+        """This URL's protocol folder of `cache_dir` (absolute), or of the default cache."""
+        if cache_dir is None:
+            return self.get_cache_dir(self._protocol(url))
+        return os.path.join(os.path.abspath(os.path.expanduser(cache_dir)), self._protocol(url))
+
     def _cache_path(self, url: str) -> str:
-        return url_to_cache_path(self.get_cache_dir(self._protocol(url)), url)
+        return url_to_cache_path(self._protocol_dir(url), url)
 
     def _is_cached(self, url: str, local: str) -> bool:
-        return trusted_entry(self.get_cache_dir(self._protocol(url)), local)
+        return trusted_entry(self._protocol_dir(url), local)
 
-    def _download(self, url: str, local: str) -> str:
-        cache_dir = self.get_cache_dir(self._protocol(url))
+    def _download(
+        self, url: str, local: str, cache_dir: Optional[str] = None, force: bool = False
+    ) -> str:
+        cache_dir = cache_dir or self._protocol_dir(url)
         check_inside(cache_dir, local, url)
         try:
             mode = os.lstat(local).st_mode
@@ -281,7 +307,8 @@ class HTTPURLHandler(PathHandler):
             url,
             local,
             lock_target(local),
-            accept=lambda found: trusted_entry(cache_dir, found),
+            # force: whatever is there is downloaded over (renamed over, never rewritten)
+            accept=lambda found: not force and trusted_entry(cache_dir, found),
             progress=self.progress,
             timeout=self.timeout,
             max_attempts=self.max_attempts,

@@ -1,11 +1,12 @@
 """`PathManager`: one API for every registered kind of path."""
 
 import os
-from typing import IO, Any, Dict, List, Tuple, Union
+from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 from easycore.common.network.urls import redact
 
 from .http import HTTPURLHandler
+from .iopath_spellings import IopathSpellings
 from .native import NativePathHandler
 from .path_handler import PathHandler
 from .prefixes import has_scheme, leads, normalise_scheme
@@ -20,7 +21,12 @@ _prefixes: Tuple[str, ...] = ()  # longest first, so the longest match wins
 _native = NativePathHandler()
 
 
-def _handler_for(path: str) -> PathHandler:
+def _handler_for(path: str) -> Tuple[PathHandler, str]:
+    """The handler of `path`, and `path` as every handler gets it: its scheme lower-cased.
+
+    Schemes ignore case (RFC 3986): `MEMORY://b/x` is `memory://b/x` for whichever
+    handler serves it, normalised here once rather than by each handler.
+    """
     # Hot path (every cache hit goes through here): plain prefix tests first; the scheme
     # is lower-cased only for paths that no prefix leads as they are spelt.
     for prefix in _prefixes:
@@ -28,20 +34,21 @@ def _handler_for(path: str) -> PathHandler:
         if path.startswith(prefix) and (
             prefix[-1] in "/:" or len(path) == len(prefix) or path[len(prefix)] == "/"
         ):
-            return _handlers[prefix]
+            # A registered prefix is normalised: its scheme, as spelt here, is lower-case.
+            return _handlers[prefix], path
     if not has_scheme(path):
-        return _native
+        return _native, path
     key = normalise_scheme(path)
     if key != path:
         for prefix in _prefixes:
             if leads(prefix, key):
-                return _handlers[prefix]
+                return _handlers[prefix], key
     # A scheme fsspec knows gets an FsspecPathHandler on first use (imports fsspec only now).
     from .fsspec_handler import handler_on_first_use
 
     handler, hint = handler_on_first_use(key)
     if handler is not None:
-        return handler
+        return handler, key
     known = ", ".join(sorted(_handlers)) or "none"
     raise ValueError(
         f"no PathHandler registered for {redact(path)!r} (registered prefixes: {known}); "
@@ -49,7 +56,7 @@ def _handler_for(path: str) -> PathHandler:
     )
 
 
-class PathManager:
+class PathManager(IopathSpellings):
     """A general path manager for URI.
 
     Each path goes to the registered [`PathHandler`][easycore.common.path.PathHandler]
@@ -69,6 +76,10 @@ class PathManager:
         PathManager.register(RedirectPathHandler("dataset://", "/data/"))
         PathManager.exists("dataset://MNIST/train.npz")
         ```
+
+    iopath's spellings work too (`ls`, `mkdirs`, `rm`, `mv`, `symlink`, `set_cwd`,
+    `register_handler`, `get_local_path(force=, cache_dir=)`), with iopath's meaning
+    (see "Coming from iopath" in the documentation).
     """
 
     @staticmethod
@@ -111,8 +122,8 @@ class PathManager:
         Returns:
             IO: a file-like object.
         """
-        path = os.fspath(path)
-        return _handler_for(path).open(path, mode, **kwargs)
+        handler, path = _handler_for(os.fspath(path))
+        return handler.open(path, mode, **kwargs)
 
     @staticmethod
     def copy(src_path: PathLike, dst_path: PathLike, overwrite: bool = False) -> bool:
@@ -152,11 +163,14 @@ class PathManager:
         Returns:
             bool: True on success.
         """
-        dst_path = os.fspath(dst_path)
-        return _handler_for(dst_path).copy_from_local(os.fspath(local_path), dst_path, overwrite)
+        handler, dst_path = _handler_for(os.fspath(dst_path))
+        local = _native._get_path_with_cwd(os.fspath(local_path))  # relative: as set_cwd says
+        return handler.copy_from_local(local, dst_path, overwrite)
 
     @staticmethod
-    def get_local_path(path: PathLike) -> str:
+    def get_local_path(
+        path: PathLike, force: bool = False, cache_dir: Optional[PathLike] = None
+    ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`.
 
@@ -166,12 +180,23 @@ class PathManager:
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            force (bool): download again even when a cached copy is there (iopath's
+                argument); a local path is returned as it is.
+            cache_dir (str or None): the cache directory to use instead of
+                `get_cache_dir()` (iopath's argument; the protocol's folder is made
+                inside it).
 
         Returns:
             str: a file path which exists on the local file system.
         """
-        path = os.fspath(path)
-        return _handler_for(path).get_local_path(path)
+        handler, path = _handler_for(os.fspath(path))
+        # Passed on only when given: a handler of the user's may take the path alone.
+        options: Dict[str, Any] = {}
+        if force:
+            options["force"] = True
+        if cache_dir is not None:
+            options["cache_dir"] = os.fspath(cache_dir)
+        return handler.get_local_path(path, **options)
 
     @staticmethod
     def exists(path: PathLike) -> bool:
@@ -183,8 +208,8 @@ class PathManager:
         Returns:
             bool: True if the path exists.
         """
-        path = os.fspath(path)
-        return _handler_for(path).exists(path)
+        handler, path = _handler_for(os.fspath(path))
+        return handler.exists(path)
 
     @staticmethod
     def isfile(path: PathLike) -> bool:
@@ -196,8 +221,8 @@ class PathManager:
         Returns:
             bool: True if the path is a file.
         """
-        path = os.fspath(path)
-        return _handler_for(path).isfile(path)
+        handler, path = _handler_for(os.fspath(path))
+        return handler.isfile(path)
 
     @staticmethod
     def isdir(path: PathLike) -> bool:
@@ -209,8 +234,8 @@ class PathManager:
         Returns:
             bool: True if the path is a directory.
         """
-        path = os.fspath(path)
-        return _handler_for(path).isdir(path)
+        handler, path = _handler_for(os.fspath(path))
+        return handler.isdir(path)
 
     @staticmethod
     def listdir(path: PathLike) -> List[str]:
@@ -222,8 +247,8 @@ class PathManager:
         Returns:
             List[str]: list of contents in the given path.
         """
-        path = os.fspath(path)
-        return _handler_for(path).listdir(path)
+        handler, path = _handler_for(os.fspath(path))
+        return handler.listdir(path)
 
     @staticmethod
     def makedirs(path: PathLike) -> None:
@@ -233,8 +258,8 @@ class PathManager:
         Args:
             path (str): A URI supported by registered PathHandler.
         """
-        path = os.fspath(path)
-        _handler_for(path).makedirs(path)
+        handler, path = _handler_for(os.fspath(path))
+        handler.makedirs(path)
 
     @staticmethod
     def remove(path: PathLike) -> None:
@@ -243,8 +268,8 @@ class PathManager:
         Args:
             path (str): A URI supported by registered PathHandler.
         """
-        path = os.fspath(path)
-        _handler_for(path).remove(path)
+        handler, path = _handler_for(os.fspath(path))
+        handler.remove(path)
 
     @staticmethod
     def removedirs(path: PathLike) -> None:
@@ -253,8 +278,8 @@ class PathManager:
         Args:
             path (str): A URI supported by registered PathHandler.
         """
-        path = os.fspath(path)
-        _handler_for(path).removedirs(path)
+        handler, path = _handler_for(os.fspath(path))
+        handler.removedirs(path)
 
 
 PathManager.register(HTTPURLHandler())

@@ -7,9 +7,9 @@ carrying the path they are about.
 import errno
 import os
 import shutil
-import tempfile
-from typing import IO, Any, List
+from typing import IO, Any, List, Optional
 
+from . import local_write
 from .path_handler import PathHandler
 
 __all__ = ["NativePathHandler"]
@@ -19,8 +19,82 @@ class NativePathHandler(PathHandler):
     """PathHandler for local path.
 
     It is the fallback of [`PathManager`][easycore.common.path.PathManager]: paths no
-    other handler claims are local.
+    other handler claims are local. Relative paths are taken from the working
+    directory, or from the directory given to
+    [`set_cwd`][easycore.common.path.NativePathHandler.set_cwd].
     """
+
+    #: The directory relative paths are taken from (`set_cwd`); None: the process's.
+    _cwd: Optional[str] = None
+
+    def _get_path_with_cwd(self, path: str) -> str:
+        """`path`, relative to the directory `set_cwd` gave if there is one."""
+        path = os.fspath(path)
+        if not path or self._cwd is None:
+            return path
+        return os.path.normpath(os.path.join(self._cwd, path))
+
+    def set_cwd(self, path: Optional[str]) -> bool:
+        """Take relative paths from `path` from now on (iopath's `set_cwd`); None goes
+        back to the process's working directory.
+
+        Args:
+            path (str or None): an existing directory.
+
+        Returns:
+            bool: True.
+
+        Raises:
+            ValueError: `path` is not an existing directory.
+        """
+        if path is None:
+            self._cwd = None
+            return True
+        resolved = self._get_path_with_cwd(os.fspath(path))
+        if not os.path.isdir(resolved):
+            raise ValueError(f"set_cwd: {path!r} is not an existing directory")
+        self._cwd = os.path.abspath(resolved)
+        return True
+
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move a local file or folder (`shutil.move`: a rename, or a copy across
+        file systems); whatever is at `dst_path` stays, and the move is refused.
+
+        Args:
+            src_path (str): the file or folder.
+            dst_path (str): its new path.
+
+        Returns:
+            bool: True once moved.
+
+        Raises:
+            FileExistsError: `dst_path` is taken.
+            FileNotFoundError: `src_path` does not exist.
+        """
+        src, dst = self._get_path_with_cwd(src_path), self._get_path_with_cwd(dst_path)
+        if not os.path.lexists(src):
+            raise _os_error(errno.ENOENT, src_path)
+        if os.path.lexists(dst):
+            raise _os_error(errno.EEXIST, dst_path)
+        shutil.move(src, dst)
+        return True
+
+    def symlink(self, src_path: str, dst_path: str) -> bool:
+        """Make `dst_path` a symbolic link to `src_path`, like `os.symlink`.
+
+        Args:
+            src_path (str): what the link points to (kept as given when relative to
+                the process's directory, as `os.symlink` keeps it).
+            dst_path (str): the link to create.
+
+        Returns:
+            bool: True.
+
+        Raises:
+            FileExistsError: something is at `dst_path`.
+        """
+        os.symlink(self._get_path_with_cwd(src_path), self._get_path_with_cwd(dst_path))
+        return True
 
     def get_supported_prefixes(self) -> List[str]:
         """
@@ -29,17 +103,21 @@ class NativePathHandler(PathHandler):
         """
         return []
 
-    def get_local_path(self, path: str) -> str:
+    def get_local_path(
+        self, path: str, force: bool = False, cache_dir: Optional[str] = None
+    ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`.
 
         Args:
             path (str): A URI supported by this PathHandler.
+            force (bool): nothing to download: ignored.
+            cache_dir (str or None): nothing to cache: ignored.
 
         Returns:
-            str: the path itself.
+            str: the path itself (taken from `set_cwd`'s directory if relative).
         """
-        return os.fspath(path)
+        return self._get_path_with_cwd(path)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
         """Open a stream to a URI, similar to the built-in `open`.
@@ -52,7 +130,7 @@ class NativePathHandler(PathHandler):
         Returns:
             IO: a file-like object.
         """
-        return open(path, mode, **kwargs)
+        return open(self._get_path_with_cwd(path), mode, **kwargs)
 
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.
@@ -63,7 +141,7 @@ class NativePathHandler(PathHandler):
         Returns:
             bool: True if the path exists.
         """
-        return os.path.exists(path)
+        return os.path.exists(self._get_path_with_cwd(path))
 
     def isfile(self, path: str) -> bool:
         """Checks if the resource at the given URI is a file.
@@ -74,7 +152,7 @@ class NativePathHandler(PathHandler):
         Returns:
             bool: True if the path is a file.
         """
-        return os.path.isfile(path)
+        return os.path.isfile(self._get_path_with_cwd(path))
 
     def isdir(self, path: str) -> bool:
         """Checks if the resource at the given URI is a directory.
@@ -85,7 +163,7 @@ class NativePathHandler(PathHandler):
         Returns:
             bool: True if the path is a directory.
         """
-        return os.path.isdir(path)
+        return os.path.isdir(self._get_path_with_cwd(path))
 
     def listdir(self, path: str) -> List[str]:
         """List the contents of the directory at the given URI, like `os.listdir`.
@@ -96,7 +174,7 @@ class NativePathHandler(PathHandler):
         Returns:
             List[str]: list of contents in given path.
         """
-        return os.listdir(path)
+        return os.listdir(self._get_path_with_cwd(path))
 
     def makedirs(self, path: str) -> None:
         """Recursive directory creation function. Similar to `os.makedirs(path,
@@ -105,7 +183,7 @@ class NativePathHandler(PathHandler):
         Args:
             path (str): A URI supported by this PathHandler.
         """
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(self._get_path_with_cwd(path), exist_ok=True)
 
     def remove(self, path: str) -> None:
         """Remove the file (not directory) at the given URI, like `os.remove`.
@@ -113,7 +191,7 @@ class NativePathHandler(PathHandler):
         Args:
             path (str): A URI supported by this PathHandler.
         """
-        os.remove(path)
+        os.remove(self._get_path_with_cwd(path))
 
     def removedirs(self, path: str) -> None:
         """Remove directories recursively, like `os.removedirs`: the leaf directory must
@@ -122,14 +200,16 @@ class NativePathHandler(PathHandler):
         Args:
             path (str): A URI supported by this PathHandler.
         """
-        os.removedirs(path)
+        os.removedirs(self._get_path_with_cwd(path))
 
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Copy a local file to the given URI, atomically.
 
         The copy is written to a temporary file beside `dst_path` and renamed into place,
         so readers never see a partial file. Without `overwrite` the final step is a
-        hard link, which fails rather than replace a file that appeared meanwhile.
+        hard link, which fails rather than replace a file that appeared meanwhile. A
+        symbolic link at `dst_path` is followed (with `overwrite`): its target gets the
+        copy, as `open(dst_path, "w")` would write it.
 
         Args:
             local_path (str): a local file path
@@ -144,40 +224,27 @@ class NativePathHandler(PathHandler):
             IsADirectoryError: `dst_path` is a directory.
             FileNotFoundError: `local_path` or the directory of `dst_path` is missing.
         """
+        local_path = self._get_path_with_cwd(local_path)
+        dst_path = self._get_path_with_cwd(dst_path)
         if os.path.isdir(dst_path):
             raise _os_error(errno.EISDIR, dst_path)
         if not overwrite and os.path.lexists(dst_path):
             raise _os_error(errno.EEXIST, dst_path)
-        directory = os.path.dirname(os.path.abspath(dst_path))
-        if not os.path.isdir(directory):
+        if not os.path.isdir(os.path.dirname(local_write.resolve_links(dst_path))):
             raise _os_error(errno.ENOENT, dst_path)
-        fd, tmp = tempfile.mkstemp(
-            dir=directory, prefix="." + os.path.basename(dst_path) + ".", suffix=".tmp"
-        )
-        os.close(fd)
+        fd, tmp, target = local_write.stage(dst_path)
         try:
-            shutil.copyfile(local_path, tmp)
+            with open(fd, "wb") as out, open(local_path, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
             shutil.copymode(local_path, tmp)
-            if overwrite:
-                os.replace(tmp, dst_path)
-            else:
-                _link_without_clobbering(tmp, dst_path)
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-        return True
-
-
-def _link_without_clobbering(tmp: str, dst_path: str) -> None:
-    try:
-        os.link(tmp, dst_path)
-    except FileExistsError:
-        raise _os_error(errno.EEXIST, dst_path) from None
-    except OSError:
-        # No hard links here (FAT, some network shares): check, then rename.
-        if os.path.lexists(dst_path):
+        except BaseException:
+            local_write.discard(tmp)
+            raise
+        try:
+            local_write.commit(tmp, target, exclusive=not overwrite)
+        except FileExistsError:
             raise _os_error(errno.EEXIST, dst_path) from None
-        os.replace(tmp, dst_path)
+        return True
 
 
 def _os_error(code: int, path: str) -> OSError:

@@ -42,15 +42,19 @@ class PathHandler:
            `~/.cache/easycore` on Linux, `~/Library/Caches/easycore` on macOS,
            `%LOCALAPPDATA%\\easycore\\Cache` on Windows
 
+        A relative `$EASYCORE_CACHE` is taken relative to the working directory when it
+        is read, and made absolute then: the paths `get_local_path` returns stay valid
+        after an `os.chdir`.
+
         Args:
             protocol (str or None): protocol such as 'http', 'https'. If None, returns
                 the base cache dir.
 
         Returns:
-            str: the cache directory (not created here).
+            str: the cache directory, an absolute path (not created here).
         """
         base = os.environ.get("EASYCORE_CACHE") or _default_cache_dir()
-        base = os.path.expanduser(base)
+        base = os.path.abspath(os.path.expanduser(base))
         return os.path.join(base, protocol) if protocol else base
 
     def get_supported_prefixes(self) -> List[str]:
@@ -176,6 +180,41 @@ class PathHandler:
             bool: True on success.
         """
         raise self._unsupported("copy_from_local", dst_path)
+
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move a file or directory to a new path of this handler.
+
+        Args:
+            src_path (str): what to move.
+            dst_path (str): where; nothing may be there yet.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("mv", src_path)
+
+    def symlink(self, src_path: str, dst_path: str) -> bool:
+        """Make `dst_path` a symbolic link to `src_path`.
+
+        Args:
+            src_path (str): what the link points to.
+            dst_path (str): the link to create.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("symlink", dst_path)
+
+    def set_cwd(self, path: Optional[str]) -> bool:
+        """Resolve this handler's relative paths against `path` (None: stop doing so).
+
+        Args:
+            path (str or None): a directory of this handler.
+
+        Returns:
+            bool: True on success.
+        """
+        raise self._unsupported("set_cwd", str(path))
 
     def _prefixes(self) -> List[str]:
         # The tutorial's custom handler overrides `get_support_prefixes`; the API docs

@@ -4,7 +4,7 @@ import contextlib
 import os
 import re
 from contextvars import ContextVar
-from typing import IO, Any, Iterator, List, Tuple
+from typing import IO, Any, Iterator, List, Optional, Tuple
 from urllib.parse import unquote
 
 from easycore.common.network.urls import redact
@@ -119,18 +119,22 @@ class RedirectPathHandler(PathHandler):
         finally:
             _chain.reset(token)
 
-    def get_local_path(self, path: str) -> str:
+    def get_local_path(
+        self, path: str, force: bool = False, cache_dir: Optional[str] = None
+    ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`.
 
         Args:
             path (str): A URI supported by this PathHandler.
+            force (bool): download again (see `PathManager.get_local_path`).
+            cache_dir (str or None): the cache directory to use instead of the default.
 
         Returns:
             str: the path of a file that exists on the local file system.
         """
         with self._redirected(path) as target:
-            return PathManager.get_local_path(target)
+            return PathManager.get_local_path(target, force=force, cache_dir=cache_dir)
 
     def open(self, path: str, mode: str = "r", **kwargs: Any) -> IO:
         """Open a stream to a URI, similar to the built-in `open`.
@@ -220,6 +224,33 @@ class RedirectPathHandler(PathHandler):
         """
         with self._redirected(path) as target:
             PathManager.removedirs(target)
+
+    def mv(self, src_path: str, dst_path: str) -> bool:
+        """Move, as the handler of the redirected paths does: both are rewritten first.
+
+        Args:
+            src_path (str): a path of this prefix.
+            dst_path (str): a path of this prefix.
+
+        Returns:
+            bool: what the target handler's `mv` returns.
+        """
+        with self._redirected(src_path) as src, self._redirected(dst_path) as dst:
+            return PathManager.mv(src, dst)
+
+    def symlink(self, src_path: str, dst_path: str) -> bool:
+        """Link, as the handler of the redirected paths does: `src_path` and `dst_path`
+        are both rewritten first.
+
+        Args:
+            src_path (str): a path of this prefix, the link's target.
+            dst_path (str): a path of this prefix, for the link.
+
+        Returns:
+            bool: what the target handler's `symlink` returns.
+        """
+        with self._redirected(src_path) as src, self._redirected(dst_path) as dst:
+            return PathManager.symlink(src, dst)
 
     def copy_from_local(self, local_path: str, dst_path: str, overwrite: bool = False) -> bool:
         """Copy a local file to the given URI.

@@ -14,6 +14,7 @@ distance between their devices (0 on one device, 1 between any two by default).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -36,17 +37,43 @@ def format_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def is_real(value: object) -> bool:
+    """Whether `value` is a real number: any `numbers.Real` (int, float, Fraction, every
+    NumPy integer and floating scalar ...), but not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_index(value: object) -> bool:
+    """Whether `value` is an integer index: any `numbers.Integral` (NumPy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_list(values: object) -> bool:
+    # A list, a tuple, a 1-D NumPy array or tensor: sized and iterable, and not text.
+    return (
+        not isinstance(values, (str, bytes, Mapping))
+        and hasattr(values, "__len__")
+        and hasattr(values, "__iter__")
+    )
+
+
 def _numbers(values: Sequence[float], what: str, n: Optional[int] = None) -> List[float]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+    if not _is_list(values):
         raise TypeError(f"{what} must be a list of numbers, got {type(values).__name__}")
+    values = list(values)
     if n is not None and len(values) != n:
         raise ValueError(f"{what} has {len(values)} entries for {n} models")
-    out = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{what}[{i}] must be a finite number >= 0, got {v!r}")
-        out.append(float(v))
-    return out
+    return [_number(v, f"{what}[{i}]") for i, v in enumerate(values)]
+
+
+def _number(value: object, what: str) -> float:
+    """`value` as a float: a real number, finite and >= 0; else a ValueError naming `what`."""
+    if not is_real(value):
+        raise ValueError(f"{what} must be a number, got {value!r} ({type(value).__name__})")
+    number = float(value)  # type: ignore[arg-type]  # a numbers.Real
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} must be a finite number >= 0, got {number!r}")
+    return number
 
 
 @dataclass
@@ -96,9 +123,9 @@ class Problem:
         """Check the arguments; ``measure(device)`` gives a capacity not in ``capacity``."""
         size_list = _numbers(sizes, "sizes")
         n = len(size_list)
-        scalar = isinstance(size_multiplier, (int, float)) and not isinstance(size_multiplier, bool)
+        scalar = is_real(size_multiplier)
         if scalar:
-            factors = _numbers([size_multiplier], "size_multiplier") * n  # type: ignore[list-item]
+            factors = [_number(size_multiplier, "size_multiplier")] * n
         else:
             factors = _numbers(size_multiplier, "size_multiplier", n)  # type: ignore[arg-type]
         for i, f in enumerate(factors):
@@ -113,10 +140,9 @@ class Problem:
         duplicates = sorted({d for d in names if names.count(d) > 1})
         if duplicates:
             raise ValueError(f"devices lists {duplicates} more than once")
-        if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not (
-            0 <= reserve < 1
-        ):
+        if not is_real(reserve) or not 0 <= reserve < 1:
             raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
+        reserve = float(reserve)
         raw = []
         for d in names:
             value: float
@@ -126,22 +152,22 @@ class Problem:
                 value = capacity[d]
             else:
                 raise ValueError(f"capacity has no entry for device {d!r}")
-            raw.append(_numbers([value], f"capacity[{d!r}]")[0])
+            raw.append(_number(value, f"capacity[{d!r}]"))
         compute_list = size_list if compute is None else _numbers(compute, "compute", n)
         neighbours: List[List[Tuple[int, float]]] = [[] for _ in range(n)]
         pair_weight: Dict[Tuple[int, int], float] = {}
         for key, weight in (traffic or {}).items():
             if (
                 not isinstance(key, tuple) or len(key) != 2
-                or not all(isinstance(k, int) and not isinstance(k, bool) for k in key)
+                or not all(is_index(k) for k in key)
             ):
                 raise ValueError(f"traffic key {key!r} must be a pair of model indices (i, j)")
-            i, j = key
+            i, j = int(key[0]), int(key[1])
             if not (0 <= i < n and 0 <= j < n):
                 raise ValueError(f"traffic key {key!r} names a model outside 0..{n - 1}")
             if i == j:
                 raise ValueError(f"traffic key {key!r} joins a model to itself")
-            w = _numbers([weight], f"traffic[{key!r}]")[0]
+            w = _number(weight, f"traffic[{key!r}]")
             pair = (min(i, j), max(i, j))
             pair_weight[pair] = pair_weight.get(pair, 0.0) + w
         for (i, j), w in sorted(pair_weight.items()):
@@ -197,7 +223,7 @@ def _speeds(devices: List[str], speed: Optional[Mapping[str, float]]) -> List[fl
         raise ValueError(f"device_speed names devices {unknown} not in devices {devices}")
     out = []
     for d in devices:
-        v = _numbers([speed.get(d, 1.0)], f"device_speed[{d!r}]")[0]
+        v = _number(speed.get(d, 1.0), f"device_speed[{d!r}]")
         if v <= 0:
             raise ValueError(f"device_speed[{d!r}] must be > 0, got {v!r}")
         out.append(v)
@@ -219,7 +245,7 @@ def _distances(devices: List[str], distance: Optional[Mapping[Tuple[str, str], f
         if not isinstance(key, tuple) or len(key) != 2 or any(k not in index for k in key):
             raise ValueError(f"distance key {key!r} must be a pair of devices from {devices}")
         a, b = index[key[0]], index[key[1]]
-        v = _numbers([value], f"distance[{key!r}]")[0]
+        v = _number(value, f"distance[{key!r}]")
         if a == b:
             if v != 0:
                 raise ValueError(f"distance[{key!r}] must be 0: a device is at no distance "

@@ -1,0 +1,304 @@
+"""Where a worker is now: its Python stack, read from outside without stopping it.
+
+A worker installs [`install`][easycore.common.parallel._os.stacks.install] once
+at start: ``faulthandler`` then dumps every thread's stack into the worker's
+dump file when the process gets :data:`SIGNAL`. The dump is written by a C
+signal handler, so it needs nothing from the worker's Python code: it works
+while the worker is stuck in a loop, sleeping, blocked on a lock, or running C
+code that holds the GIL (faulthandler reads the thread states without it).
+The caller owns the file; [`request`][easycore.common.parallel._os.stacks.request]
+signals one or many workers at once and reads what each wrote, within a
+deadline.
+
+The file holds only what faulthandler writes: file names, line numbers and
+function names. Never local variables, arguments or data.
+
+Each worker's file is made by the caller
+([`DumpFile`][easycore.common.parallel._os.stacks.DumpFile]), opened by the
+worker at start and then unlinked by it: from then on it exists only as two
+open descriptors, so nothing is left on disk whoever dies first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import re
+import signal
+import sysconfig
+import tempfile
+import threading
+import time
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+__all__ = [
+    "SIGNAL",
+    "AVAILABLE",
+    "DumpFile",
+    "Frame",
+    "Stack",
+    "install",
+    "request",
+    "parse",
+    "describe",
+]
+
+#: The signal that asks a worker for its stacks: a real-time signal where the
+#: platform has them (nothing else uses it; queued, so two requests are two
+#: dumps), else ``SIGUSR2``.
+SIGNAL: Optional[int] = None
+if hasattr(signal, "SIGRTMIN"):
+    SIGNAL = int(signal.SIGRTMIN) + 6
+elif hasattr(signal, "SIGUSR2"):
+    SIGNAL = int(signal.SIGUSR2)
+
+#: whether stacks can be asked for on this platform (POSIX signals)
+AVAILABLE = SIGNAL is not None and hasattr(faulthandler, "register")
+
+_MAIN_MARK = "easycore-main-thread "
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):$"
+)
+_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+# How long a dump may take to appear once signalled, and how long it must stay
+# the same size to count as complete (faulthandler writes it in one go, from a
+# signal handler: microseconds, unless the machine is swapping).
+_SETTLE = 0.02
+
+
+class Frame(NamedTuple):
+    """One frame of a captured stack."""
+
+    function: str
+    file: str
+    line: Optional[int]
+
+    def __str__(self) -> str:
+        return f"{self.function} ({self.file}:{self.line if self.line is not None else '?'})"
+
+
+class Stack(NamedTuple):
+    """The stacks of one worker's threads, innermost frame first in each.
+
+    Attributes:
+        threads (list): ``(name, frames)`` pairs, the main thread (the one that
+            runs tasks) first.
+    """
+
+    threads: List[Tuple[str, List[Frame]]]
+
+    @property
+    def main(self) -> List[Frame]:
+        """The frames of the thread that runs tasks, innermost first."""
+        return self.threads[0][1] if self.threads else []
+
+    def user_frame(self) -> Optional[Frame]:
+        """The innermost frame of the main thread that is neither easycore's nor the
+        standard library's: where the user's code was."""
+        for frame in self.main:
+            if not _is_library(frame.file):
+                return frame
+        return None
+
+    def __str__(self) -> str:
+        lines: List[str] = []
+        for name, frames in self.threads:
+            lines.append(f"{name} (innermost first):")
+            lines.extend(f"  {f}" for f in frames)
+            if not frames:
+                lines.append("  (no Python frame)")
+        return "\n".join(lines)
+
+
+def _dirs(*dirs: Optional[str]) -> Tuple[str, ...]:
+    return tuple({os.path.join(d, "") for d in dirs if d})
+
+
+_PATHS = sysconfig.get_paths()
+_STDLIB = _dirs(_PATHS.get("stdlib"), _PATHS.get("platstdlib"))
+_SITE = _dirs(_PATHS.get("purelib"), _PATHS.get("platlib"))
+_EASYCORE = _dirs(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _is_library(path: str) -> bool:
+    """Whether a frame's file is easycore-parallel's or the standard library's."""
+    if path.startswith(_EASYCORE) or path.startswith("<frozen"):
+        return True
+    return path.startswith(_STDLIB) and not path.startswith(_SITE)
+
+
+class DumpFile:
+    """The caller's half of one worker's dump file.
+
+    Made before the worker starts; ``path`` goes to the worker, which opens it
+    with [`install`][easycore.common.parallel._os.stacks.install] and unlinks
+    it. ``close`` releases the caller's descriptor (and the name, if the worker
+    never got that far).
+    """
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix=f"easycore-stack-{os.getpid()}-")
+        self._fd: Optional[int] = fd
+        self._lock = threading.Lock()
+
+    def offset(self) -> int:
+        """How many bytes the file holds now."""
+        return os.fstat(self._require()).st_size
+
+    def read_from(self, start: int) -> str:
+        """What the worker wrote after ``start``."""
+        fd = self._require()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, max(0, size - start), start).decode("utf-8", "replace")
+
+    def _require(self) -> int:
+        if self._fd is None:
+            raise ValueError("the dump file is closed")
+        return self._fd
+
+    def close(self) -> None:
+        """Release the caller's descriptor and the name (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def __del__(self) -> None:  # the engine closes it; this is the safety net
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def install(path: Optional[str]) -> bool:
+    """In a worker: dump every thread's stack into ``path`` on :data:`SIGNAL`.
+
+    The file is opened for appending and unlinked (the caller keeps its own
+    descriptor). The first line names the main thread, so the caller can tell
+    it from the others.
+
+    Args:
+        path (str or None): the caller's dump file; None does nothing.
+
+    Returns:
+        bool: whether stacks can now be asked for.
+    """
+    if path is None or not AVAILABLE:
+        return False
+    assert SIGNAL is not None
+    try:
+        f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    f.write(f"{_MAIN_MARK}0x{threading.main_thread().ident or 0:016x}\n")
+    f.flush()
+    global _installed
+    _installed = f  # faulthandler keeps the descriptor, not the object
+    faulthandler.register(SIGNAL, file=f, all_threads=True, chain=False)
+    return True
+
+
+_installed = None
+
+
+def request(
+    targets: Iterable[Tuple[object, int, DumpFile]], timeout: float = 1.0
+) -> Dict[object, Optional[Stack]]:
+    """Signal every target at once; read each one's stacks.
+
+    Args:
+        targets: ``(key, pid, dump_file)`` triples.
+        timeout (float): seconds to wait for all of them together.
+
+    Returns:
+        dict: ``{key: Stack}``; None for a worker that did not answer in time
+        (gone, or not started far enough to have installed the handler).
+    """
+    pending: Dict[object, Tuple[DumpFile, int, List[int]]] = {}
+    out: Dict[object, Optional[Stack]] = {}
+    for key, pid, dump in targets:
+        out[key] = None
+        if not AVAILABLE or dump is None:
+            continue
+        try:
+            dump._lock.acquire()
+            start = dump.offset()
+            os.kill(pid, SIGNAL)  # type: ignore[arg-type]
+        except (OSError, ValueError):
+            dump._lock.release()
+            continue
+        pending[key] = (dump, start, [start, 0])
+    deadline = time.monotonic() + timeout
+    try:
+        while pending and time.monotonic() < deadline:
+            time.sleep(_SETTLE / 2)
+            now = time.monotonic()
+            for key in list(pending):
+                dump, start, seen = pending[key]
+                size = dump.offset()
+                if size > seen[0]:
+                    seen[0], seen[1] = size, 0
+                elif size > start:
+                    seen[1] += 1
+                    if seen[1] >= 2 or now >= deadline:
+                        out[key] = parse(dump.read_from(start), _main_ident(dump))
+                        del pending[key]
+                        dump._lock.release()
+    finally:
+        for key, (dump, start, _) in pending.items():
+            text = dump.read_from(start) if dump._fd is not None else ""
+            out[key] = parse(text, _main_ident(dump)) if text.strip() else None
+            dump._lock.release()
+    return out
+
+
+def _main_ident(dump: DumpFile) -> Optional[str]:
+    if dump._fd is None:
+        return None
+    head = os.pread(dump._fd, 80, 0).decode("ascii", "replace")
+    if head.startswith(_MAIN_MARK):
+        return head[len(_MAIN_MARK):].split("\n", 1)[0].strip().lower()
+    return None
+
+
+def parse(text: str, main_ident: Optional[str] = None) -> Stack:
+    """Turn a faulthandler dump into a [`Stack`][easycore.common.parallel._os.stacks.Stack].
+
+    Args:
+        text (str): what faulthandler wrote (one dump).
+        main_ident (str or None): the main thread's id as ``0x%016x``, to put
+            it first and name it.
+
+    Returns:
+        Stack: every thread, the main one first, innermost frame first.
+    """
+    threads: List[Tuple[str, str, List[Frame]]] = []
+    for line in text.splitlines():
+        head = _THREAD.match(line)
+        if head:
+            ident = head.group(2).lower()
+            threads.append((ident, head.group(3) or "", []))
+            continue
+        frame = _FRAME.match(line)
+        if frame and threads:
+            number = frame.group(2)
+            line_no = int(number) if number.isdigit() else None
+            threads[-1][2].append(Frame(frame.group(3), frame.group(1), line_no))
+    named: List[Tuple[str, List[Frame]]] = []
+    main: List[Tuple[str, List[Frame]]] = []
+    for ident, tname, frames in threads:
+        if main_ident is not None and ident == main_ident:
+            main.append(("main thread", frames))
+        else:
+            named.append((f"thread {tname or ident}", frames))
+    return Stack(main + named)
+
+
+def describe(stack: Optional[Stack]) -> str:
+    """One phrase for an error message: where the main thread was."""
+    if stack is None:
+        return ""
+    frame = stack.user_frame() or (stack.main[0] if stack.main else None)
+    return f"; it was in {frame}" if frame is not None else ""
