@@ -18,7 +18,8 @@ import threading
 import pytest
 from leaks import check_leaks
 
-from easycore.common.path import AsyncWriter, PathHandler, PathManager, UnknownArgumentError
+from easycore.common.path import PathHandler, PathManager, UnknownArgumentError
+from easycore.common.path.async_writes import AsyncWriter
 
 WAIT = 30  # seconds: every wait of these tests fails rather than hangs
 
@@ -227,6 +228,18 @@ def test_an_error_of_the_callback_is_raised_by_the_join(tmp_path):
     with pytest.raises(ConnectionError, match="upload refused"):
         PathManager.async_join()
     assert PathManager.async_join() is True  # reported once
+
+
+def test_a_callback_that_joins_its_own_path_is_told_instead_of_hanging(tmp_path):
+    path = str(tmp_path / "self.txt")
+
+    def join_myself():
+        PathManager.async_join(path)
+
+    with PathManager.opena(path, "w", callback_after_file_close=join_myself) as f:
+        f.write("x")
+    with pytest.raises(RuntimeError, match="would wait for itself"):
+        PathManager.async_join()
 
 
 # ------------------------------------------------------------ errors

@@ -7,7 +7,6 @@ is actually downloaded, and fsspec only when an object store is first used.
 from easycore.common.network.errors import DownloadError
 
 from ._version import __version__
-from .async_writes import AsyncWriter
 from .fsspec_handler import FsspecPathHandler
 from .http import HTTPURLHandler
 from .iopath_spellings import PathManagerFactory
@@ -20,7 +19,6 @@ from .path_handler import PathHandler
 from .redirect import RedirectPathHandler
 
 __all__ = [
-    "AsyncWriter",
     "DownloadError",
     "FsspecPathHandler",
     "HTTPURLHandler",

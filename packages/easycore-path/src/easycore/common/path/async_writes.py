@@ -1,7 +1,7 @@
 """Writes that run in the background: iopath's `opena`, `async_join` and `async_close`.
 
 `PathManager.opena(path, "w")` opens the file at once (an error of opening raises
-there) and returns an [`AsyncWriter`][easycore.common.path.AsyncWriter]:
+there) and returns an [`AsyncWriter`][easycore.common.path.async_writes.AsyncWriter]:
 its `write`, `flush` and `close` are queued and return at once; a thread of that path
 runs them in the order they were called, so that writes to one path (from one or
 several `opena` calls) land in order, and writes to different paths run at the same
@@ -99,9 +99,17 @@ def join(keys: Optional[Iterable[str]] = None) -> bool:
         BaseException: the first error a write, a close or a callback of those paths
             met since they were last joined (an `OSError` names the path); the other
             lanes' errors are reported by the next join.
+        RuntimeError: called by a callback, for its own path.
     """
     with _cond:
         wanted = list(_lanes) if keys is None else list(keys)
+        me = threading.current_thread()
+        for key in wanted:
+            if key in _lanes and _lanes[key].thread is me:
+                raise RuntimeError(
+                    f"async_join of {key!r} from its own background thread (a callback) "
+                    "would wait for itself forever"
+                )
         _cond.wait_for(
             lambda: all(_lanes.get(key) is None or _lanes[key].thread is None for key in wanted)
         )

@@ -23,10 +23,10 @@ from typing import (
     Union,
 )
 
-from . import async_writes
 from .keywords import checked_path, set_strict
 
 if TYPE_CHECKING:
+    from .async_writes import AsyncWriter
     from .manager import PathManager
     from .path_handler import PathHandler
 
@@ -197,7 +197,7 @@ class IopathSpellings:
         buffering: int = -1,
         callback_after_file_close: Optional[Callable[[], Any]] = None,
         **kwargs: Any,
-    ) -> "async_writes.AsyncWriter":
+    ) -> "AsyncWriter":
         """Open a file whose writes run in the background (iopath's `opena`).
 
         The file is opened now; `write`, `flush` and `close` return at once and run in
@@ -225,12 +225,15 @@ class IopathSpellings:
             kwargs: other arguments of `open`, such as `encoding`.
 
         Returns:
-            AsyncWriter: a file-like object; a context manager.
+            AsyncWriter: a file-like object
+            ([`AsyncWriter`][easycore.common.path.async_writes.AsyncWriter]); a context
+            manager.
 
         Raises:
             ValueError: a mode that reads.
             UnknownArgumentError: a keyword argument `open` does not take.
         """
+        from .async_writes import AsyncWriter
         from .manager import PathManager
 
         if not mode or not set(mode) <= set("waxb") or len(set(mode) & set("wax")) != 1:
@@ -241,9 +244,7 @@ class IopathSpellings:
         if buffering != -1:
             kwargs["buffering"] = buffering
         stream = PathManager.open(path, mode, **kwargs)
-        return async_writes.AsyncWriter(
-            _lane_key(path), stream, "b" in mode, callback_after_file_close
-        )
+        return AsyncWriter(_lane_key(path), stream, "b" in mode, callback_after_file_close)
 
     @staticmethod
     def async_join(*paths: PathLike) -> bool:
@@ -260,6 +261,8 @@ class IopathSpellings:
             Exception: the first error a write, close or callback of those paths met
                 since they were last joined (reported once; an `OSError` names the path).
         """
+        from . import async_writes  # threads: imported on first use
+
         return async_writes.join([_lane_key(path) for path in paths] if paths else None)
 
     @staticmethod
@@ -273,6 +276,8 @@ class IopathSpellings:
         Raises:
             Exception: the first error a write met (see `async_join`).
         """
+        from . import async_writes
+
         return async_writes.join()
 
     @staticmethod

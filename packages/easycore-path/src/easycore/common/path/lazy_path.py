@@ -1,7 +1,7 @@
 """`LazyPath`: a path computed the first time it is used (iopath's `LazyPath`)."""
 
+import _thread  # threading's core, loaded with Python: importing threading costs time
 import os
-import threading
 from typing import Any, Callable, Optional
 
 __all__ = ["LazyPath"]
@@ -44,7 +44,7 @@ class LazyPath(os.PathLike):
     def __init__(self, func: Callable[[], Any]) -> None:
         self._func = func
         self._value: Optional[str] = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def __fspath__(self) -> str:
         value = self._value
@@ -98,4 +98,4 @@ class LazyPath(os.PathLike):
 
     def __setstate__(self, state: Any) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()

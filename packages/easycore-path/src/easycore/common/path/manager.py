@@ -79,7 +79,8 @@ class PathManager(IopathSpellings):
         ```
 
     iopath's spellings work too (`ls`, `mkdirs`, `rm`, `mv`, `symlink`, `set_cwd`,
-    `register_handler`, `get_local_path(force=, cache_dir=)`), with iopath's meaning
+    `register_handler`, `get_local_path(force=, cache_dir=)`, `opena` with `async_join`
+    and `async_close`, `opent`, `set_strict_kwargs_checking`), with iopath's meaning
     (see "Coming from iopath" in the documentation).
     """
 
