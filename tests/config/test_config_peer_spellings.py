@@ -240,7 +240,7 @@ def test_merge_from_file_takes_the_yaml_types_yacs_refuses(tmp_path):
     cfg = CfgNode({"DAY": datetime.date(2020, 1, 1), "TAGS": {"x"}, "RAW": b"", "N": 1})
     cfg.merge_from_file(tmp_path / "run.yaml")
     day, tags = datetime.date(2021, 2, 3), {"a", "b"}
-    assert (cfg.DAY, cfg.TAGS, cfg.RAW, cfg.N) == (day, tags, b"hello", 1)
+    assert (day, tags, b"hello", 1) == (cfg.DAY, cfg.TAGS, cfg.RAW, cfg.N)
 
 
 def test_a_merge_keeps_objects_where_types_agree_and_refuses_a_change_of_type():
