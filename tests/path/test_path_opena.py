@@ -319,15 +319,20 @@ def test_wrong_kinds_of_data_and_closed_files_raise_at_once(tmp_path):
 
 
 # ------------------------------------------------------------ processes
-def test_a_script_that_never_joins_still_finishes_its_writes(tmp_path):
+@pytest.mark.parametrize("ending", ["f.close()", "", "del f"])
+def test_a_script_that_never_joins_still_finishes_its_writes(tmp_path, ending):
+    # "": the writer is still open when the interpreter exits (closed by the collector).
     script = textwrap.dedent(f"""
         from easycore.common.path import PathManager
         f = PathManager.opena({str(tmp_path / "out.txt")!r}, "w")
         for i in range(2000):
             f.write(f"line {{i}}\\n")
-        f.close()
+        {ending}
     """)
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=WAIT)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT
+    )
+    assert done.returncode == 0 and done.stderr == ""
     lines = (tmp_path / "out.txt").read_text().splitlines()
     assert lines == [f"line {i}" for i in range(2000)]
 

@@ -11,14 +11,16 @@ them if none is named) are done and raises the first error one of them met;
 
 A path's thread runs only while it has work: nothing is left running once the
 writes are done. The threads are not daemons, so a script that never joins still
-has its writes finished before the interpreter exits; an error is logged (on the
-`easycore.common.path` logger) when it happens, whether or not anyone joins.
+has its writes finished before the interpreter exits (a writer left open is
+closed then too); an error is logged (on the `easycore.common.path` logger) when
+it happens, whether or not anyone joins.
 """
 
 import collections
 import io
 import logging
 import os
+import sys
 import threading
 from typing import Any, Callable, Deque, Dict, Iterable, Optional
 
@@ -55,15 +57,27 @@ if hasattr(os, "register_at_fork"):
 
 
 def submit(key: str, job: Callable[[], None]) -> None:
-    """Queue `job` on the lane of `key`, starting its thread if it is idle."""
+    """Queue `job` on the lane of `key`, starting its thread if it is idle.
+
+    While the interpreter shuts down (a writer closed by the garbage collector at exit)
+    no thread can start: the jobs then run here, in order all the same.
+    """
     with _cond:
         lane = _lanes.setdefault(key, _Lane())
         lane.jobs.append(job)
-        if lane.thread is None:
-            lane.thread = threading.Thread(
-                target=_drain, args=(key, lane), name=f"easycore-opena:{key}"
-            )
+        if lane.thread is not None:
+            return
+        lane.thread = threading.Thread(
+            target=_drain, args=(key, lane), name=f"easycore-opena:{key}"
+        )
+        try:
+            if sys.is_finalizing():  # start() would wait forever for the thread
+                raise RuntimeError("can't create new thread at interpreter shutdown")
             lane.thread.start()
+            return
+        except RuntimeError:
+            lane.thread = threading.current_thread()
+    _drain(key, lane)
 
 
 def _drain(key: str, lane: _Lane) -> None:
