@@ -226,3 +226,33 @@ def test_both_base_keys_in_one_file_and_cycles_through_lists_are_refused(tmp_pat
     (tmp_path / "y.yaml").write_text("__BASE__: x.yaml\n")
     with pytest.raises(ConfigError, match=r"circular __BASE__ chain: .*x.yaml -> .*y.yaml -> "):
         HierarchicalCfgNode.open(tmp_path / "x.yaml")
+
+
+# ------------------------------------------------------------ where yacs refuses more
+def test_merge_from_file_takes_the_yaml_types_yacs_refuses(tmp_path):
+    # yacs refuses any value outside {tuple, list, str, int, float, bool, None}; easycore
+    # keeps what its YAML holds (dates, sets, bytes), so a file's merge takes them too.
+    import datetime
+
+    (tmp_path / "run.yaml").write_text(
+        "DAY: 2021-02-03\nTAGS: !!set {a, b}\nRAW: !!binary aGVsbG8=\n", encoding="utf-8"
+    )
+    cfg = CfgNode({"DAY": datetime.date(2020, 1, 1), "TAGS": {"x"}, "RAW": b"", "N": 1})
+    cfg.merge_from_file(tmp_path / "run.yaml")
+    day, tags = datetime.date(2021, 2, 3), {"a", "b"}
+    assert (day, tags, b"hello", 1) == (cfg.DAY, cfg.TAGS, cfg.RAW, cfg.N)
+
+
+def test_a_merge_keeps_objects_where_types_agree_and_refuses_a_change_of_type():
+    class Net:
+        pass
+
+    cfg = CfgNode({"MODEL": None, "LR": 0.1})
+    cfg.MODEL = Net()  # yacs: AssertionError; easycore: a runner's cfg carries objects
+    newer = Net()
+    cfg.merge_from_other_cfg({"MODEL": newer})
+    assert cfg.MODEL is not newer and isinstance(cfg.MODEL, Net)  # a copy, as merges copy
+    with pytest.raises(ConfigError, match=r"'LR'.*expected float, got Net"):
+        cfg.merge_from_other_cfg({"LR": Net()})
+    with pytest.raises(ConfigError, match="MODEL"):
+        CfgNode.dump(cfg)  # what YAML cannot hold is refused when saved, by key

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from easycore.common.path import HTTPURLHandler, PathManager
+from easycore.common.path import HTTPURLHandler, PathManager, keywords
 from easycore.common.path import manager as _manager
 
 
@@ -299,15 +299,18 @@ def cache_dir(tmp_path, monkeypatch) -> str:
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    """Handlers registered by a test are gone after it, and so is a `set_cwd` of it."""
+    """Handlers registered by a test are gone after it, and so are a `set_cwd` and a
+    `set_strict_kwargs_checking` of it."""
     saved_handlers = dict(_manager._handlers)
     saved_prefixes = _manager._prefixes
     saved_cwd = _manager._native._cwd
+    saved_strict = keywords.strict()
     yield
     _manager._handlers.clear()
     _manager._handlers.update(saved_handlers)
     _manager._prefixes = saved_prefixes
     _manager._native._cwd = saved_cwd
+    keywords.set_strict(saved_strict)
 
 
 @pytest.fixture

@@ -107,12 +107,6 @@ def test_register_handler_replaces_as_iopath_does():
         PathManager.register_handler(first, allow_override=False)
 
 
-def test_strict_keyword_checking_is_always_on():
-    PathManager.set_strict_kwargs_checking(True)
-    with pytest.raises(ValueError, match="always refuses unknown keyword"):
-        PathManager.set_strict_kwargs_checking(False)
-
-
 def test_an_instance_works_as_iopath_code_uses_one(tmp_path):
     manager = PathManager()
     (tmp_path / "i.txt").write_text("i")

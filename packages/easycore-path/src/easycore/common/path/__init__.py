@@ -9,6 +9,9 @@ from easycore.common.network.errors import DownloadError
 from ._version import __version__
 from .fsspec_handler import FsspecPathHandler
 from .http import HTTPURLHandler
+from .iopath_spellings import PathManagerFactory
+from .keywords import UnknownArgumentError
+from .lazy_path import LazyPath
 from .lock import file_lock
 from .manager import PathManager
 from .native import NativePathHandler
@@ -19,10 +22,13 @@ __all__ = [
     "DownloadError",
     "FsspecPathHandler",
     "HTTPURLHandler",
+    "LazyPath",
     "NativePathHandler",
     "PathHandler",
     "PathManager",
+    "PathManagerFactory",
     "RedirectPathHandler",
+    "UnknownArgumentError",
     "__version__",
     "file_lock",
 ]

@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 from functools import cache, lru_cache
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
 
 from easycore.common.network.urls import redact
@@ -21,6 +21,7 @@ from .fsspec_cache import cached_copy
 from .fsspec_errors import as_os_error, secret_values
 from .fsspec_read import Reader
 from .fsspec_write import is_local, open_atomic
+from .keywords import check_keywords
 from .path_handler import PathHandler
 from .prefixes import has_scheme, normalise_scheme
 
@@ -285,7 +286,8 @@ class FsspecPathHandler(PathHandler):
         Raises:
             ValueError: an unsupported mode (appending or updating objects), or a text
                 argument in a binary mode.
-            TypeError: a keyword argument no layer takes (a typo such as `encodng=`).
+            UnknownArgumentError: a keyword argument no layer takes (a typo such as
+                `encodng=`); a `TypeError`.
             IsADirectoryError: a path that ends in "/", or names a prefix.
             FileExistsError: mode `x` or `xb` and the object exists (a racing writer that
                 lost gets it when it closes).
@@ -298,7 +300,7 @@ class FsspecPathHandler(PathHandler):
                 "written whole (use 'r', 'rb', 'w', 'wb', 'x' or 'xb')"
             )
         fs, fspath = self.fs, self._object_path(path, "open")
-        _check_open_arguments(fs, path, mode, kwargs)
+        kwargs = _check_open_arguments(fs, path, mode, kwargs)
         if _WRITE_MODES.intersection(mode):
             if "x" in mode and fs.exists(fspath):
                 raise self._error(FileExistsError("the object exists"), "create", path)
@@ -322,6 +324,15 @@ class FsspecPathHandler(PathHandler):
             raise self._error(IsADirectoryError("a directory (a prefix)"), "open", path)
         reader = Reader(raw, lambda e: self._error(e, "read", path))
         return reader if "b" in mode else io.TextIOWrapper(reader, **text)  # type: ignore[return-value]
+
+    def open_keywords(self, path: str) -> Optional[AbstractSet[str]]:
+        """
+        Returns:
+            set or None: those of fsspec's `open` for this store (`block_size`,
+            `cache_type`, `cache_options`, `compression` and those its `_open` names)
+            and a text mode's `encoding`, `errors`, `newline`.
+        """
+        return _open_parameters(self.fs.__class__) | set(_TEXT_ARGS)
 
     def exists(self, path: str) -> bool:
         """Whether an object or a prefix (directory) is at `path`.
@@ -529,23 +540,20 @@ _TEXT_ARGS = ("encoding", "errors", "newline")
 _GENERIC_OPEN_ARGS = frozenset({"block_size", "cache_type", "cache_options", "compression"})
 
 
-def _check_open_arguments(fs: Any, url: str, mode: str, kwargs: Mapping[str, Any]) -> None:
-    """Refuse what `open` would otherwise pass on to be ignored: fsspec's `_open` takes
-    `**kwargs` and drops what it does not know, so a typo (`encodng=`) went unnoticed."""
+def _check_open_arguments(
+    fs: Any, url: str, mode: str, kwargs: Mapping[str, Any]
+) -> Dict[str, Any]:
+    """Refuse what `open` would otherwise pass on to be ignored (fsspec's `_open` takes
+    `**kwargs` and drops what it does not know, so a typo (`encodng=`) went unnoticed);
+    the arguments to pass on."""
     text = [name for name in _TEXT_ARGS if name in kwargs]
     if "b" in mode and text:
         raise ValueError(
             f"cannot open {redact(url)!r} with mode {mode!r}: binary mode doesn't take "
             f"an {text[0]} argument"
         )
-    accepted = _open_parameters(fs.__class__)
-    unknown = sorted(set(kwargs) - accepted - set(_TEXT_ARGS))
-    if unknown:
-        known = ", ".join(sorted(accepted))
-        raise TypeError(
-            f"cannot open {redact(url)!r}: unexpected keyword argument {unknown[0]!r} "
-            f"(text modes take encoding, errors, newline; fsspec's open here takes {known})"
-        )
+    accepted = _open_parameters(fs.__class__) | set(_TEXT_ARGS)
+    return check_keywords("open", url, dict(kwargs), accepted)
 
 
 @cache

@@ -9,13 +9,14 @@ regular file whose real path stays in the cache, is served (`.cache.trusted_entr
 import errno
 import os
 import stat
-from typing import IO, Any, List, Optional
+from typing import IO, AbstractSet, Any, List, Optional
 
 from easycore.common.network.download import check_download_options, fetch_locked
 from easycore.common.network.transfer import DEFAULT_TIMEOUT, Timeout, probe
 from easycore.common.network.urls import redact
 
 from .cache import check_inside, lock_target, trusted_entry, url_to_cache_path
+from .keywords import BUILTIN_OPEN_KEYWORDS
 from .path_handler import PathHandler
 
 __all__ = ["HTTPURLHandler"]
@@ -161,6 +162,14 @@ class HTTPURLHandler(PathHandler):
         except BaseException:
             os.close(fd)
             raise
+
+    def open_keywords(self, path: str) -> Optional[AbstractSet[str]]:
+        """
+        Returns:
+            set or None: the built-in `open`'s keyword arguments, which read the cached
+            copy (None for a subclass with an `open` of its own, which decides).
+        """
+        return BUILTIN_OPEN_KEYWORDS if type(self).open is HTTPURLHandler.open else None
 
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.

@@ -1,12 +1,13 @@
 """`PathManager`: one API for every registered kind of path."""
 
 import os
-from typing import IO, Any, Dict, List, Optional, Tuple, Union
+from typing import IO, Any, Dict, List, NoReturn, Optional, Tuple, Union
 
 from easycore.common.network.urls import redact
 
 from .http import HTTPURLHandler
 from .iopath_spellings import IopathSpellings
+from .keywords import check_keywords, checked_path
 from .native import NativePathHandler
 from .path_handler import PathHandler
 from .prefixes import has_scheme, leads, normalise_scheme
@@ -78,7 +79,8 @@ class PathManager(IopathSpellings):
         ```
 
     iopath's spellings work too (`ls`, `mkdirs`, `rm`, `mv`, `symlink`, `set_cwd`,
-    `register_handler`, `get_local_path(force=, cache_dir=)`), with iopath's meaning
+    `register_handler`, `get_local_path(force=, cache_dir=)`, `opena` with `async_join`
+    and `async_close`, `opent`, `set_strict_kwargs_checking`), with iopath's meaning
     (see "Coming from iopath" in the documentation).
     """
 
@@ -117,16 +119,26 @@ class PathManager(IopathSpellings):
         Args:
             path (str): A URI supported by registered `PathHandler`.
             mode (str): Specifies the mode in which the file is opened. It defaults to 'r'.
-            kwargs: other arguments of the built-in `open`, such as `encoding`.
+            kwargs: other arguments of the built-in `open`, such as `encoding`, or of the
+                handler's `open` (its
+                [`open_keywords`][easycore.common.path.PathHandler.open_keywords]).
 
         Returns:
             IO: a file-like object.
+
+        Raises:
+            UnknownArgumentError: a keyword argument the handler does not take (see
+                `set_strict_kwargs_checking`); nothing is opened.
         """
         handler, path = _handler_for(os.fspath(path))
+        if kwargs:
+            kwargs = check_keywords("open", path, kwargs, handler.open_keywords(path))
         return handler.open(path, mode, **kwargs)
 
     @staticmethod
-    def copy(src_path: PathLike, dst_path: PathLike, overwrite: bool = False) -> bool:
+    def copy(
+        src_path: PathLike, dst_path: PathLike, overwrite: bool = False, **kwargs: NoReturn
+    ) -> bool:
         """Copy a source path to a destination path.
 
         The source is made local first (a URL is downloaded into the cache), then copied
@@ -137,6 +149,7 @@ class PathManager(IopathSpellings):
             src_path (str): A URI or local path supported by registered PathHandler.
             dst_path (str): A URI or local path supported by registered PathHandler.
             overwrite (bool): forcing overwrite of existing URI.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             bool: True on success.
@@ -144,11 +157,14 @@ class PathManager(IopathSpellings):
         Raises:
             FileExistsError: `dst_path` exists and `overwrite` is False.
         """
+        checked_path("copy", src_path, kwargs)
         local_path = PathManager.get_local_path(src_path)
         return PathManager.copy_from_local(local_path, dst_path, overwrite)
 
     @staticmethod
-    def copy_from_local(local_path: PathLike, dst_path: PathLike, overwrite: bool = False) -> bool:
+    def copy_from_local(
+        local_path: PathLike, dst_path: PathLike, overwrite: bool = False, **kwargs: NoReturn
+    ) -> bool:
         """Copy a resource from local path to destination path.
 
         Note:
@@ -159,17 +175,21 @@ class PathManager(IopathSpellings):
             local_path (str): a local path.
             dst_path (str): A URI supported by registered PathHandler.
             overwrite (bool): forcing overwrite of existing URI.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             bool: True on success.
         """
-        handler, dst_path = _handler_for(os.fspath(dst_path))
+        handler, dst_path = _handler_for(checked_path("copy_from_local", dst_path, kwargs))
         local = _native._get_path_with_cwd(os.fspath(local_path))  # relative: as set_cwd says
         return handler.copy_from_local(local, dst_path, overwrite)
 
     @staticmethod
     def get_local_path(
-        path: PathLike, force: bool = False, cache_dir: Optional[PathLike] = None
+        path: PathLike,
+        force: bool = False,
+        cache_dir: Optional[PathLike] = None,
+        **kwargs: NoReturn,
     ) -> str:
         """Get a file path which is compatible with native Python I/O such as `open` and
         `os.path`.
@@ -185,11 +205,12 @@ class PathManager(IopathSpellings):
             cache_dir (str or None): the cache directory to use instead of
                 `get_cache_dir()` (iopath's argument; the protocol's folder is made
                 inside it).
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             str: a file path which exists on the local file system.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("get_local_path", path, kwargs))
         # Passed on only when given: a handler of the user's may take the path alone.
         options: Dict[str, Any] = {}
         if force:
@@ -199,86 +220,93 @@ class PathManager(IopathSpellings):
         return handler.get_local_path(path, **options)
 
     @staticmethod
-    def exists(path: PathLike) -> bool:
+    def exists(path: PathLike, **kwargs: NoReturn) -> bool:
         """Checks if there is a resource at the given URI.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             bool: True if the path exists.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("exists", path, kwargs))
         return handler.exists(path)
 
     @staticmethod
-    def isfile(path: PathLike) -> bool:
+    def isfile(path: PathLike, **kwargs: NoReturn) -> bool:
         """Checks if the resource at the given URI is a file.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             bool: True if the path is a file.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("isfile", path, kwargs))
         return handler.isfile(path)
 
     @staticmethod
-    def isdir(path: PathLike) -> bool:
+    def isdir(path: PathLike, **kwargs: NoReturn) -> bool:
         """Checks if the resource at the given URI is a directory.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             bool: True if the path is a directory.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("isdir", path, kwargs))
         return handler.isdir(path)
 
     @staticmethod
-    def listdir(path: PathLike) -> List[str]:
+    def listdir(path: PathLike, **kwargs: NoReturn) -> List[str]:
         """List the contents of the directory at the given URI.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
 
         Returns:
             List[str]: list of contents in the given path.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("listdir", path, kwargs))
         return handler.listdir(path)
 
     @staticmethod
-    def makedirs(path: PathLike) -> None:
+    def makedirs(path: PathLike, **kwargs: NoReturn) -> None:
         """Recursive directory creation function. Similar to `os.makedirs(path,
         exist_ok=True)`.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("makedirs", path, kwargs))
         handler.makedirs(path)
 
     @staticmethod
-    def remove(path: PathLike) -> None:
+    def remove(path: PathLike, **kwargs: NoReturn) -> None:
         """Remove the file (not directory) at the given URI.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("remove", path, kwargs))
         handler.remove(path)
 
     @staticmethod
-    def removedirs(path: PathLike) -> None:
+    def removedirs(path: PathLike, **kwargs: NoReturn) -> None:
         """Remove directories recursively, similar to `os.removedirs`.
 
         Args:
             path (str): A URI supported by registered PathHandler.
+            kwargs: none taken; see `set_strict_kwargs_checking`.
         """
-        handler, path = _handler_for(os.fspath(path))
+        handler, path = _handler_for(checked_path("removedirs", path, kwargs))
         handler.removedirs(path)
 
 

@@ -7,9 +7,10 @@ carrying the path they are about.
 import errno
 import os
 import shutil
-from typing import IO, Any, List, Optional
+from typing import IO, AbstractSet, Any, List, Optional
 
 from . import local_write
+from .keywords import BUILTIN_OPEN_KEYWORDS
 from .path_handler import PathHandler
 
 __all__ = ["NativePathHandler"]
@@ -131,6 +132,14 @@ class NativePathHandler(PathHandler):
             IO: a file-like object.
         """
         return open(self._get_path_with_cwd(path), mode, **kwargs)
+
+    def open_keywords(self, path: str) -> Optional[AbstractSet[str]]:
+        """
+        Returns:
+            set or None: the built-in `open`'s keyword arguments (None for a subclass
+            with an `open` of its own, which decides).
+        """
+        return BUILTIN_OPEN_KEYWORDS if type(self).open is NativePathHandler.open else None
 
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.

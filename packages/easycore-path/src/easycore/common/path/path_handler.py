@@ -1,7 +1,7 @@
 """`PathHandler`: the contract every URI back-end of `PathManager` fulfils."""
 
 import os
-from typing import IO, Any, List, Optional
+from typing import IO, AbstractSet, Any, List, Optional
 
 __all__ = ["PathHandler"]
 
@@ -99,6 +99,39 @@ class PathHandler:
             IO: a file-like object.
         """
         raise self._unsupported("open", path)
+
+    def open_keywords(self, path: str) -> Optional[AbstractSet[str]]:
+        """The keyword arguments `open` takes for `path`, besides the mode.
+
+        [`PathManager.open`][easycore.common.path.PathManager.open] refuses others
+        before opening anything (or drops them with a warning, after
+        `set_strict_kwargs_checking(False)`).
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+
+        Returns:
+            set or None: the names; None (the default) when `open` decides alone, as a
+            handler of your own does.
+        """
+        return None
+
+    def opent(self, path: str, mode: str = "r", buffering: int = 32, **kwargs: Any) -> Any:
+        """Open a tabular data source: an iterable of rows (iopath's `opent`).
+
+        None of easycore's handlers serves tables (nor do iopath's own local, HTTP and
+        S3 handlers): a handler of yours for a table store may.
+
+        Args:
+            path (str): A URI supported by this PathHandler.
+            mode (str): 'r'.
+            buffering (int): how many rows to fetch at a time.
+            kwargs: the handler's own options.
+
+        Returns:
+            Iterable: the rows; a context manager.
+        """
+        raise self._unsupported("opent", path)
 
     def exists(self, path: str) -> bool:
         """Checks if there is a resource at the given URI.
