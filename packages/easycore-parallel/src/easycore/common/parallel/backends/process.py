@@ -41,7 +41,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._os import interrupts, lifeline, threads
+from .._os import interrupts, lifeline, oom, threads
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import shm
 from ..transport.pickling import dumps_either
@@ -110,6 +110,7 @@ class _Handle:
             self.poller = select.poll()
             self.poller.register(results.fileno(), select.POLLIN)
         self.pid: Optional[int] = None
+        self.oom_base = oom.kills()  # the out-of-memory killer's count as it starts
         self.out = bytearray()  # framed bytes the pipe could not take yet
         self.ready = False
         self.ended = False  # answered a stop
@@ -315,7 +316,7 @@ class ProcessBackend(Backend):
         if isinstance(message, WorkerFailed):
             raise WorkerError.from_report(message.report, h.device, slot, h.pid)
         if isinstance(message, WorkerExited) and not message.expected:
-            raise WorkerDiedError(h.device, slot, message.pid, message.exitcode)
+            raise self.death_error(slot, message)
 
     def _start_one(self, slot: int) -> None:
         spec = self._spec
@@ -518,6 +519,12 @@ class ProcessBackend(Backend):
             self._writers.discard(h.slot)
 
     # ---------------------------------------------------- one worker at a time
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        h = self._by_slot[worker]
+        return WorkerDiedError(h.device, worker, exited.pid, exited.exitcode, items,
+                               oom.since(h.oom_base))
+
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
         if self._item_slots is None:
             return None
@@ -560,7 +567,7 @@ class ProcessBackend(Backend):
                 if isinstance(message, WorkerFailed) and message.job is None:
                     errors.append(WorkerError.from_report(message.report, h.device, slot, h.pid))
                 elif isinstance(message, WorkerExited) and not (h.ended or h.failed):
-                    errors.append(WorkerDiedError(h.device, slot, message.pid, message.exitcode))
+                    errors.append(self.death_error(slot, message))
                 elif hasattr(message, "results"):  # a chunk nobody waits for
                     self.transport.discard(slot, message.results)
 

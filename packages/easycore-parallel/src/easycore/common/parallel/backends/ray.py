@@ -109,7 +109,7 @@ class RayWorkerDiedError(WorkerDiedError):
         node_ip: Optional[str], reason: str, items: Optional[List[int]] = None,
     ) -> None:
         self.device, self.worker_index, self.pid, self.exitcode = device, worker_index, pid, None
-        self.items = items
+        self.items, self.oom_kills = items, None
         self.node_id, self.node_ip, self.reason = node_id, node_ip, reason
         ParallelError.__init__(
             self,

@@ -68,6 +68,10 @@ __all__ = ["FailFast", "ReplaceWorker", "Supervisor"]
 class Supervisor:
     """Worker exits, hook failures, restarts and task deadlines of one engine."""
 
+    #: deaths in a row of one slot's worker before its init hooks returned that
+    #: end the engine (its start is what kills it); fewer are replaced
+    start_deaths_limit = 3
+
     def __init__(self, engine: Engine, *, fail_fast: bool, max_deaths: int) -> None:
         """
         Args:
@@ -95,7 +99,7 @@ class Supervisor:
                 # way, forever: as an init hook's error does, that ends the
                 # engine (what a start that waited for it raised).
                 w.start_deaths += 1
-                if w.start_deaths >= self.max_deaths:
+                if w.start_deaths >= self.start_deaths_limit:
                     w.alive = False
                     engine._break(engine.backend.death_error(slot, msg))
                     return
