@@ -69,7 +69,8 @@ from .jobqueue import JobQueue
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
 from .queue import Queue, QueueClosedError, QueuePeerDiedError
 from .runner import BaseRunner, OrderedRunner, UnorderedRunner
-from .transport.shared_memory import PickleTransport, SharedMemoryTransport, Transport
+from .transport.base import PickleTransport, Transport
+from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import Executor, WorkerContext, WorkerProgram
 
 __all__ = [

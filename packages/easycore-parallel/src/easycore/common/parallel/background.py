@@ -19,9 +19,6 @@ call it ran and is replaced. [`reset`][easycore.common.parallel.BackgroundTask.r
 cancels the job and starts a fresh one.
 
 Random streams are [`seeding`][easycore.common.parallel.seeding]'s.
-
-(Over 400 lines on purpose: ``BackgroundTask``'s one class with its prefetching, reset
-and statistics; about half of it is the docstrings of its public methods.)
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ page says what each name is for. Importing this module does not import Ray:
 """
 
 from ._os.threads import budget as thread_budget
-from .backends.base import DirectTransport, check_options
+from .backends.base import check_options
 from .backends.policy import default_start_method
 from .backends.ray import RayBackend
 from .backends.thread import ThreadBackend
@@ -23,6 +23,7 @@ from .engine.core import Engine, ItemError, Job, JobSink
 from .progress import ProgressOption
 from .seeding import RandomStreams
 from .services.server import ServiceHost
+from .transport.base import DirectTransport
 from .transport.pickling import dumps_code, loads_code, names_main, reduce_main
 from .worker.executor import HookFailed, RunnerProgram, Terminated
 from .worker.protocol import (

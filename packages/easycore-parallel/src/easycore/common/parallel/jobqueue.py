@@ -12,9 +12,6 @@ raised raises [`WorkerError`][easycore.common.parallel.WorkerError] from
 its ``get`` (its own exception as the ``__cause__``), a dead worker fails
 its job with [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError]
 and is replaced.
-
-(Over 400 lines on purpose: one public class; most of it is the docstrings of its
-methods.)
 """
 
 from __future__ import annotations

@@ -13,10 +13,6 @@ is specific to runners is that a call fails as a whole: the first error
 (a hook that raised, a worker that died) ends it, and the runner closes; a
 task that overran ``task_timeout`` fails the call but only replaces its
 worker.
-
-(Over 400 lines on purpose: ``BaseRunner`` and its two ordered/unordered forms are one
-class hierarchy whose seams (the methods a subclass overrides) are documented together
-on the Extending page.)
 """
 
 from __future__ import annotations
@@ -42,7 +38,8 @@ from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
 from .options import WorkerOptions
 from .progress import Progress, ProgressOption
-from .transport.shared_memory import SharedMemoryTransport, Transport
+from .transport.base import Transport
+from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]

@@ -51,7 +51,6 @@ __all__ = [
     "BackendSpec",
     "ChannelBroken",
     "WorkerExited",
-    "DirectTransport",
     "check_options",
 ]
 
@@ -170,34 +169,6 @@ class Backend(abc.ABC):
     def pids(self) -> List[Optional[int]]:
         """list: process ids of the workers, where the back-end has them."""
         return [None] * len(self.devices)
-
-
-class DirectTransport:
-    """The transport of back-ends that move objects themselves (threads, Ray)."""
-
-    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
-        return items, 0
-
-    def decode_results(self, worker: int, payload: Any) -> List[Any]:
-        return payload
-
-    def discard(self, worker: int, payload: Any) -> None:
-        pass
-
-    def feedback(self, worker: int) -> Any:
-        return None
-
-    def on_worker_feedback(self, worker: int, data: Any) -> None:
-        pass
-
-    def item_payload_done(self, worker: int, payload: Any) -> None:
-        pass
-
-    def idle(self) -> None:
-        pass
-
-    def worker_gone(self, worker: int) -> None:
-        pass
 
 
 class BackendSpec(NamedTuple):

@@ -49,7 +49,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .._os.devices import visible_cuda_devices
 from ..defaults import chosen_transport, import_object
-from ..transport.shared_memory import SharedMemoryTransport, Transport
+from ..transport.base import Transport
+from ..transport.shared_memory import SharedMemoryTransport
 from .base import Backend, BackendSpec
 from .process import ProcessBackend
 

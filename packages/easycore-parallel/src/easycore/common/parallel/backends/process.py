@@ -4,8 +4,9 @@ Why pipes per worker rather than a shared queue: a shared queue's lock is
 left held (and its stream torn) when a worker dies in the middle of a read,
 which is how classic pools hang. Here each worker owns its task and result
 pipes, and the caller waits on every result pipe *and* every process
-sentinel at once (one ``epoll`` set kept across polls), so a hook's error or
-a worker's death is seen the moment it happens, whatever the others do.
+sentinel at once, so a hook's error or a worker's death is seen the moment it
+happens, whatever the others do (the
+[`multiplexer`][easycore.common.parallel.backends.multiplexer]).
 
 Sends never block: the caller's end of each task pipe is non-blocking, and
 what a busy worker's pipe cannot take yet waits in a buffer that the polling
@@ -20,9 +21,6 @@ caller's process ([`lifeline`][easycore.common.parallel._os.lifeline]). Ending
 after a failure is ``SIGTERM`` first (the worker exits through the
 interpreter's shutdown, which ends the daemonic processes it started), then
 ``SIGKILL`` for the worker and every process below it.
-
-(Over 400 lines on purpose: one back-end: starting, watching (one selector over every
-pipe and sentinel) and stopping worker processes share the handles' state.)
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import functools
 import os
 import pickle
 import select
-import selectors
 import signal
 import struct
 import threading
@@ -44,8 +41,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from .._os import interrupts, lifeline, oom, threads
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import shm
+from ..transport.base import Transport
 from ..transport.pickling import dumps_either
-from ..transport.shared_memory import Transport
 from ..worker.process import WorkerSpec, process_main
 from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
@@ -58,6 +55,7 @@ from .base import (
     check_options,
     wait_ended,
 )
+from .multiplexer import Multiplexer
 
 __all__ = ["ProcessBackend"]
 
@@ -203,15 +201,8 @@ class ProcessBackend(Backend):
         self._method = context.get_start_method()
         self._handles: List[_Handle] = []
         self._by_slot: Dict[int, _Handle] = {}
-        self._sel: Optional[selectors.BaseSelector] = None
-        self._wake_r: Optional[int] = None
-        self._wake_w: Optional[int] = None
-        self._wake_pending = False
-        self._wake_lock = threading.Lock()
+        self._mux: Optional[Multiplexer] = None  # made by start
         self._poll_lock = threading.RLock()
-        self._writers: set = set()  # slots with buffered output
-        self._writers_lock = threading.Lock()
-        self._registered_writers: set = set()
         self._cfg_payload: Any = None
         self._item_slots_name: Optional[str] = None
         self._item_slots: Optional[ItemSlots] = None
@@ -272,12 +263,7 @@ class ProcessBackend(Backend):
         self.transport.prepare()
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
-        self._sel = selectors.DefaultSelector()
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        self._wake_r, self._wake_w = wake_r, wake_w
-        self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
+        self._mux = Multiplexer()
         self._finalizer = util.Finalize(
             self, _kill_all, args=(self._handles, self.transport, None, self._program_ref),
             exitpriority=10
@@ -357,9 +343,8 @@ class ProcessBackend(Backend):
         h.pid = process.pid
         os.set_blocking(h.task_fd, False)
         with self._poll_lock:
-            assert self._sel is not None
-            self._sel.register(res_r.fileno(), selectors.EVENT_READ, ("result", slot))
-            self._sel.register(process.sentinel, selectors.EVENT_READ, ("exit", slot))
+            assert self._mux is not None
+            self._mux.watch(slot, res_r.fileno(), process.sentinel)
         if not inherited:
             with contextlib.suppress(ChannelBroken):  # it died at once: poll reports its exit
                 self._send_frame(slot, _frame(spec_bytes))
@@ -388,9 +373,8 @@ class ProcessBackend(Backend):
                     return
                 frame = frame[n:]
             h.out += frame
-        with self._writers_lock:
-            self._writers.add(worker)
-        self.wakeup()  # the polling thread flushes it when the pipe has room
+        assert self._mux is not None
+        self._mux.want_write(worker)  # the polling thread flushes it when the pipe has room
 
     def _flush(self, h: _Handle) -> bool:
         """Write what the pipe takes; True when the buffer is empty."""
@@ -409,71 +393,36 @@ class ProcessBackend(Backend):
             return not h.out
 
     def wakeup(self) -> None:
-        with self._wake_lock:
-            if self._wake_pending or self._wake_w is None:
-                return
-            self._wake_pending = True
-            with contextlib.suppress(OSError):  # the pipe is closed: nothing to wake
-                os.write(self._wake_w, b"x")
+        mux = self._mux
+        if mux is not None:
+            mux.wakeup()
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         with self._poll_lock:
             return self._poll(timeout)
 
     def _poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
-        sel = self._sel
-        if sel is None or self._closed:
+        mux = self._mux
+        if mux is None or self._closed:
             return []
-        self._update_writers(sel)
         # Never block for long: a Ctrl-C delivered to another thread only
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for key, _mask in sel.select(tick):
-            kind, slot = key.data
-            if kind == "wake":
-                # Reset before draining, so no wakeup is lost; no lock here: a
-                # Ctrl-C landing while this thread held one would deadlock.
-                self._wake_pending = False
-                try:
-                    while self._wake_r is not None and os.read(self._wake_r, 4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-            elif kind == "result":
-                self._drain(self._by_slot[slot], out)
-            elif kind == "exit":
-                h = self._by_slot[slot]
-                self._drain(h, out)  # what it said before dying comes first
+        for kind, slot in mux.select(tick, self._flush_slot, self._task_fd):
+            h = self._by_slot[slot]
+            self._drain(h, out)  # on an exit, what it said before dying comes first
+            if kind == "exit":
                 self._reap(h, out)
-            elif kind == "write":
-                h = self._by_slot[slot]
-                if self._flush(h):
-                    with self._writers_lock:
-                        self._writers.discard(slot)
         return out
 
-    def _update_writers(self, sel: selectors.BaseSelector) -> None:
-        with self._writers_lock:
-            want = set(self._writers)
-        for slot in want - self._registered_writers:
-            h = self._by_slot.get(slot)
-            if h is None or h.closed or h.gone:
-                with self._writers_lock:
-                    self._writers.discard(slot)
-                continue
-            if self._flush(h):
-                with self._writers_lock:
-                    self._writers.discard(slot)
-                continue
-            sel.register(h.task_fd, selectors.EVENT_WRITE, ("write", slot))
-            self._registered_writers.add(slot)
-        for slot in self._registered_writers - want:
-            h = self._by_slot.get(slot)
-            if h is not None and not h.closed:
-                with contextlib.suppress(KeyError, ValueError):  # not registered now
-                    sel.unregister(h.task_fd)
-            self._registered_writers.discard(slot)
+    def _flush_slot(self, slot: int) -> bool:
+        h = self._by_slot.get(slot)
+        return h is None or self._flush(h)
+
+    def _task_fd(self, slot: int) -> Optional[int]:
+        h = self._by_slot.get(slot)
+        return None if h is None or h.closed or h.gone else h.task_fd
 
     def _drain(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
         conn = h.results
@@ -505,18 +454,9 @@ class ProcessBackend(Backend):
         out.append((h.slot, WorkerExited(h.pid, h.process.exitcode, expected)))
 
     def _unregister(self, h: _Handle) -> None:
-        sel = self._sel
-        if sel is None:
-            return
-        for fd in (h.results.fileno() if not h.closed else None, h.process.sentinel,
-                   h.task_fd if h.slot in self._registered_writers else None):
-            if fd is None:
-                continue
-            with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
-                sel.unregister(fd)
-        self._registered_writers.discard(h.slot)
-        with self._writers_lock:
-            self._writers.discard(h.slot)
+        if self._mux is not None:
+            self._mux.forget(h.slot, h.results.fileno() if not h.closed else None,
+                             h.process.sentinel)
 
     # ---------------------------------------------------- one worker at a time
     def death_error(self, worker: int, exited: WorkerExited,
@@ -606,15 +546,8 @@ class ProcessBackend(Backend):
                     h.gone = True
                 self._discard_pending(h)
                 h.close()
-            if self._sel is not None:
-                _quietly(self._sel.close)
-                self._sel = None
-            with self._wake_lock:
-                for fd in (self._wake_r, self._wake_w):
-                    if fd is not None:
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
-                self._wake_r = self._wake_w = None
+            if self._mux is not None:
+                self._mux.close()
             if self._finalizer is not None:
                 self._finalizer()  # kills what is left, cleans up the transport
                 self._finalizer = None

@@ -44,10 +44,6 @@ binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
 Ray is an optional extra and is imported only here, on first use.
-
-(Over 400 lines on purpose: the Ray back-end is optional and imported lazily as one
-unit; its actor, its session helpers (shared with the Ray-hosted services) and the back-
-end class must load together.)
 """
 
 from __future__ import annotations
@@ -63,13 +59,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .._os import threads as _threads
 from .._os.lifeline import run_into
 from ..errors import ParallelError, WorkerDiedError, WorkerError
+from ..transport.base import DirectTransport
 from ..worker.executor import Executor, PassThrough, WorkerContext
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
 from .base import (
     Backend,
     BackendSpec,
     ChannelBroken,
-    DirectTransport,
     WorkerExited,
     check_options,
     wait_ended,

@@ -27,6 +27,7 @@ import threading
 from typing import Any, List, Optional, Tuple
 
 from ..errors import WorkerError
+from ..transport.base import DirectTransport
 from ..worker.executor import Executor, WorkerContext
 from ..worker.protocol import RunChunk, StopWorker, WorkerFailed
 from ..worker.slots import ItemSlot, ItemSlots
@@ -34,7 +35,6 @@ from .base import (
     Backend,
     BackendSpec,
     ChannelBroken,
-    DirectTransport,
     WorkerExited,
     check_options,
     wait_ended,
