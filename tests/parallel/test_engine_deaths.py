@@ -128,7 +128,7 @@ def test_a_broadcast_to_a_dead_unnoticed_worker_runs_on_its_replacement(no_leaks
         try:
             caller.start()
             for _ in range(1000):  # until its job is submitted (and sent)
-                if engine._jobs or out:
+                if engine.state.jobs or out:
                     break
                 caller.join(0.01)
         finally:

@@ -46,7 +46,7 @@ from typing import (
     Tuple,
 )
 
-from .backends import inherit
+from ._os import inherit
 from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError
 from .insights import Insights

@@ -57,13 +57,14 @@ from typing import (
 
 from easycore.common.config import CfgNode
 
+from ._os import inherit
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
-from .backends import inherit
 from .backends.base import BackendSpec
 from .backends.policy import BACKENDS, DevicePolicy, build_backend
 from .engine.chunking import AdaptiveChunker
 from .engine.core import Engine, ItemError, Job, JobSink
+from .engine.job import BufferedInput
 from .errors import RemoteTraceback, ResultEncodingError, RunnerClosedError, WorkerError
 from .insights import Insights, Recorder
 from .options import WorkerOptions, check_callable, check_chunksize
@@ -308,7 +309,7 @@ class _IMapState:
         self.input: Optional[_ReadAhead] = None
 
 
-class _ReadAhead:
+class _ReadAhead(BufferedInput):
     """A lazy ``imap`` input, read by a thread of its own into a small buffer.
 
     The user's iterator may block (a generator waiting on a queue, on the
@@ -453,6 +454,7 @@ class IMapIterator:
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self._engine = pool._engine
         self._state = _IMapState()
         self._items = self._state.items
         self._job: Optional[Job] = None
@@ -488,7 +490,7 @@ class IMapIterator:
                 _raise_item(error)
             return value
         state = self._state
-        source, job = state.input, self._job
+        source, job, engine = state.input, self._job, self._engine
         if self._lazy:
             self._move_window()
         with state.cond:
@@ -503,18 +505,18 @@ class IMapIterator:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no result within {timeout} s")
                 if (source is not None and job is not None and not job.done
-                        and source.stalled(job.engine.linger)):
+                        and source.stalled(engine.linger)):
                     # The reader is stuck in the input (it may wait for the
                     # very result this caller waits for: a feedback loop):
                     # what it read goes out now. Runs no user code.
                     state.cond.release()
                     try:
-                        source._feed(job.engine, job, state, wait=False)
+                        source._feed(engine, job, state, wait=False)
                     finally:
                         state.cond.acquire()
                     if self._items or state.done:
                         continue
-                wait = job.engine.linger if source is not None and job else 0.5
+                wait = engine.linger if source is not None and job else 0.5
                 state.cond.wait(wait if remaining is None else min(wait, remaining))
             value, error = self._items.popleft()
         if self._lazy:
@@ -531,7 +533,7 @@ class IMapIterator:
         self._consumed = 0
         if job is not None and not job.done:
             if n:
-                job.engine.consume(job, n)
+                self._engine.consume(job, n)
             with self._state.cond:
                 self._state.cond.notify_all()
 
@@ -545,7 +547,7 @@ class IMapUnorderedIterator(IMapIterator):
     """The stdlib's name for the iterator of ``imap_unordered``."""
 
 
-def _cancel_abandoned(ref: weakref.ReferenceType) -> None:
+def _cancel_abandoned(engine: Engine, ref: weakref.ReferenceType) -> None:
     # An imap iterator was collected: its job has no reader any more. (A weak
     # reference: a running job is held by its engine; a finished one, with its
     # results, must not be kept by this finalizer.)
@@ -553,7 +555,7 @@ def _cancel_abandoned(ref: weakref.ReferenceType) -> None:
     if job is not None and not job.done:
         # A finalizer must not raise: the pool may be gone already (any error).
         with contextlib.suppress(Exception):
-            job.engine.cancel(job)
+            engine.cancel(job)
 
 
 class _IMapSink(JobSink):
@@ -1035,7 +1037,7 @@ class Pool:
                            lazy=lazy, chunksize=chunksize, task_timeout=task_timeout,
                            pass_context=pass_context, window=window)
         it._job, it._lazy = job, lazy
-        weakref.finalize(it, _cancel_abandoned, weakref.ref(job))
+        weakref.finalize(it, _cancel_abandoned, self._engine, weakref.ref(job))
         if lazy and not job.done:
             reader = threading.Thread(target=source.read, args=(self._engine, job, it._state),
                                       name="easycore-pool-input", daemon=True)
@@ -1271,6 +1273,15 @@ class PoolJobs:
     def cancel(self, job: Job) -> None:
         """Stop ``job``: nothing more is sent, results in flight are dropped."""
         self.pool._engine.cancel(job)
+
+    def cancel_unsent(self, job: Job) -> bool:
+        """Cancel ``job`` if none of it was handed to a worker yet.
+
+        Returns:
+            bool: True if it is cancelled and nothing of it runs; False if it
+            ended already or runs.
+        """
+        return self.pool._engine.cancel_unsent(job)
 
     @property
     def broken(self) -> bool:

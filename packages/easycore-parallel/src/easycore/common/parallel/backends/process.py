@@ -38,7 +38,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._os import interrupts, lifeline, oom, threads
+from .._os import inherit, interrupts, lifeline, oom, threads
 from ..errors import WorkerDiedError, WorkerError
 from ..transport import shm
 from ..transport.base import Transport
@@ -46,7 +46,6 @@ from ..transport.pickling import dumps_either
 from ..worker.process import WorkerSpec, process_main
 from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
-from . import inherit
 from .base import (
     Backend,
     BackendSpec,
