@@ -15,6 +15,7 @@ import functools
 import multiprocessing.connection
 import os
 import signal
+import time
 
 import pytest
 from _engine_funcs import (
@@ -209,11 +210,10 @@ def test_a_stream_worker_killed_while_it_starts_is_replaced_even_with_max_deaths
             ready = get()
             victim = _kill_the_other(stream.worker_pids, ready)
             held.release()
-            seen = {get() for _ in range(2)}
-            for _ in range(500):  # until the replacement answered too
-                if seen - {ready}:
-                    break
-                seen.add(get())
+            seen = {get()}
+            deadline = time.monotonic() + WAIT
+            while not seen - {ready} and time.monotonic() < deadline:
+                seen.add(get())  # until the replacement (started, then ready) answers too
             assert victim not in seen and len(seen - {ready}) == 1
     finally:
         held.release()
