@@ -46,7 +46,6 @@ __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 _IN_MEMORY = (list, tuple, range)
 
 
-
 class _ConsumerSink(JobSink):
     """Delivers a call's results to the runner's consumer hooks."""
 
@@ -662,17 +661,14 @@ class BaseRunner:
 
 
 def _refuse_retired_seams(cls: type) -> None:
-    """Overriding ``get_mp_context()`` or ``make_transport()`` was how a runner chose its
-    start method or transport before the device policy chose for runners too;
-    deprecated in 0.5's fourth round, retired since: said, never ignored."""
-    retired = [name for name in ("get_mp_context", "make_transport")
+    # Deprecated in 0.5's fourth round (the device policy chooses), retired since.
+    retired = [f"{name}()" for name in ("get_mp_context", "make_transport")
                if getattr(cls, name, None) is not getattr(BaseRunner, name)]
     if retired:
         raise TypeError(
-            f"{cls.__name__} overrides {' and '.join(f'{n}()' for n in retired)}, which no "
-            "longer choose anything (they report what the device policy picks): give the "
-            "class a device_policy instead (DevicePolicy.start_method / mp_context, or "
-            "transport_class), see the Extending page")
+            f"{cls.__name__} overrides {' and '.join(retired)}, which no longer choose "
+            "anything (they report what the device policy picks): give the class a "
+            "device_policy (DevicePolicy.start_method / mp_context, or transport_class)")
 
 
 def _length(data: Iterable) -> Optional[int]:
