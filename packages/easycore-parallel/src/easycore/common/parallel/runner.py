@@ -6,10 +6,12 @@ Subclass one and override the static hooks. ``producer_*`` run in one worker
 per device, each with its own copy of ``cfg``; ``consumer_*`` run in the
 thread that calls the runner, with a fresh copy of ``cfg`` per call.
 
-A runner is one client of the [`engine`][easycore.common.parallel.engine.core]:
-a call is one job whose items are read lazily by the calling thread, which
-also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there. What
-is specific to runners is that a call fails as a whole: the first error
+A runner is one client of the [`engine`][easycore.common.parallel.engine.core],
+which it builds through the engine's door
+([`start`][easycore.common.parallel.engine.door.start]) with the ``FailFast``
+policy: a call is one job whose items are read lazily by the calling thread,
+which also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there.
+What is specific to runners is that a call fails as a whole: the first error
 (a hook that raised, a worker that died) ends it, and the runner closes; a
 task that overran ``task_timeout`` fails the call but only replaces its
 worker.
@@ -36,7 +38,7 @@ from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
 from .options import WorkerOptions
 from .progress import Progress, ProgressOption
-from .transport.base import Transport
+from .transport.interface import Transport
 from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
@@ -155,7 +157,7 @@ class BaseRunner:
                 "process" (local worker processes), "thread" (threads of this
                 process: no pickling, for producers that release the GIL) or
                 "ray" (one Ray actor per device, see
-                [`ray_backend`][easycore.common.parallel.backends.ray]; needs the
+                [`backends.ray`][easycore.common.parallel.backends.ray]; needs the
                 ``ray`` extra: ``pip install 'easycore-parallel[ray]'``).
             cpu_threads (int or str or None): threads each worker's thread
                 pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default,

@@ -15,11 +15,11 @@ framework (easycore-torch) changes devices in one place:
 * ``ray_resources(device)``: what a Ray actor for the device asks for.
 
 This module is also the only place that picks a back-end, a start method and a
-transport for a client: every runner and pool builds its back-end with
-``build_backend`` from one
-table (``BACKENDS``, which a client
-class copies as its ``backends`` and may extend); the process back-end then
-asks the spec's policy for the start method and the transport. A runner's
+transport for a client: every runner and pool builds its back-end (through
+the engine's door, [`backend_for`][easycore.common.parallel.engine.door.backend_for])
+with ``build_backend`` from one table (``BACKENDS``, which a client class
+copies as its ``backends`` and may extend); the process back-end then asks
+the spec's policy for the start method and the transport. A runner's
 ``transport_class`` and ``default_start_method`` are shorthands that
 ``DevicePolicy.for_client`` folds
 into the policy; nothing else chooses.
@@ -49,7 +49,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .._os.devices import visible_cuda_devices
 from ..defaults import chosen_transport, import_object
-from ..transport.base import Transport
+from ..transport.interface import Transport
 from ..transport.shared_memory import SharedMemoryTransport
 from .base import Backend, BackendSpec
 from .process import ProcessBackend
@@ -298,7 +298,8 @@ def build_backend(backends: Mapping[str, Union[type, str]], name: str, spec: Bac
                   options: Mapping[str, Any]) -> Backend:
     """A fresh, unstarted back-end: ``backends[name].from_spec(spec, **options)``.
 
-    How every runner and pool builds its back-end. The process back-end asks
+    How every runner and pool builds its back-end (``engine.door.backend_for``
+    calls it). The process back-end asks
     ``spec.policy`` for the start method (``start_method``, ``mp_context``)
     and the transport (``make_transport``).
 

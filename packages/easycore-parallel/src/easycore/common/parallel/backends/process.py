@@ -40,20 +40,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .._os import inherit, interrupts, lifeline, oom, threads
 from ..errors import WorkerDiedError, WorkerError
+from ..options import check_options
 from ..transport import shm
-from ..transport.base import Transport
+from ..transport.interface import Transport
 from ..transport.pickling import dumps_either
-from ..worker.process import WorkerSpec, process_main
+from ..worker.loop import WorkerSpec, process_main
 from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
-from .base import (
-    Backend,
-    BackendSpec,
-    ChannelBroken,
-    WorkerExited,
-    check_options,
-    wait_ended,
-)
+from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, startup_error, wait_ended
 from .multiplexer import Multiplexer
 
 __all__ = ["ProcessBackend"]
@@ -213,15 +207,8 @@ class ProcessBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
-        """Build from a spec; the process back-end takes no options.
-
-        Args:
-            spec (BackendSpec):
-            **options: refused (a ``TypeError`` names them).
-
-        Returns:
-            ProcessBackend:
-        """
+        """As ``Backend.from_spec``; the process back-end takes no options and asks
+        the spec's device policy for its start method and transport."""
         check_options("process", options, ())
         policy = spec.policy
         method = policy.start_method(spec.devices, spec.start_method, spec.threads)
@@ -289,19 +276,12 @@ class ProcessBackend(Backend):
             # WorkerReady (another's failure) is not left unread.
             while sum(h.ready for h in self._by_slot.values()) < wait_for:
                 for slot, message in self.poll(None):
-                    self._startup_message(slot, message)
+                    error = startup_error(self, slot, message, self._by_slot[slot].pid)
+                    if error is not None:
+                        raise error
         except BaseException:
             self.abort()
             raise
-
-    def _startup_message(self, slot: int, message: Any) -> None:
-        h = self._by_slot[slot]
-        if isinstance(message, WorkerReady):
-            return
-        if isinstance(message, WorkerFailed):
-            raise WorkerError.from_report(message.report, h.device, slot, h.pid)
-        if isinstance(message, WorkerExited) and not message.expected:
-            raise self.death_error(slot, message)
 
     def _start_one(self, slot: int) -> None:
         spec = self._spec
@@ -510,11 +490,9 @@ class ProcessBackend(Backend):
                 elif hasattr(message, "results"):  # a chunk nobody waits for
                     self.transport.discard(slot, message.results)
 
-            late = wait_ended(
-                self, lambda: any(not (h.gone or h.ended or h.failed)
-                                  for h in self._by_slot.values()), timeout, handle)
-            if late is not None:
-                errors.append(late)
+            wait_ended(self, lambda: any(not (h.gone or h.ended or h.failed)
+                                         for h in self._by_slot.values()),
+                       timeout, handle, errors)
             # Ended workers exit by themselves; give them what is left of the time.
             for h in self._by_slot.values():
                 if not h.gone and h.started():

@@ -6,6 +6,7 @@ Layer: below the clients (runner, pool, background, jobqueue, services), above
 
 The data flow (the caller's process on the left, the workers on the right):
 
+```text
 |=========================== caller's process ===========================|== workers ==|
 
  client               Engine (core.py), its parts over one EngineState (state.py)
@@ -25,6 +26,7 @@ The data flow (the caller's process on the left, the workers on the right):
                        | Supervisor     | -> requeue, fail the item or the job, or break
                        | (supervision)  | -> restart the worker (outside the lock)
                        +----------------+
+```
 
 Client calls ``door.start(backend, options, policy, ...)``:
 - the back-end is made from the client's options and its device policy

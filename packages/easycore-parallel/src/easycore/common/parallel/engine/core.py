@@ -116,6 +116,10 @@ class Engine:
         self.state = state = EngineState(
             backend, credits=n_credits, maxtasksperchild=maxtasksperchild,
             reorder_bytes=self.reorder_bytes_default if reorder_bytes is None else reorder_bytes)
+        #: the back-end whose workers run the jobs, its transport, its devices
+        #: (one worker each) and the chunks a worker may hold at once
+        self.backend, self.transport, self.devices = backend, backend.transport, backend.devices
+        self.credits = n_credits
         self.policy = policy
         self.dispatcher = Dispatcher(state, self)
         self.supervisor = Supervisor(state, self, policy)
@@ -127,26 +131,6 @@ class Engine:
         self.caller_pumps = False
 
     # ----------------------------------------------------- what clients read
-    @property
-    def backend(self) -> Backend:
-        """Backend: the back-end whose workers run the jobs."""
-        return self.state.backend
-
-    @property
-    def transport(self) -> Any:
-        """The back-end's transport."""
-        return self.state.transport
-
-    @property
-    def devices(self) -> List[str]:
-        """list[str]: one worker per device."""
-        return self.state.devices
-
-    @property
-    def credits(self) -> int:
-        """int: chunks a worker may hold at once."""
-        return self.state.credits
-
     @property
     def linger(self) -> float:
         """float: seconds a lazy input may take to fill a chunk before it is sent."""

@@ -90,5 +90,5 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
 
 def forked(engine: Any) -> bool:
     """Whether ``engine``'s workers are forked from this process (they inherit what
-    [`inherit.keep`][easycore.common.parallel._os.inherit.keep] registered)."""
+    ``inherit.keep`` registered)."""
     return inherit.forked(engine.backend)

@@ -2,7 +2,7 @@
 
 [`SharedMemoryTransport`][easycore.common.parallel.SharedMemoryTransport]
 (the interface it implements, and who calls what, is in
-[`base`][easycore.common.parallel.transport.base]) pickles with protocol 5 and
+[`interface`][easycore.common.parallel.transport.interface]) pickles with protocol 5 and
 moves every large out-of-band buffer (NumPy arrays, anything that pickles
 through ``PickleBuffer``; CPU tensors with easycore-torch) into POSIX shared
 memory instead of the pipe: one copy on the sending side, none on the
@@ -69,8 +69,8 @@ import warnings
 from typing import Any, Callable
 
 from . import shm
-from .base import PickleTransport, Transport, unpickled
 from .inline import inline_size
+from .interface import PickleTransport, Transport, unpickled
 from .pickling import dumps_data
 from .segments import CallerFeedback, CallerSegments, Returns, WorkerFeedback, WorkerSegments
 
