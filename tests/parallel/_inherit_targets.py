@@ -71,5 +71,13 @@ def gate(first_dir: str, lock_path: str) -> None:
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+def die_unless_first(first_dir: str) -> None:
+    """An initializer: the first worker to run it goes on; every other one dies (exit 3)."""
+    try:
+        os.mkdir(os.path.join(first_dir, "first"))
+    except FileExistsError:
+        os._exit(3)
+
+
 def pid_of(_: Any = None) -> int:
     return os.getpid()

@@ -10,10 +10,12 @@ noticed) goes to another worker and costs nothing.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import multiprocessing.connection
 import os
 import signal
+import time
 
 import pytest
 from _engine_funcs import (
@@ -21,13 +23,15 @@ from _engine_funcs import (
     SlowDie,
     exit_at,
     first,
+    kill_self_on,
     logged_exit_on,
     pid,
     runs,
     square,
 )
+from _inherit_targets import die_unless_first, gate
 
-from easycore.common.parallel import BackgroundTask, Pool, WorkerDiedError
+from easycore.common.parallel import BackgroundTask, JobQueue, Pool, WorkerDiedError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -125,7 +129,7 @@ def test_a_broadcast_to_a_dead_unnoticed_worker_runs_on_its_replacement(no_leaks
         try:
             caller.start()
             for _ in range(1000):  # until its job is submitted (and sent)
-                if engine._jobs or out:
+                if engine.state.jobs or out:
                     break
                 caller.join(0.01)
         finally:
@@ -142,3 +146,104 @@ def test_a_function_that_kills_workers_as_it_loads_fails_after_max_deaths(no_lea
         with pytest.raises(WorkerDiedError):
             pool.map(fn, range(6), chunksize=1)
         assert pool.map(square, range(3)) == [0, 1, 4]
+
+
+# ------------------------------------------- a worker killed while it starts
+# (issue 34 item 28) A worker killed before its init hooks returned ran no
+# job: its death is no job's to pay for, whatever ``max_deaths`` is. Under
+# load a spawned worker could still be starting when the test above killed
+# it, and with ``max_deaths=1`` that one kill ended the pool.
+class _Held:
+    """The lock a gated initializer waits on (see ``_inherit_targets.gate``)."""
+
+    def __init__(self, tmp_path):
+        self.dir, self.path = str(tmp_path), str(tmp_path / "held")
+        self.file = open(self.path, "wb")  # noqa: SIM115 (held until release())
+        fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)
+
+    def release(self):
+        if not self.file.closed:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+            self.file.close()
+
+
+def _kill_the_other(pids, ready):
+    (victim,) = [p for p in pids if p != ready]
+    os.kill(victim, signal.SIGKILL)
+    return victim
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pool_worker_killed_while_it_starts_is_replaced_even_with_max_deaths_1(
+        method, tmp_path, no_leaks):
+    held = _Held(tmp_path)
+    try:
+        with Pool(2, start_method=method, max_deaths=1, initializer=gate,
+                  initargs=(held.dir, held.path)) as pool:
+            ready = pool.apply(pid)  # the one worker past its initializer
+            victim = _kill_the_other(pool.worker_pids, ready)
+            held.release()  # its replacement may start now
+            assert pool.map(square, range(20), chunksize=1) == [x * x for x in range(20)]
+            everyone = pool.broadcast(pid)  # waits for the replacement
+            assert victim not in everyone and ready in everyone and len(set(everyone)) == 2
+    finally:
+        held.release()
+
+
+@pytest.mark.parametrize("client", ["BackgroundTask", "JobQueue"])
+def test_a_stream_worker_killed_while_it_starts_is_replaced_even_with_max_deaths_1(
+        client, tmp_path, no_leaks):
+    held = _Held(tmp_path)
+    try:
+        if client == "BackgroundTask":
+            stream = BackgroundTask(pid, workers=2, max_deaths=1, initializer=gate,
+                                    initargs=(held.dir, held.path))
+            get = functools.partial(stream.get, timeout=WAIT)
+        else:
+            stream = JobQueue(workers=2, max_deaths=1, initializer=gate,
+                              initargs=(held.dir, held.path))
+
+            def get():
+                stream.put(pid)
+                return stream.get(timeout=WAIT)
+        with stream:
+            ready = get()
+            victim = _kill_the_other(stream.worker_pids, ready)
+            held.release()
+            seen = {get()}
+            deadline = time.monotonic() + WAIT
+            while not seen - {ready} and time.monotonic() < deadline:
+                seen.add(get())  # until the replacement (started, then ready) answers too
+            assert victim not in seen and len(seen - {ready}) == 1
+    finally:
+        held.release()
+
+
+def test_a_worker_that_dies_in_every_start_still_ends_the_pool(tmp_path, no_leaks):
+    # Not replaced forever: the limit on deaths before a start completes holds
+    # with max_deaths=1 too.
+    with pytest.raises(WorkerDiedError), Pool(2, initializer=die_unless_first,
+                                              initargs=(str(tmp_path),), max_deaths=1,
+                                              start_method="fork") as pool:
+        for _ in range(200):
+            pool.broadcast(pid)
+
+
+# ------------------------------------------------- who sent the SIGKILL?
+@pytest.mark.parametrize("oom_kills", [0, 1])
+def test_a_sigkill_names_the_out_of_memory_killer_only_if_it_killed_meanwhile(
+        oom_kills, tmp_path, monkeypatch, no_leaks):
+    from easycore.common.parallel._os import oom
+
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("nr_free_pages 1\noom_kill 5\n")
+    monkeypatch.setattr(oom, "_VMSTAT", str(vmstat))
+    with Pool(1, start_method="fork") as pool:
+        victim = pool.worker_pids[0]
+        vmstat.write_text(f"nr_free_pages 1\noom_kill {5 + oom_kills}\n")
+        result = pool.apply_async(kill_self_on, (victim,))
+        with pytest.raises(WorkerDiedError) as info:
+            result.get(timeout=WAIT)
+    message = str(info.value)
+    assert "SIGKILL" in message and info.value.oom_kills == oom_kills
+    assert ("out-of-memory killer ended 1 process" in message) == bool(oom_kills)

@@ -144,13 +144,13 @@ def test_a_chunk_whose_worker_is_replaced_while_it_is_filled_runs_on_the_replace
     # outside the engine lock; meanwhile the worker is killed (a task past its
     # timeout) and replaced, which empties its queue, the reservation too.
     # The chunk must still run, not fail its job.
-    from easycore.common.parallel import pool as pool_module
+    from easycore.common.parallel.pool.reader import ReadAhead
 
     gate = _Gate()
     gate.release.set()  # replacements start at once here
     stuck = threading.Event()
     stalled: list = []
-    take = pool_module._ReadAhead.take
+    take = ReadAhead.take
 
     def slow_take(self, n):
         items, ended = take(self, n)
@@ -158,7 +158,7 @@ def test_a_chunk_whose_worker_is_replaced_while_it_is_filled_runs_on_the_replace
             gate.replaced.wait(WAIT)  # the credit is reserved: hold it until the worker died
         return items, ended
 
-    monkeypatch.setattr(pool_module._ReadAhead, "take", slow_take)
+    monkeypatch.setattr(ReadAhead, "take", slow_take)
 
     def stalls_on_zero(x):
         if x == 0:

@@ -186,20 +186,18 @@ def test_the_device_policy_picks_the_start_method_of_runners_and_pools(cls, no_l
             assert client([3]) == [3]
 
 
-def test_overriding_get_mp_context_still_works_but_is_deprecated(no_leaks):
-    seen = []
-
+@pytest.mark.parametrize("seam", ["get_mp_context", "make_transport"])
+def test_overriding_get_mp_context_or_make_transport_is_refused_naming_device_policy(
+        seam, no_leaks):
+    # Deprecated in the fourth round (it warned and still chose), retired since
+    # (issue 35 item 3): a subclass that overrides one is told what to do
+    # instead; it is never silently ignored, and nothing starts.
     class Recording(Echo):
-        def get_mp_context(self):
-            context = super().get_mp_context()
-            seen.append(context.get_start_method())
-            return context
+        pass
 
-    with pytest.warns(DeprecationWarning, match="device_policy"):
-        runner = Recording(1)
-    with runner:
-        assert runner([1]) == [1]
-        assert seen == [runner._engine.backend.start_method]
+    setattr(Recording, seam, lambda self: None)
+    with pytest.raises(TypeError, match=rf"Recording overrides {seam}\(\).*device_policy"):
+        Recording(1)
 
 
 # ------------------------------------------------------------ import_object

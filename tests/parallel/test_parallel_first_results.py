@@ -13,7 +13,7 @@ import multiprocessing
 import threading
 
 import pytest
-from _inherit_targets import gate, pid_of
+from _inherit_targets import die_unless_first, gate, pid_of
 
 from easycore.common.parallel import BackgroundTask, Pool, WorkerDiedError
 
@@ -130,12 +130,3 @@ def test_a_worker_dying_in_its_initializer_after_the_first_is_ready_breaks_the_p
             for _ in range(50):
                 pool.apply(pid_of, (1,))
                 pool.broadcast(pid_of, None)
-
-
-def die_unless_first(first_dir):
-    import os
-
-    try:
-        os.mkdir(os.path.join(first_dir, "first"))
-    except FileExistsError:
-        os._exit(3)

@@ -16,7 +16,7 @@ import pytest
 from _inherit_targets import Dataset, seen_unpickled, seen_unpickled_star
 
 from easycore.common.parallel import BackgroundTask, JobQueue, Pool
-from easycore.common.parallel.backends import inherit
+from easycore.common.parallel._os import inherit
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,15 +13,12 @@ call numbers ``0, 1, 2, ...``, one per chunk) on a
 so a task nobody reads stops after ``prefetch`` results per worker. The
 pool's coordinator thread receives results in the background; results travel
 through the pool's transport (NumPy arrays, and tensors with easycore-torch,
-through shared memory, no dtypes or shapes needed). The pool runs without
-``fail_fast``: a call that raises fails alone, a dead worker fails only the
-call it ran and is replaced. [`reset`][easycore.common.parallel.BackgroundTask.reset]
+through shared memory, no dtypes or shapes needed). The pool's engine runs
+the ``ReplaceWorker`` policy: a call that raises fails alone, a dead worker
+fails only the call it ran and is replaced. [`reset`][easycore.common.parallel.BackgroundTask.reset]
 cancels the job and starts a fresh one.
 
 Random streams are [`seeding`][easycore.common.parallel.seeding]'s.
-
-(Over 400 lines on purpose: ``BackgroundTask``'s one class with its prefetching, reset
-and statistics; about half of it is the docstrings of its public methods.)
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from typing import (
     Tuple,
 )
 
-from .backends import inherit
+from ._os import inherit
 from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError
 from .insights import Insights

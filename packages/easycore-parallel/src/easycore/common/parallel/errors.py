@@ -169,7 +169,7 @@ class WorkerError(ParallelError):
         return (type(self), args)
 
 
-def _describe_exitcode(exitcode: Optional[int]) -> str:
+def _describe_exitcode(exitcode: Optional[int], oom_kills: Optional[int] = None) -> str:
     if exitcode is None:
         return "an unknown exit code"
     if exitcode >= 0:
@@ -179,11 +179,17 @@ def _describe_exitcode(exitcode: Optional[int]) -> str:
     except ValueError:
         name = f"signal {-exitcode}"
     hint = {
-        "SIGKILL": "; killed from outside, often by the out-of-memory killer",
+        # Who sent it is unknown: a user, a scheduler, the kernel. The
+        # out-of-memory killer is named only when it killed something meanwhile.
+        "SIGKILL": "; killed by a signal it cannot catch, sent from outside",
         "SIGSEGV": "; a segmentation fault in native code",
         "SIGBUS": "; a bus error in native code (shared memory full?)",
         "SIGABRT": "; aborted by native code",
     }.get(name, "")
+    if name == "SIGKILL" and oom_kills:
+        noun = "process" if oom_kills == 1 else "processes"
+        hint += (f"; the out-of-memory killer ended {oom_kills} {noun} on this machine "
+                 f"while it ran: perhaps this one")
     return f"exit code {exitcode} ({name}{hint})"
 
 
@@ -206,6 +212,10 @@ class WorkerDiedError(ParallelError):
         exitcode (int or None): the process exit code; negative means killed by that signal.
         items (list[int] or None): indices (in the input) of the items the
             worker was running when it died, where known.
+        oom_kills (int or None): processes the kernel's out-of-memory killer
+            ended on this machine while the worker ran (None: not known); the
+            message names it as a possible cause of a ``SIGKILL`` only when
+            this is above 0.
     """
 
     def __init__(
@@ -215,19 +225,22 @@ class WorkerDiedError(ParallelError):
         pid: Optional[int],
         exitcode: Optional[int],
         items: Optional[Sequence[int]] = None,
+        oom_kills: Optional[int] = None,
     ) -> None:
         self.device = device
         self.worker_index = worker_index
         self.pid = pid
         self.exitcode = exitcode
         self.items = list(items) if items is not None else None
+        self.oom_kills = oom_kills
         super().__init__(
             f"worker {worker_index} on device {device!r} (pid {pid}) died unexpectedly "
-            f"with {_describe_exitcode(exitcode)}{_describe_items(self.items)}"
+            f"with {_describe_exitcode(exitcode, oom_kills)}{_describe_items(self.items)}"
         )
 
     def __reduce__(self):
-        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode, self.items))
+        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode, self.items,
+                             self.oom_kills))
 
 
 class TaskTimeoutError(ParallelError, TimeoutError):

@@ -2,8 +2,9 @@
 
 `easycore.common.parallel` holds what a user calls; this module holds, in one
 place, the names that a framework building on the engine needs beyond that:
-the engine and its jobs, the wire protocol, the worker's exceptions, the other
-back-ends, and the helpers that every back-end shares. Everything else in
+the seams' base classes (device policy, back-ends, transports, worker
+programs), the engine and its jobs, the wire protocol, the worker's
+exceptions, the other back-ends, and the helpers that every back-end shares. Everything else in
 easycore-parallel's modules is private and may move between releases; an
 import-linter contract (``.importlinter``) keeps easycore-torch to this module,
 the package itself and `easycore.common.parallel.services`.
@@ -14,29 +15,42 @@ page says what each name is for. Importing this module does not import Ray:
 """
 
 from ._os.threads import budget as thread_budget
-from .backends.base import DirectTransport, check_options
-from .backends.policy import default_start_method
+from .backends.base import Backend, BackendSpec, ChannelBroken, WorkerExited
+from .backends.policy import DevicePolicy, default_start_method
+from .backends.process import ProcessBackend
 from .backends.ray import RayBackend
 from .backends.thread import ThreadBackend
 from .engine.chunking import AdaptiveChunker
 from .engine.core import Engine, ItemError, Job, JobSink
+from .options import check_options
 from .progress import ProgressOption
 from .seeding import RandomStreams
 from .services.server import ServiceHost
+from .transport.interface import DirectTransport, PickleTransport, Transport
 from .transport.pickling import dumps_code, loads_code, names_main, reduce_main
-from .worker.executor import HookFailed, RunnerProgram, Terminated
-from .worker.protocol import (
-    ChunkDone,
-    ItemFailure,
-    RunChunk,
-    StopWorker,
-    WorkerEnded,
-    WorkerFailed,
-    WorkerReady,
-)
+from .transport.shared_memory import SharedMemoryTransport
+from .worker.executor import Executor, HookFailed, RunnerProgram, Terminated, WorkerProgram
+
+# The protocol's messages by direction, as the Extending page's table lists them.
+from .worker.protocol import RunChunk, StopWorker  # caller to worker
+
+# isort: split
+from .worker.protocol import ChunkDone, ItemFailure, WorkerEnded, WorkerFailed, WorkerReady  # back
 from .worker.slots import ItemSlot
 
 __all__ = [
+    # the seams' base classes
+    "DevicePolicy",
+    "Backend",
+    "BackendSpec",
+    "ProcessBackend",
+    "WorkerExited",
+    "ChannelBroken",
+    "WorkerProgram",
+    "Executor",
+    "Transport",
+    "PickleTransport",
+    "SharedMemoryTransport",
     # the engine
     "Engine",
     "Job",

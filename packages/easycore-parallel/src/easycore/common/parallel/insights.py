@@ -15,10 +15,6 @@ that stage: the consumer (one thread of the caller), the input (read by the
 caller), the workers' own work, or moving data between them. Workers that wait
 most of the time are the symptom of a slow consumer or a slow input, not a
 cause, so the caller's stages are judged first.
-
-(Over 400 lines on purpose: the recorder, the summaries it produces (``Insights``,
-``WorkerInsights``, ``Verdict``) and their text and plot renderings describe one set of
-numbers.)
 """
 
 from __future__ import annotations

@@ -12,9 +12,6 @@ raised raises [`WorkerError`][easycore.common.parallel.WorkerError] from
 its ``get`` (its own exception as the ``__cause__``), a dead worker fails
 its job with [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError]
 and is replaced.
-
-(Over 400 lines on purpose: one public class; most of it is the docstrings of its
-methods.)
 """
 
 from __future__ import annotations
@@ -79,12 +76,13 @@ class _JobFuture(concurrent.futures.Future):
     False once it runs."""
 
     sink: Optional[_QueueSink] = None
+    jobs: Optional[PoolJobs] = None  # the pool's jobs it was submitted to
 
     def cancel(self) -> bool:
         if self.done():
             return super().cancel()  # True if cancelled already, False if finished
         job = self.sink.job if self.sink is not None else None
-        if job is None or not job.engine.cancel_unsent(job):
+        if job is None or self.jobs is None or not self.jobs.cancel_unsent(job):
             return False  # handed to a worker: it runs, its result comes
         if not super().cancel():
             return False
@@ -246,7 +244,8 @@ class JobQueue:
         try:
             # A Ctrl-C inside is held until the job is either queued whole or
             # not at all (the engine holds it across handing the job over).
-            PoolJobs(pool).submit(_QueueCall(fn, self._streams), [(k, args, kwargs)], sink)
+            future.jobs = PoolJobs(pool)
+            future.jobs.submit(_QueueCall(fn, self._streams), [(k, args, kwargs)], sink)
         except BaseException as exc:
             # Not queued: nothing of it stays in the FIFO (a later get() must
             # not raise this put's error, Ctrl-C included).

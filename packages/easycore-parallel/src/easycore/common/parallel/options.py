@@ -26,12 +26,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Dict, Mapping, Optional, Union
+from typing import Any, Collection, Dict, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "WorkerOptions",
     "check_callable",
     "check_chunksize",
+    "check_options",
     "check_positive_int",
     "check_queue_scale",
     "check_task_timeout",
@@ -118,6 +119,26 @@ def check_chunksize(value: Any) -> Optional[int]:
     if value is not None and (not isinstance(value, int) or value < 1):
         raise ValueError(f"Chunksize must be 1+, not {value!r}")
     return value
+
+
+def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> None:
+    """Refuse keyword arguments a back-end does not take, naming them (its ``from_spec``).
+
+    Args:
+        backend (str): the back-end's name, for the message.
+        options (dict): what the caller passed.
+        accepted (tuple): the names it takes.
+
+    Raises:
+        TypeError: an unknown option.
+    """
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = ", ".join(accepted) if accepted else "no options"
+        raise TypeError(
+            f"backend={backend!r} got unexpected option(s) {', '.join(map(repr, unknown))}; "
+            f"it takes {takes}"
+        )
 
 
 @dataclass(frozen=True)

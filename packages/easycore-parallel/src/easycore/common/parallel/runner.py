@@ -6,17 +6,15 @@ Subclass one and override the static hooks. ``producer_*`` run in one worker
 per device, each with its own copy of ``cfg``; ``consumer_*`` run in the
 thread that calls the runner, with a fresh copy of ``cfg`` per call.
 
-A runner is one client of the [`engine`][easycore.common.parallel.engine.core]:
-a call is one job whose items are read lazily by the calling thread, which
-also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there. What
-is specific to runners is that a call fails as a whole: the first error
+A runner is one client of the [`engine`][easycore.common.parallel.engine.core],
+which it builds through the engine's door
+([`start`][easycore.common.parallel.engine.door.start]) with the ``FailFast``
+policy: a call is one job whose items are read lazily by the calling thread,
+which also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there.
+What is specific to runners is that a call fails as a whole: the first error
 (a hook that raised, a worker that died) ends it, and the runner closes; a
 task that overran ``task_timeout`` fails the call but only replaces its
 worker.
-
-(Over 400 lines on purpose: ``BaseRunner`` and its two ordered/unordered forms are one
-class hierarchy whose seams (the methods a subclass overrides) are documented together
-on the Extending page.)
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import warnings
 from multiprocessing.context import BaseContext
 from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -33,23 +30,22 @@ from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
-from .backends.base import Backend, BackendSpec, check_options
-from .backends.policy import BACKENDS, DevicePolicy, build_backend
-from .backends.process import ProcessBackend
+from .engine import door
 from .engine.chunking import AdaptiveChunker
 from .engine.core import Engine, ItemError, JobSink
+from .engine.door import BACKENDS, Backend, BackendSpec, DevicePolicy
 from .errors import RunnerClosedError, TaskTimeoutError
 from .insights import Insights, Recorder
 from .options import WorkerOptions
 from .progress import Progress, ProgressOption
-from .transport.shared_memory import SharedMemoryTransport, Transport
+from .transport.interface import Transport
+from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
-
 
 
 class _ConsumerSink(JobSink):
@@ -161,7 +157,7 @@ class BaseRunner:
                 "process" (local worker processes), "thread" (threads of this
                 process: no pickling, for producers that release the GIL) or
                 "ray" (one Ray actor per device, see
-                [`ray_backend`][easycore.common.parallel.backends.ray]; needs the
+                [`backends.ray`][easycore.common.parallel.backends.ray]; needs the
                 ``ray`` extra: ``pip install 'easycore-parallel[ray]'``).
             cpu_threads (int or str or None): threads each worker's thread
                 pools (BLAS, OpenMP, torch) may use: ``"auto"`` (the default,
@@ -394,7 +390,8 @@ class BaseRunner:
 
         What the device policy picks (``DevicePolicy.process_context``) for
         this runner's devices, ``start_method`` (or ``default_start_method``)
-        and thread budget.
+        and thread budget. It reports, it does not choose: a subclass that
+        overrides it is refused (``TypeError``); give it a ``device_policy``.
 
         Returns:
             multiprocessing.context.BaseContext:
@@ -406,7 +403,8 @@ class BaseRunner:
         """A fresh transport like the one the process back-end uses: the device policy's
         ``make_transport()`` (``transport_class``, upgraded in a process that
         imported torch unless a subclass names its own; see
-        [`defaults`][easycore.common.parallel.defaults]).
+        [`defaults`][easycore.common.parallel.defaults]). Like ``get_mp_context``,
+        it reports: overriding it is refused (``TypeError``).
 
         Returns:
             Transport:
@@ -438,23 +436,12 @@ class BaseRunner:
         Returns:
             Backend:
         """
-        options = self._options
+        _refuse_retired_seams(type(self))
         spec = BackendSpec(
             self.make_program(), self.devices, self._cfg, self._policy(),
             self._requested_start_method(), self._threads, None, True,
         )
-        if options.backend == "process" and _overrides_process_seams(type(self)):
-            # Before the policy chose for runners too, a subclass changed the
-            # start method or the transport here; honoured until it is removed.
-            warnings.warn(
-                f"{type(self).__name__} overrides get_mp_context() or make_transport(): "
-                "give it a device_policy (DevicePolicy.start_method / mp_context / "
-                "transport_class) instead; these overrides will stop being used",
-                DeprecationWarning, stacklevel=4,
-            )
-            check_options("process", dict(options.backend_options), ())
-            return ProcessBackend(spec, self.get_mp_context(), self.make_transport())
-        return build_backend(self.backends, options.backend, spec, options.backend_options)
+        return door.backend_for(self.backends, self._options, spec)
 
     # ============================================================= lifecycle
     @property
@@ -486,16 +473,14 @@ class BaseRunner:
         with self._lifecycle:
             if self._engine is not None:
                 return
-            engine = Engine(self.make_backend(), credits=self._options.credits)
-            engine.recorder = self._recorder
-            engine.caller_pumps = True  # each call pumps on the caller's thread
-            if self._recorder is not None:
-                self._recorder.caller_pumps = True
             # Cleans up after itself if it raises. The wait for every worker
             # is there to raise an init hook's error; with none to run, the
             # workers take work at once and read it when they have started.
-            engine.start(wait="all" if self._has_init_hooks() else "none")
-            self._engine = engine
+            # Each call pumps on the caller's thread.
+            self._engine = door.start(
+                self.make_backend(), self._options, door.FailFast(),
+                wait="all" if self._has_init_hooks() else "none",
+                recorder=self._recorder, caller_pumps=True)
 
     def _has_init_hooks(self) -> bool:
         """Whether the workers run code of the user's before their first item
@@ -677,9 +662,15 @@ class BaseRunner:
         return f"<{type(self).__name__} devices={self._devices!r} {state}>"
 
 
-def _overrides_process_seams(cls: type) -> bool:
-    return (getattr(cls, "get_mp_context", None) is not BaseRunner.get_mp_context
-            or getattr(cls, "make_transport", None) is not BaseRunner.make_transport)
+def _refuse_retired_seams(cls: type) -> None:
+    # Deprecated in 0.5's fourth round (the device policy chooses), retired since.
+    retired = [f"{name}()" for name in ("get_mp_context", "make_transport")
+               if getattr(cls, name, None) is not getattr(BaseRunner, name)]
+    if retired:
+        raise TypeError(
+            f"{cls.__name__} overrides {' and '.join(retired)}, which no longer choose "
+            "anything (they report what the device policy picks): give the class a "
+            "device_policy (DevicePolicy.start_method / mp_context, or transport_class)")
 
 
 def _length(data: Iterable) -> Optional[int]:

@@ -1,4 +1,5 @@
-"""Operating-system helpers: lifelines to the parent, signals, thread budgets.
+"""Operating-system helpers: lifelines to the parent, signals, thread budgets,
+objects forked workers inherit, the out-of-memory killer's count, GPU device nodes.
 
 The lowest layer: imports nothing else of easycore-parallel.
 """

@@ -43,7 +43,8 @@ import abc
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
-from ..worker.protocol import WorkerReady
+from ..errors import WorkerDiedError, WorkerError
+from ..worker.protocol import WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot
 
 __all__ = [
@@ -51,8 +52,9 @@ __all__ = [
     "BackendSpec",
     "ChannelBroken",
     "WorkerExited",
-    "DirectTransport",
-    "check_options",
+    "startup_error",
+    "wait_ended",
+    "wait_ready",
 ]
 
 
@@ -78,6 +80,24 @@ class Backend(abc.ABC):
     devices: List[str]
     #: the transport the engine encodes items and decodes results with
     transport: Any
+
+    @classmethod
+    def from_spec(cls, spec: BackendSpec, **options: Any) -> Backend:
+        """A fresh, unstarted back-end for ``spec``: how every client builds one.
+
+        Each back-end takes its own keyword options (Ray's ``address``) and
+        refuses the others, naming them
+        ([`check_options`][easycore.common.parallel.options.check_options]).
+
+        Args:
+            spec (BackendSpec): the program, devices, cfg, device policy,
+                start method, thread budget.
+            **options: the back-end's own keyword arguments.
+
+        Returns:
+            Backend:
+        """
+        raise NotImplementedError(f"{cls.__name__} does not say how it is built from a spec")
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -144,8 +164,6 @@ class Backend(abc.ABC):
         Returns:
             BaseException:
         """
-        from ..errors import WorkerDiedError
-
         return WorkerDiedError(self.devices[worker], worker, exited.pid, exited.exitcode, items)
 
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
@@ -172,34 +190,6 @@ class Backend(abc.ABC):
         return [None] * len(self.devices)
 
 
-class DirectTransport:
-    """The transport of back-ends that move objects themselves (threads, Ray)."""
-
-    def encode_items(self, worker: int, items: List[Any]) -> Tuple[Any, int]:
-        return items, 0
-
-    def decode_results(self, worker: int, payload: Any) -> List[Any]:
-        return payload
-
-    def discard(self, worker: int, payload: Any) -> None:
-        pass
-
-    def feedback(self, worker: int) -> Any:
-        return None
-
-    def on_worker_feedback(self, worker: int, data: Any) -> None:
-        pass
-
-    def item_payload_done(self, worker: int, payload: Any) -> None:
-        pass
-
-    def idle(self) -> None:
-        pass
-
-    def worker_gone(self, worker: int) -> None:
-        pass
-
-
 class BackendSpec(NamedTuple):
     """What any back-end needs to start its workers."""
 
@@ -215,37 +205,37 @@ class BackendSpec(NamedTuple):
     item_slots: bool = False  #: keep item slots (which item runs: deaths, task timeouts)
 
 
-def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> None:
-    """Refuse keyword arguments a back-end does not take, naming them.
+def startup_error(backend: Backend, slot: int, message: Any,
+                  pid: Optional[int]) -> Optional[BaseException]:
+    """What a message from a starting worker means for its start: the error to raise
+    (an init hook failed: its ``WorkerError``; the worker died: its death), or None.
 
     Args:
-        backend (str): the back-end's name, for the message.
-        options (dict): what the caller passed.
-        accepted (tuple): the names it takes.
+        backend (Backend): the back-end starting the worker.
+        slot (int): the worker.
+        message (Any): what it reported (not its ``WorkerReady``).
+        pid (int or None): its process id, for the error.
 
-    Raises:
-        TypeError: an unknown option.
+    Returns:
+        BaseException or None:
     """
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        takes = ", ".join(accepted) if accepted else "no options"
-        raise TypeError(
-            f"backend={backend!r} got unexpected option(s) {', '.join(map(repr, unknown))}; "
-            f"it takes {takes}"
-        )
+    if isinstance(message, WorkerFailed):
+        return WorkerError.from_report(message.report, backend.devices[slot], slot, pid)
+    if isinstance(message, WorkerExited) and not message.expected:
+        return backend.death_error(slot, message)
+    return None
 
 
-def wait_ready(backend: Backend, waiting: Set[int],
-               failed: Callable[[int, Any], Optional[BaseException]]) -> None:
+def wait_ready(backend: Backend, waiting: Set[int], pid: Callable[[int], Optional[int]]) -> None:
     """Poll ``backend`` until every worker in ``waiting`` reported ``WorkerReady``.
 
-    The start-up loop of the back-ends that wait for all their workers.
+    The start-up loop of the back-ends that wait for all their workers; a
+    failure raises its ``startup_error``.
 
     Args:
         backend (Backend): a back-end whose workers are starting.
         waiting (set of int): the workers still to report; emptied as they do.
-        failed (callable): ``failed(worker, message)`` for any other message: the
-            error to raise (an init hook failed, the worker died), or None to read on.
+        pid (callable): ``pid(worker)``: its process id, for the errors.
     """
     while waiting:
         # A whole batch is handled each time: a failure that came with the
@@ -254,32 +244,33 @@ def wait_ready(backend: Backend, waiting: Set[int],
             if isinstance(message, WorkerReady):
                 waiting.discard(slot)
                 continue
-            error = failed(slot, message)
+            error = startup_error(backend, slot, message, pid(slot))
             if error is not None:
                 raise error
 
 
 def wait_ended(backend: Backend, running: Callable[[], bool], timeout: Optional[float],
-               handle: Callable[[int, Any], None]) -> Optional[TimeoutError]:
+               handle: Callable[[int, Any], None], errors: List[BaseException]) -> None:
     """Poll ``backend`` until ``running()`` is False, for ``timeout`` seconds at most.
 
     The graceful-stop loop of every back-end: the workers were asked to run
-    their end hooks; ``handle(worker, message)`` takes what they report meanwhile.
+    their end hooks; ``handle(worker, message)`` takes what they report meanwhile
+    (and adds to ``errors`` what the stop will raise).
 
     Args:
         backend (Backend): a back-end whose workers are ending.
         running (callable): whether some worker has not ended yet.
         timeout (float or None): seconds in all (None: no limit).
         handle (callable): called with each ``(worker, message)`` polled.
-
-    Returns:
-        TimeoutError or None: the error to raise when the time ran out first.
+        errors (list): the stop's errors; a ``TimeoutError`` is added when the
+            time ran out first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     while running():
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            return TimeoutError(f"the workers' end hooks did not finish within {timeout} s")
+            errors.append(TimeoutError(
+                f"the workers' end hooks did not finish within {timeout} s"))
+            return
         for slot, message in backend.poll(remaining):
             handle(slot, message)
-    return None

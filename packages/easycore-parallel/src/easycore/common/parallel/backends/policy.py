@@ -15,18 +15,28 @@ framework (easycore-torch) changes devices in one place:
 * ``ray_resources(device)``: what a Ray actor for the device asks for.
 
 This module is also the only place that picks a back-end, a start method and a
-transport for a client: every runner and pool builds its back-end with
-``build_backend`` from one
-table (``BACKENDS``, which a client
-class copies as its ``backends`` and may extend); the process back-end then
-asks the spec's policy for the start method and the transport. A runner's
+transport for a client: every runner and pool builds its back-end (through
+the engine's door, [`backend_for`][easycore.common.parallel.engine.door.backend_for])
+with ``build_backend`` from one table (``BACKENDS``, which a client class
+copies as its ``backends`` and may extend); the process back-end then asks
+the spec's policy for the start method and the transport. A runner's
 ``transport_class`` and ``default_start_method`` are shorthands that
 ``DevicePolicy.for_client`` folds
 into the policy; nothing else chooses.
 
 [`DevicePolicy`][easycore.common.parallel.backends.policy.DevicePolicy] is the
-CPU-only policy of easycore-parallel: any non-empty string is a device (it
-is only a label: ``"cpu"``, ``"cpu:1"``) and each worker is one process.
+CPU policy of easycore-parallel: a device is a label (``"cpu"``, ``"cpu:1"``,
+any non-empty string) handed to the workers' hooks, and each worker is one
+process. Two kinds of names mean more, and are checked:
+
+* ``"cuda"`` / ``"cuda:N"``: a GPU the hooks move their data to themselves
+  (nothing here sets it up). Local workers need it on this machine (seen
+  through the NVIDIA driver's device nodes, ``/dev/nvidiaN``, within
+  ``CUDA_VISIBLE_DEVICES``; torch is not imported); Ray places it on a node
+  with a GPU. easycore-torch's policy does more for them (checks with torch,
+  ``spawn``, ``torch.cuda.set_device``).
+* other accelerators' names (``"gpu"``, ``"mps"``, ``"xpu"``, ``"tpu"``, ...)
+  are refused: no back-end here, nor easycore-torch, can honour them.
 """
 
 from __future__ import annotations
@@ -37,8 +47,10 @@ import sys
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
+from .._os.devices import visible_cuda_devices
 from ..defaults import chosen_transport, import_object
-from ..transport.shared_memory import SharedMemoryTransport, Transport
+from ..transport.interface import Transport
+from ..transport.shared_memory import SharedMemoryTransport
 from .base import Backend, BackendSpec
 from .process import ProcessBackend
 
@@ -53,6 +65,14 @@ BACKENDS: Dict[str, Union[type, str]] = {
 }
 
 _METHODS = ("fork", "spawn", "forkserver")
+
+#: device kinds (what comes before ":") of accelerators no policy here sets up:
+#: a worker given one would run on a CPU while its name said otherwise
+_ACCELERATORS = frozenset({"gpu", "mps", "xpu", "tpu", "npu", "hpu", "xla", "mtia", "maia",
+                           "ipu", "hip", "rocm", "vulkan", "opencl", "opengl", "meta"})
+_FOR_GPUS = ("easycore.torch.parallel has the same runners, Pool, BackgroundTask and JobQueue "
+             "for GPUs: it checks them with torch, starts their workers with spawn and makes "
+             "each worker's GPU its current device")
 
 
 class DevicePolicy:
@@ -80,18 +100,45 @@ class DevicePolicy:
             str: the device, stripped.
 
         Raises:
-            ValueError: not a non-empty string.
+            ValueError: not a non-empty string, or an accelerator's name that
+                nothing here honours (``"gpu"``, ``"mps"``, ...; see the module
+                docstring); ``"cuda:N"`` must be well formed.
         """
         if not isinstance(device, str) or not device.strip():
             raise ValueError(f"a device must be a non-empty str, got {device!r}")
-        return device.strip()
+        device = device.strip()
+        kind, index = _kind_and_index(device)
+        if kind in _ACCELERATORS:
+            hint = (f" (a CUDA GPU is named 'cuda' or 'cuda:N'; {_FOR_GPUS})"
+                    if kind == "gpu" else "")
+            raise ValueError(
+                f"device {device!r}: easycore's workers run on CPUs (any label, e.g. 'cpu') "
+                f"and CUDA GPUs ('cuda:N'), not on {device.split(':')[0]!r} devices{hint}")
+        if kind == "cuda" and index and not index.isdigit():
+            raise ValueError(f"device {device!r}: a CUDA GPU is 'cuda' or 'cuda:N' (N >= 0)")
+        return device
 
     def check_available(self, device: str) -> None:
-        """Raise ``ValueError`` unless this machine has ``device`` (CPU: always).
+        """Raise ``ValueError`` unless this machine has ``device``.
+
+        A label is always there; ``"cuda"`` / ``"cuda:N"`` must be a GPU this
+        machine shows (the NVIDIA driver's device nodes within
+        ``CUDA_VISIBLE_DEVICES``: torch is not imported, CUDA not initialised).
 
         Args:
             device (str): as returned by ``validate``.
+
+        Raises:
+            ValueError: a CUDA GPU this machine does not show, naming it.
         """
+        kind, index = _kind_and_index(device)
+        if kind != "cuda":
+            return
+        visible = visible_cuda_devices()
+        if int(index or 0) >= visible:
+            seen = "no CUDA GPU" if visible == 0 else f"CUDA GPUs 0 to {visible - 1} only"
+            raise ValueError(f"device {device!r}: this machine shows {seen} (NVIDIA device "
+                             f"nodes within CUDA_VISIBLE_DEVICES). {_FOR_GPUS}.")
 
     def setup_worker(self, device: str) -> None:
         """Runs in each worker before its init hooks.
@@ -210,6 +257,12 @@ class DevicePolicy:
         return 1.0, 0.0, device
 
 
+def _kind_and_index(device: str) -> Tuple[str, str]:
+    """``"cuda:1"`` -> ``("cuda", "1")``; the kind in lower case (``"GPU:0"`` is a GPU too)."""
+    kind, *index = device.split(":", 1)
+    return kind.lower(), index[0] if index else ""
+
+
 def _chose(obj: Any, owner: type, attr: str = "transport_class") -> bool:
     # Set on the instance, or on a class between type(obj) and owner.
     if attr in getattr(obj, "__dict__", {}):
@@ -245,7 +298,8 @@ def build_backend(backends: Mapping[str, Union[type, str]], name: str, spec: Bac
                   options: Mapping[str, Any]) -> Backend:
     """A fresh, unstarted back-end: ``backends[name].from_spec(spec, **options)``.
 
-    How every runner and pool builds its back-end. The process back-end asks
+    How every runner and pool builds its back-end (``engine.door.backend_for``
+    calls it). The process back-end asks
     ``spec.policy`` for the start method (``start_method``, ``mp_context``)
     and the transport (``make_transport``).
 

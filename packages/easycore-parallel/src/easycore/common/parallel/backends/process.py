@@ -4,8 +4,9 @@ Why pipes per worker rather than a shared queue: a shared queue's lock is
 left held (and its stream torn) when a worker dies in the middle of a read,
 which is how classic pools hang. Here each worker owns its task and result
 pipes, and the caller waits on every result pipe *and* every process
-sentinel at once (one ``epoll`` set kept across polls), so a hook's error or
-a worker's death is seen the moment it happens, whatever the others do.
+sentinel at once, so a hook's error or a worker's death is seen the moment it
+happens, whatever the others do (the
+[`multiplexer`][easycore.common.parallel.backends.multiplexer]).
 
 Sends never block: the caller's end of each task pipe is non-blocking, and
 what a busy worker's pipe cannot take yet waits in a buffer that the polling
@@ -20,9 +21,6 @@ caller's process ([`lifeline`][easycore.common.parallel._os.lifeline]). Ending
 after a failure is ``SIGTERM`` first (the worker exits through the
 interpreter's shutdown, which ends the daemonic processes it started), then
 ``SIGKILL`` for the worker and every process below it.
-
-(Over 400 lines on purpose: one back-end: starting, watching (one selector over every
-pipe and sentinel) and stopping worker processes share the handles' state.)
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import functools
 import os
 import pickle
 import select
-import selectors
 import signal
 import struct
 import threading
@@ -41,23 +38,17 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._os import interrupts, lifeline, threads
+from .._os import inherit, interrupts, lifeline, oom, threads
 from ..errors import WorkerDiedError, WorkerError
+from ..options import check_options
 from ..transport import shm
+from ..transport.interface import Transport
 from ..transport.pickling import dumps_either
-from ..transport.shared_memory import Transport
-from ..worker.process import WorkerSpec, process_main
+from ..worker.loop import WorkerSpec, process_main
 from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
-from . import inherit
-from .base import (
-    Backend,
-    BackendSpec,
-    ChannelBroken,
-    WorkerExited,
-    check_options,
-    wait_ended,
-)
+from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, startup_error, wait_ended
+from .multiplexer import Multiplexer
 
 __all__ = ["ProcessBackend"]
 
@@ -110,6 +101,7 @@ class _Handle:
             self.poller = select.poll()
             self.poller.register(results.fileno(), select.POLLIN)
         self.pid: Optional[int] = None
+        self.oom_base = oom.kills()  # the out-of-memory killer's count as it starts
         self.out = bytearray()  # framed bytes the pipe could not take yet
         self.ready = False
         self.ended = False  # answered a stop
@@ -202,15 +194,8 @@ class ProcessBackend(Backend):
         self._method = context.get_start_method()
         self._handles: List[_Handle] = []
         self._by_slot: Dict[int, _Handle] = {}
-        self._sel: Optional[selectors.BaseSelector] = None
-        self._wake_r: Optional[int] = None
-        self._wake_w: Optional[int] = None
-        self._wake_pending = False
-        self._wake_lock = threading.Lock()
+        self._mux: Optional[Multiplexer] = None  # made by start
         self._poll_lock = threading.RLock()
-        self._writers: set = set()  # slots with buffered output
-        self._writers_lock = threading.Lock()
-        self._registered_writers: set = set()
         self._cfg_payload: Any = None
         self._item_slots_name: Optional[str] = None
         self._item_slots: Optional[ItemSlots] = None
@@ -222,15 +207,8 @@ class ProcessBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
-        """Build from a spec; the process back-end takes no options.
-
-        Args:
-            spec (BackendSpec):
-            **options: refused (a ``TypeError`` names them).
-
-        Returns:
-            ProcessBackend:
-        """
+        """As ``Backend.from_spec``; the process back-end takes no options and asks
+        the spec's device policy for its start method and transport."""
         check_options("process", options, ())
         policy = spec.policy
         method = policy.start_method(spec.devices, spec.start_method, spec.threads)
@@ -271,12 +249,7 @@ class ProcessBackend(Backend):
         self.transport.prepare()
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
-        self._sel = selectors.DefaultSelector()
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        self._wake_r, self._wake_w = wake_r, wake_w
-        self._sel.register(wake_r, selectors.EVENT_READ, ("wake", -1))
+        self._mux = Multiplexer()
         self._finalizer = util.Finalize(
             self, _kill_all, args=(self._handles, self.transport, None, self._program_ref),
             exitpriority=10
@@ -303,19 +276,12 @@ class ProcessBackend(Backend):
             # WorkerReady (another's failure) is not left unread.
             while sum(h.ready for h in self._by_slot.values()) < wait_for:
                 for slot, message in self.poll(None):
-                    self._startup_message(slot, message)
+                    error = startup_error(self, slot, message, self._by_slot[slot].pid)
+                    if error is not None:
+                        raise error
         except BaseException:
             self.abort()
             raise
-
-    def _startup_message(self, slot: int, message: Any) -> None:
-        h = self._by_slot[slot]
-        if isinstance(message, WorkerReady):
-            return
-        if isinstance(message, WorkerFailed):
-            raise WorkerError.from_report(message.report, h.device, slot, h.pid)
-        if isinstance(message, WorkerExited) and not message.expected:
-            raise WorkerDiedError(h.device, slot, message.pid, message.exitcode)
 
     def _start_one(self, slot: int) -> None:
         spec = self._spec
@@ -356,9 +322,8 @@ class ProcessBackend(Backend):
         h.pid = process.pid
         os.set_blocking(h.task_fd, False)
         with self._poll_lock:
-            assert self._sel is not None
-            self._sel.register(res_r.fileno(), selectors.EVENT_READ, ("result", slot))
-            self._sel.register(process.sentinel, selectors.EVENT_READ, ("exit", slot))
+            assert self._mux is not None
+            self._mux.watch(slot, res_r.fileno(), process.sentinel)
         if not inherited:
             with contextlib.suppress(ChannelBroken):  # it died at once: poll reports its exit
                 self._send_frame(slot, _frame(spec_bytes))
@@ -387,9 +352,8 @@ class ProcessBackend(Backend):
                     return
                 frame = frame[n:]
             h.out += frame
-        with self._writers_lock:
-            self._writers.add(worker)
-        self.wakeup()  # the polling thread flushes it when the pipe has room
+        assert self._mux is not None
+        self._mux.want_write(worker)  # the polling thread flushes it when the pipe has room
 
     def _flush(self, h: _Handle) -> bool:
         """Write what the pipe takes; True when the buffer is empty."""
@@ -408,71 +372,36 @@ class ProcessBackend(Backend):
             return not h.out
 
     def wakeup(self) -> None:
-        with self._wake_lock:
-            if self._wake_pending or self._wake_w is None:
-                return
-            self._wake_pending = True
-            with contextlib.suppress(OSError):  # the pipe is closed: nothing to wake
-                os.write(self._wake_w, b"x")
+        mux = self._mux
+        if mux is not None:
+            mux.wakeup()
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         with self._poll_lock:
             return self._poll(timeout)
 
     def _poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
-        sel = self._sel
-        if sel is None or self._closed:
+        mux = self._mux
+        if mux is None or self._closed:
             return []
-        self._update_writers(sel)
         # Never block for long: a Ctrl-C delivered to another thread only
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for key, _mask in sel.select(tick):
-            kind, slot = key.data
-            if kind == "wake":
-                # Reset before draining, so no wakeup is lost; no lock here: a
-                # Ctrl-C landing while this thread held one would deadlock.
-                self._wake_pending = False
-                try:
-                    while self._wake_r is not None and os.read(self._wake_r, 4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-            elif kind == "result":
-                self._drain(self._by_slot[slot], out)
-            elif kind == "exit":
-                h = self._by_slot[slot]
-                self._drain(h, out)  # what it said before dying comes first
+        for kind, slot in mux.select(tick, self._flush_slot, self._task_fd):
+            h = self._by_slot[slot]
+            self._drain(h, out)  # on an exit, what it said before dying comes first
+            if kind == "exit":
                 self._reap(h, out)
-            elif kind == "write":
-                h = self._by_slot[slot]
-                if self._flush(h):
-                    with self._writers_lock:
-                        self._writers.discard(slot)
         return out
 
-    def _update_writers(self, sel: selectors.BaseSelector) -> None:
-        with self._writers_lock:
-            want = set(self._writers)
-        for slot in want - self._registered_writers:
-            h = self._by_slot.get(slot)
-            if h is None or h.closed or h.gone:
-                with self._writers_lock:
-                    self._writers.discard(slot)
-                continue
-            if self._flush(h):
-                with self._writers_lock:
-                    self._writers.discard(slot)
-                continue
-            sel.register(h.task_fd, selectors.EVENT_WRITE, ("write", slot))
-            self._registered_writers.add(slot)
-        for slot in self._registered_writers - want:
-            h = self._by_slot.get(slot)
-            if h is not None and not h.closed:
-                with contextlib.suppress(KeyError, ValueError):  # not registered now
-                    sel.unregister(h.task_fd)
-            self._registered_writers.discard(slot)
+    def _flush_slot(self, slot: int) -> bool:
+        h = self._by_slot.get(slot)
+        return h is None or self._flush(h)
+
+    def _task_fd(self, slot: int) -> Optional[int]:
+        h = self._by_slot.get(slot)
+        return None if h is None or h.closed or h.gone else h.task_fd
 
     def _drain(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
         conn = h.results
@@ -504,20 +433,17 @@ class ProcessBackend(Backend):
         out.append((h.slot, WorkerExited(h.pid, h.process.exitcode, expected)))
 
     def _unregister(self, h: _Handle) -> None:
-        sel = self._sel
-        if sel is None:
-            return
-        for fd in (h.results.fileno() if not h.closed else None, h.process.sentinel,
-                   h.task_fd if h.slot in self._registered_writers else None):
-            if fd is None:
-                continue
-            with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
-                sel.unregister(fd)
-        self._registered_writers.discard(h.slot)
-        with self._writers_lock:
-            self._writers.discard(h.slot)
+        if self._mux is not None:
+            self._mux.forget(h.slot, h.results.fileno() if not h.closed else None,
+                             h.process.sentinel)
 
     # ---------------------------------------------------- one worker at a time
+    def death_error(self, worker: int, exited: WorkerExited,
+                    items: Optional[List[int]] = None) -> BaseException:
+        h = self._by_slot[worker]
+        return WorkerDiedError(h.device, worker, exited.pid, exited.exitcode, items,
+                               oom.since(h.oom_base))
+
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
         if self._item_slots is None:
             return None
@@ -560,15 +486,13 @@ class ProcessBackend(Backend):
                 if isinstance(message, WorkerFailed) and message.job is None:
                     errors.append(WorkerError.from_report(message.report, h.device, slot, h.pid))
                 elif isinstance(message, WorkerExited) and not (h.ended or h.failed):
-                    errors.append(WorkerDiedError(h.device, slot, message.pid, message.exitcode))
+                    errors.append(self.death_error(slot, message))
                 elif hasattr(message, "results"):  # a chunk nobody waits for
                     self.transport.discard(slot, message.results)
 
-            late = wait_ended(
-                self, lambda: any(not (h.gone or h.ended or h.failed)
-                                  for h in self._by_slot.values()), timeout, handle)
-            if late is not None:
-                errors.append(late)
+            wait_ended(self, lambda: any(not (h.gone or h.ended or h.failed)
+                                         for h in self._by_slot.values()),
+                       timeout, handle, errors)
             # Ended workers exit by themselves; give them what is left of the time.
             for h in self._by_slot.values():
                 if not h.gone and h.started():
@@ -599,15 +523,8 @@ class ProcessBackend(Backend):
                     h.gone = True
                 self._discard_pending(h)
                 h.close()
-            if self._sel is not None:
-                _quietly(self._sel.close)
-                self._sel = None
-            with self._wake_lock:
-                for fd in (self._wake_r, self._wake_w):
-                    if fd is not None:
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
-                self._wake_r = self._wake_w = None
+            if self._mux is not None:
+                self._mux.close()
             if self._finalizer is not None:
                 self._finalizer()  # kills what is left, cleans up the transport
                 self._finalizer = None

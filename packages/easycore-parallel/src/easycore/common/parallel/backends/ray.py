@@ -44,10 +44,6 @@ binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
 Ray is an optional extra and is imported only here, on first use.
-
-(Over 400 lines on purpose: the Ray back-end is optional and imported lazily as one
-unit; its actor, its session helpers (shared with the Ray-hosted services) and the back-
-end class must load together.)
 """
 
 from __future__ import annotations
@@ -63,18 +59,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .._os import threads as _threads
 from .._os.lifeline import run_into
 from ..errors import ParallelError, WorkerDiedError, WorkerError
+from ..options import check_options
+from ..transport.interface import DirectTransport
 from ..worker.executor import Executor, PassThrough, WorkerContext
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
-from .base import (
-    Backend,
-    BackendSpec,
-    ChannelBroken,
-    DirectTransport,
-    WorkerExited,
-    check_options,
-    wait_ended,
-    wait_ready,
-)
+from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
 
 __all__ = ["RayBackend", "RayWorkerDiedError"]
 
@@ -109,7 +98,7 @@ class RayWorkerDiedError(WorkerDiedError):
         node_ip: Optional[str], reason: str, items: Optional[List[int]] = None,
     ) -> None:
         self.device, self.worker_index, self.pid, self.exitcode = device, worker_index, pid, None
-        self.items = items
+        self.items, self.oom_kills = items, None
         self.node_id, self.node_ip, self.reason = node_id, node_ip, reason
         ParallelError.__init__(
             self,
@@ -374,15 +363,7 @@ class RayBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> RayBackend:
-        """Build from a spec; takes ``address`` and ``ray_init_kwargs``.
-
-        Args:
-            spec (BackendSpec):
-            **options: ``address``, ``ray_init_kwargs``.
-
-        Returns:
-            RayBackend:
-        """
+        """As ``Backend.from_spec``; the options are ``address`` and ``ray_init_kwargs``."""
         check_options("ray", options, ("address", "ray_init_kwargs"))
         return cls(spec, **options)
 
@@ -394,18 +375,10 @@ class RayBackend(Backend):
             self._check_resources()
             for slot in range(len(self.devices)):
                 self._start_one(slot)
-            wait_ready(self, set(range(len(self.devices))), self._start_failure)
+            wait_ready(self, set(range(len(self.devices))), lambda slot: self._locate(slot)[0])
         except BaseException:
             self.abort()
             raise
-
-    def _start_failure(self, slot: int, message: Any) -> Optional[BaseException]:
-        if isinstance(message, WorkerFailed):
-            return WorkerError.from_report(message.report, self.devices[slot], slot,
-                                           self._locate(slot)[0])
-        if isinstance(message, WorkerExited):
-            return self._death(slot, message.reason)
-        return None
 
     def _start_one(self, slot: int) -> None:
         ray, spec = self._ray, self._spec
@@ -575,11 +548,8 @@ class RayBackend(Backend):
                     with self._lock:
                         ref = self._actors[slot].handle.remote(StopWorker())
                         self._pending[ref] = (slot, None, None)
-            late = wait_ended(
-                self, lambda: any(s not in self._dead for s in range(len(self.devices))),
-                timeout, handle)
-            if late is not None:
-                errors.append(late)
+            wait_ended(self, lambda: any(s not in self._dead for s in range(len(self.devices))),
+                       timeout, handle, errors)
         finally:
             self.abort()  # kills the actors; shuts Ray down if this runner started it
         if errors:

@@ -27,19 +27,12 @@ import threading
 from typing import Any, List, Optional, Tuple
 
 from ..errors import WorkerError
+from ..options import check_options
+from ..transport.interface import DirectTransport
 from ..worker.executor import Executor, WorkerContext
 from ..worker.protocol import RunChunk, StopWorker, WorkerFailed
 from ..worker.slots import ItemSlot, ItemSlots
-from .base import (
-    Backend,
-    BackendSpec,
-    ChannelBroken,
-    DirectTransport,
-    WorkerExited,
-    check_options,
-    wait_ended,
-    wait_ready,
-)
+from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
 
 __all__ = ["ThreadBackend"]
 
@@ -74,15 +67,7 @@ class ThreadBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ThreadBackend:
-        """Build from a spec; the thread back-end takes no options.
-
-        Args:
-            spec (BackendSpec):
-            **options: refused (a ``TypeError`` names them).
-
-        Returns:
-            ThreadBackend:
-        """
+        """As ``Backend.from_spec``; the thread back-end takes no options."""
         check_options("thread", options, ())
         return cls(spec)
 
@@ -90,16 +75,10 @@ class ThreadBackend(Backend):
         for slot in self._slots:
             self._start_one(slot)
         try:
-            wait_ready(self, set(range(len(self.devices))), self._start_failure)
+            wait_ready(self, set(range(len(self.devices))), lambda _slot: os.getpid())
         except BaseException:
             self.abort()
             raise
-
-    def _start_failure(self, index: int, message: Any) -> Optional[BaseException]:
-        if isinstance(message, WorkerFailed):
-            return WorkerError.from_report(message.report, self.devices[index], index,
-                                           os.getpid())
-        return None
 
     def _start_one(self, slot: _Slot) -> None:
         token = slot.token = object()
@@ -174,6 +153,17 @@ class ThreadBackend(Backend):
     def restart(self, worker: int) -> None:
         self._start_one(self._slots[worker])
 
+    def abort(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            slot.token = None
+            slot.inbox.put(StopWorker())
+        for slot in self._slots:
+            if slot.thread is not None and slot.thread is not threading.current_thread():
+                slot.thread.join(0.5)  # a thread stuck in a task cannot be stopped
+
     def stop(self, timeout: Optional[float] = None) -> None:
         if self._closed:
             return
@@ -191,23 +181,10 @@ class ThreadBackend(Backend):
             elif isinstance(message, WorkerExited):
                 alive.discard(index)
 
-        late = wait_ended(self, lambda: bool(alive), timeout, handle)
-        if late is not None:
-            errors.append(late)
+        wait_ended(self, lambda: bool(alive), timeout, handle, errors)
         self.abort()
         if errors:
             raise errors[0]
-
-    def abort(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for slot in self._slots:
-            slot.token = None
-            slot.inbox.put(StopWorker())
-        for slot in self._slots:
-            if slot.thread is not None and slot.thread is not threading.current_thread():
-                slot.thread.join(0.5)  # a thread stuck in a task cannot be stopped
 
     @property
     def pids(self) -> List[Optional[int]]:

@@ -1,45 +1,47 @@
-"""The engine: many jobs over one set of workers, and what happens when things fail.
-
-This module is the engine's front (jobs in, ``pump``, results out, close);
-its three other jobs each have a module of their own: ``dispatch`` (credits:
-who gets the next chunk), ``ordering`` (how results are ordered) and
-``supervision`` (how a dead worker is replaced, task deadlines); a job and
-its sink are in ``job``.
-(Over 400 lines: what is left is one job, the engine's state under one lock,
-and about a third of it is the docstrings of the clients' entry points.)
+"""The engine's core: jobs in, ``pump``, results out, close; how a job ends.
 
 Runners, ``Pool``, ``BackgroundTask`` and ``JobQueue`` are all clients of
-this one engine. A client makes a [`Job`][easycore.common.parallel.engine.core.Job]
-(a function sent once to each worker that needs it, a source of items, a
-sink for results) and the engine does the rest:
+this one engine (they build it through [`start`][easycore.common.parallel.engine.door.start]).
+A client makes a [`Job`][easycore.common.parallel.engine.job.Job] (a function
+sent once to each worker that needs it, a source of items, a sink for
+results) and the engine does the rest (see the data flow in
+[`engine`][easycore.common.parallel.engine]):
 
-* **Chunks and credits** (``dispatch``). Items travel in chunks sized by an
+* **Chunks and credits** (``credits``). Items travel in chunks sized by an
   [`AdaptiveChunker`][easycore.common.parallel.engine.chunking.AdaptiveChunker]; a
   worker holds at most ``credits`` chunks at a time, which bounds how far any
   input is read ahead. Jobs take turns for free credits.
-* **Ordering** (``ordering``). An ordered job delivers chunks in input order; how far it
-  runs ahead of its slowest chunk is bounded by the memory its reorder buffer
-  holds (``reorder_bytes``), not by a number of chunks, so one slow item
-  does not stall every worker.
+* **Ordering** (``ordering``). An ordered job delivers chunks in input order;
+  how far it runs ahead of its slowest chunk is bounded by the memory its
+  reorder buffer holds (``reorder_bytes``), not by a number of chunks, so one
+  slow item does not stall every worker.
 * **Who runs what.** ``pump()`` reads the back-end, routes results to their
   jobs, checks task deadlines and hands out free credits. Any thread may call
   it; one does at a time. A runner's calling thread pumps itself (its consumer
   hooks run there); a pool runs a coordinator thread that pumps.
-* **Failures** (``supervision``). With ``fail_fast`` (the runners) the first error (an item
-  that raised, a worker that died) is raised by ``pump``. Otherwise (pools)
-  an item that raises fails alone; a worker that dies fails only the item it
-  was running, as its item slot says (the rest of its chunk and the
-  chunks queued behind it go to other workers; work it never received costs
-  nothing) and is replaced; a task past its ``timeout`` fails with
-  [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], its worker
-  is killed and replaced, and the other jobs go on. A job whose items killed
-  ``max_deaths`` workers fails as a whole.
+* **Failures** (``supervision``), as the engine's policy says: with
+  [`FailFast`][easycore.common.parallel.engine.supervision.FailFast] (the
+  runners) the first error (an item that raised, a worker that died) is
+  raised by ``pump``; with
+  [`ReplaceWorker`][easycore.common.parallel.engine.supervision.ReplaceWorker]
+  (pools) an item that raises fails alone, a worker that dies fails only the
+  item it was running and is replaced, a task past its ``timeout`` fails with
+  [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], and a job
+  whose items killed ``max_deaths`` workers fails as a whole.
+
+The [`Engine`][easycore.common.parallel.engine.core.Engine] holds its parts
+over one [`EngineState`][easycore.common.parallel.engine.state.EngineState]:
+a [`Dispatcher`][easycore.common.parallel.engine.credits.Dispatcher] and a
+[`Supervisor`][easycore.common.parallel.engine.supervision.Supervisor], and it
+is their [`Outcomes`][easycore.common.parallel.engine.state.Outcomes]: the one
+place where a job ends and the engine breaks.
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
 their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
-whoever pumps. A lazy source may offer ``take(n) -> (items, ended)``, which
-never blocks (``Pool.imap``'s input, read ahead by a thread of its own): then
-feeding never waits in the user's iterator.
+whoever pumps. A lazy source that is a
+[`BufferedInput`][easycore.common.parallel.engine.job.BufferedInput] is read
+ahead by a thread of its own (``Pool.imap``'s input): then feeding never waits
+in the user's iterator.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from __future__ import annotations
 import threading
 import time
 import typing
+import weakref
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
@@ -55,10 +58,11 @@ from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
 from ..options import check_task_timeout
 from ..worker.protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
 from .chunking import AdaptiveChunker
-from .dispatch import Dispatch, WorkerState, pop_chunk
+from .credits import Dispatcher
 from .job import ItemError, Job, JobSink
 from .ordering import deliver
-from .supervision import Supervisor
+from .state import EngineState, WorkerState, pop_chunk
+from .supervision import FailFast, Policy, ReplaceWorker, Supervisor
 
 __all__ = ["Engine", "ItemError", "Job", "JobSink"]
 
@@ -66,7 +70,7 @@ if typing.TYPE_CHECKING:
     from ..insights import Recorder
 
 
-class Engine(Dispatch):
+class Engine:
     """Jobs over one back-end's workers; see the module docstring."""
 
     #: how long one pump waits at most when nothing happens
@@ -85,48 +89,76 @@ class Engine(Dispatch):
         maxtasksperchild: Optional[int] = None,
         reorder_bytes: Optional[int] = None,
         on_idle: Optional[Callable[[], None]] = None,
+        policy: Optional[Policy] = None,
     ) -> None:
         """
         Args:
             backend (Backend): an unstarted back-end.
             credits (int): chunks a worker may hold at once.
-            fail_fast (bool): raise the first error from ``pump`` (runners), or
-                fail only what it touches and replace dead workers (pools).
-            max_deaths (int): worker deaths one job may cause before it fails.
+            fail_fast (bool): without ``policy``: ``FailFast`` (raise the first
+                error from ``pump``, runners), or ``ReplaceWorker`` (fail only
+                what it touches and replace dead workers, pools).
+            max_deaths (int): worker deaths one job may cause before it fails
+                (``ReplaceWorker``).
             maxtasksperchild (int or None): replace a worker after this many items.
             reorder_bytes (int): memory an ordered job may hold waiting for a slow chunk.
             on_idle (callable or None): called when nothing is in flight any more.
+            policy (Policy or None): what a failure costs (None: as ``fail_fast`` says).
         """
-        self.backend = backend
-        self.transport = backend.transport
-        self.credits = max(1, int(credits))
-        grants = getattr(self.transport, "grants_per_worker", None)
-        if isinstance(grants, int) and grants <= self.credits:
+        n_credits = max(1, int(credits))
+        grants = getattr(backend.transport, "grants_per_worker", None)
+        if isinstance(grants, int) and grants <= n_credits:
             # A worker runs up to ``credits`` chunks ahead of the grants it was
             # sent: with fewer free segments granted, every other result made
             # a new segment (page faults and all) instead of reusing one.
-            self.transport.grants_per_worker = self.credits + 1
-        self.fail_fast = fail_fast
-        self.max_deaths = max_deaths
-        self.maxtasksperchild = maxtasksperchild
-        self.reorder_bytes = self.reorder_bytes_default if reorder_bytes is None else reorder_bytes
-        self._workers = [WorkerState(i) for i in range(len(backend.devices))]
-        self._jobs: Dict[int, Job] = {}
-        self._active: List[Job] = []  # jobs with items left to send, in turn order
+            backend.transport.grants_per_worker = n_credits + 1
+        if policy is None:
+            policy = FailFast() if fail_fast else ReplaceWorker(max_deaths)
+        self.state = state = EngineState(
+            backend, credits=n_credits, maxtasksperchild=maxtasksperchild,
+            reorder_bytes=self.reorder_bytes_default if reorder_bytes is None else reorder_bytes)
+        #: the back-end whose workers run the jobs, its transport, its devices
+        #: (one worker each) and the chunks a worker may hold at once
+        self.backend, self.transport, self.devices = backend, backend.transport, backend.devices
+        self.credits = n_credits
+        self.policy = policy
+        # The parts reach the engine weakly: with no cycle through them, an
+        # engine nobody holds goes (and its back-end's pipes and mappings with
+        # it) at once, not at a later garbage collection.
+        outcomes = weakref.proxy(self)
+        self.dispatcher = Dispatcher(state, outcomes)
+        self.supervisor = Supervisor(state, outcomes, policy)
         self._next_job = 0
-        self._lock = threading.RLock()  # scheduling state and the transport
         self._pump_lock = threading.Lock()
-        self._supervisor = Supervisor(self, fail_fast=fail_fast, max_deaths=max_deaths)
-        self._closing = False
-        self._broken: Optional[BaseException] = None
-        self._rr = 0
         self._on_idle = on_idle
-        self._busy = [0.0] * len(backend.devices)
-        #: insights: set by a client that asked for them (None: nothing is counted)
-        self.recorder: Optional[Recorder] = None
         #: True when the thread that submits jobs is the one that pumps (a
         #: runner's call): no wake-up through the pipe is needed then
         self.caller_pumps = False
+
+    # ----------------------------------------------------- what clients read
+    @property
+    def linger(self) -> float:
+        """float: seconds a lazy input may take to fill a chunk before it is sent."""
+        return self.dispatcher.linger
+
+    @property
+    def recorder(self) -> Optional[Recorder]:
+        """Recorder or None: insights, set by a client that asked for them."""
+        return self.state.recorder
+
+    @recorder.setter
+    def recorder(self, recorder: Optional[Recorder]) -> None:
+        self.state.recorder = recorder
+
+    @property
+    def broken(self) -> Optional[BaseException]:
+        """The error that made the engine unusable (None while it works)."""
+        return self.state.broken
+
+    @property
+    def closing(self) -> bool:
+        """bool: whether a close was requested or done."""
+        return self.state.closing
 
     # ---------------------------------------------------------------- start
     def start(self, wait: Literal["all", "first", "none"] = "all") -> None:
@@ -142,24 +174,20 @@ class Engine(Dispatch):
                 without init hooks: nothing to wait for, and its first items
                 spread over every worker, as a DataLoader's do).
         """
+        state = self.state
         t0 = time.perf_counter()
         if wait == "first":
-            readiness = self.backend.start_first()
+            readiness = state.backend.start_first()
         elif wait == "none":
-            self.backend.start_nowait()
-            readiness = [True] * len(self._workers)
+            state.backend.start_nowait()
+            readiness = [True] * len(state.workers)
         else:
-            self.backend.start()
-            readiness = [True] * len(self._workers)
-        if self.recorder is not None:
-            self.recorder.started_all(time.perf_counter() - t0)
-        for w, ready in zip(self._workers, readiness):
+            state.backend.start()
+            readiness = [True] * len(state.workers)
+        if state.recorder is not None:
+            state.recorder.started_all(time.perf_counter() - t0)
+        for w, ready in zip(state.workers, readiness):
             w.ready = ready
-
-    @property
-    def broken(self) -> Optional[BaseException]:
-        """The error that made the engine unusable (None while it works)."""
-        return self._broken
 
     # ----------------------------------------------------------------- jobs
     def submit_job(
@@ -190,7 +218,7 @@ class Engine(Dispatch):
             chunker (AdaptiveChunker or None): chunk sizes (a fresh one by default).
             chunk_size (int or None): a fixed chunk size instead.
             retry (bool or None): keep items so that they can run again after
-                a worker death (default: not ``fail_fast``).
+                a worker death (default: as the policy says, ``keeps_items``).
             targets (list[int] or None): item k runs on worker ``targets[k]``.
             window (int or None): items taken from the source but not yet
                 consumed (see [`consume`][easycore.common.parallel.engine.core.Engine.consume])
@@ -200,34 +228,42 @@ class Engine(Dispatch):
             Job:
         """
         check_task_timeout(timeout)
-        with interrupts.deferred(), self._lock:
+        state = self.state
+        with interrupts.deferred(), state.lock:
             # Deferred: a Ctrl-C between reserving a credit and sending the
             # chunk would keep the credit for a chunk never sent.
-            self._check_usable()
+            state.check_usable()
             job = Job(
-                self, self._next_job, function, source, sink, ordered=ordered, lazy=lazy,
+                self._next_job, function, source, sink, ordered=ordered, lazy=lazy,
                 timeout=timeout, chunker=chunker or AdaptiveChunker(),
                 chunk_size=chunk_size,
-                retry=(not self.fail_fast) if retry is None else retry, targets=targets,
-                window=window,
+                retry=self.policy.keeps_items if retry is None else retry, targets=targets,
+                window=window, recorder=state.recorder,
             )
             self._next_job += 1
             sink.job = job  # before anything is sent: results may come back at once
-            self._jobs[job.id] = job
+            state.jobs[job.id] = job
             if job.complete():
-                self._finish(job, None)
+                self.finish(job, None)
                 return job
-            self._active.append(job)
-            self._dispatch()
+            state.active.append(job)
+            self.dispatcher.dispatch()
         if not self.caller_pumps:
-            self.backend.wakeup()  # the coordinator sees the new job
+            state.backend.wakeup()  # the coordinator sees the new job
         return job
 
-    def _check_usable(self) -> None:
-        if self._broken is not None:
-            raise self._broken
-        if self._closing:
-            raise RunnerClosedError("the workers are closing or closed")
+    def feed(self, job: Job, budget: Optional[float] = None) -> bool:
+        """Pull and send a lazy job's items while credits allow (owner's thread);
+        see [`Dispatcher.feed`][easycore.common.parallel.engine.credits.Dispatcher.feed].
+
+        Returns:
+            bool: whether the input can still give items (False: exhausted).
+        """
+        return self.dispatcher.feed(job, budget)
+
+    def has_credit(self) -> bool:
+        """Whether some worker could take a chunk now."""
+        return self.dispatcher.has_credit()
 
     def cancel(self, job: Job, error: Optional[BaseException] = None) -> None:
         """Stop sending ``job``'s items; results still in flight are dropped.
@@ -237,10 +273,10 @@ class Engine(Dispatch):
             error (BaseException or None): what the job ends with (None: a
                 cancellation the caller asked for, no error reported).
         """
-        with self._lock:
+        with self.state.lock:
             if job.done:
                 return
-            self._finish(job, error)
+            self.finish(job, error)
 
     def cancel_unsent(self, job: Job) -> bool:
         """Cancel ``job`` if none of its items was handed to a worker yet.
@@ -252,10 +288,10 @@ class Engine(Dispatch):
             bool: True if the job is cancelled and none of it will run; False
             if it ended already or some of it was sent (it runs on).
         """
-        with self._lock:
+        with self.state.lock:
             if job.done or job.outstanding or job.taken_items:
                 return False
-            self._finish(job, None)
+            self.finish(job, None)
             return True
 
     def consume(self, job: Job, n: int = 1) -> None:
@@ -265,22 +301,16 @@ class Engine(Dispatch):
             job (Job): a job made with a ``window``.
             n (int): results consumed.
         """
-        with interrupts.deferred(), self._lock:
+        with interrupts.deferred(), self.state.lock:
             job.consumed_items += n
-            self._dispatch()
+            self.dispatcher.dispatch()
         if not self.caller_pumps:
-            self.backend.wakeup()
+            self.state.backend.wakeup()
 
     def worker_seconds(self) -> List[float]:
         """Seconds each worker slot spent running chunks so far (for statistics)."""
-        with self._lock:
-            return list(self._busy)
-
-    @property
-    def closing(self) -> bool:
-        """bool: whether a close was requested or done."""
-        return self._closing
-
+        with self.state.lock:
+            return list(self.state.busy)
 
     # ----------------------------------------------------------------- pump
     def pump(self, timeout: Optional[float] = None) -> None:
@@ -289,148 +319,154 @@ class Engine(Dispatch):
         Args:
             timeout (float or None): seconds to wait for something to happen.
         """
+        state, supervisor = self.state, self.supervisor
         with self._pump_lock:
-            self._supervisor.start_replacements()  # any left by a pump that raised
-            deadline = self._supervisor.next_deadline()
+            supervisor.start_replacements()  # any left by a pump that raised
+            deadline = supervisor.next_deadline()
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
-            recorder = self.recorder
+            recorder = state.recorder
             if recorder is not None and recorder.caller_pumps:  # insights
                 t0 = time.perf_counter()
-                events = self.backend.poll(timeout)
+                events = state.backend.poll(timeout)
                 recorder.waiting_for_results += time.perf_counter() - t0
             else:
-                events = self.backend.poll(timeout)
+                events = state.backend.poll(timeout)
             for slot, message in events:
                 self._handle(slot, message)
-            self._supervisor.start_replacements()  # outside the engine lock
-            self._supervisor.check_deadlines()
-            with self._lock:
-                self._dispatch()
-                if events and not self._jobs and not any(w.fifo for w in self._workers):
-                    # (Not while a job runs: see _after_chunk.) The last results
+            supervisor.start_replacements()  # outside the engine lock
+            supervisor.check_deadlines()
+            with state.lock:
+                self.dispatcher.dispatch()
+                if events and not state.jobs and not state.in_flight():
+                    # (Not while a job runs: see after_chunk.) The last results
                     # were delivered while the delivering frames still held them:
                     # only now can segments their consumer dropped count as free,
                     # and an idle runner give them back.
                     self._transport_idle()
 
     def _handle(self, slot: int, message: Any) -> None:
+        state = self.state
         feedback = getattr(message, "feedback", None)
         if feedback is not None:
             # Under the lock: another thread may be encoding items (a pool's
             # lazy input is fed by its reader), and both change segment lists.
-            with self._lock:
-                self.transport.on_worker_feedback(slot, feedback)
+            with state.lock:
+                state.transport.on_worker_feedback(slot, feedback)
         kind = type(message)
         if kind is ChunkDone:
             self._on_chunk(slot, message)
         elif kind is WorkerExited:
-            self._supervisor.on_exit(slot, message)
+            self.supervisor.on_exit(slot, message)
         elif kind is WorkerFailed:
-            self._supervisor.on_worker_failed(slot, message)
+            self.supervisor.on_worker_failed(slot, message)
         elif kind is WorkerReady:
-            w = self._workers[slot]
+            w = state.workers[slot]
             w.ready, w.alive = True, True
-            if self.recorder is not None:
-                self.recorder.ready(slot)
+            if state.recorder is not None:
+                state.recorder.ready(slot)
         elif kind is WorkerEnded:
             pass
 
     def _on_chunk(self, slot: int, msg: ChunkDone) -> None:
-        w = self._workers[slot]
-        with self._lock:
+        state = self.state
+        w = state.workers[slot]
+        with state.lock:
             chunk = pop_chunk(w, msg.job, msg.seq)
             w.last_at = time.monotonic()
             w.items_done += msg.n_items
-            self._busy[slot] += msg.seconds
-            recorder = self.recorder
+            state.busy[slot] += msg.seconds
+            recorder = state.recorder
             if recorder is not None:  # insights: one test per chunk when off
                 recorder.chunk_done(slot, msg.n_items, msg.seconds, msg.working,
                                     msg.nbytes + (chunk.in_bytes if chunk is not None else 0))
-            job = chunk.job if chunk is not None else self._jobs.get(msg.job)
+            job = chunk.job if chunk is not None else state.jobs.get(msg.job)
             # No item_payload_done here: the worker releases an input segment
             # when its last view dies (in this message's feedback, or later if
             # the function kept an input), and only then may it be reused.
             if job is None or job.done or chunk is None:
                 if chunk is not None:
                     chunk.job.outstanding -= 1
-                self.transport.discard(slot, msg.results)
-                self._after_chunk(w)
+                state.transport.discard(slot, msg.results)
+                self.after_chunk(w)
                 return
             job.outstanding -= 1
             # Items that travelled in shared memory count too, or chunks of big
             # inputs grow unbounded (every size a new segment size).
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
             try:
-                results = self.transport.decode_results(slot, msg.results)
+                results = state.transport.decode_results(slot, msg.results)
             except Exception as exc:  # noqa: BLE001 -- the user's results (any unpickling
                 # error of theirs): reported as the job's error, with its cause
                 err = ParallelError(
-                    f"results of worker {slot} on device {self.devices[slot]!r} could not be "
+                    f"results of worker {slot} on device {state.devices[slot]!r} could not be "
                     f"decoded in the caller: {type(exc).__name__}: {exc}"
                 )
                 err.__cause__ = exc
-                self._fail(job, err)
-                self._after_chunk(w)
+                self.fail(job, err)
+                self.after_chunk(w)
                 return
             failed: Dict[int, ItemError] = {}
             for failure in msg.failures:
                 failed[failure.position] = ItemError(
-                    self._item_error(job, slot, chunk.first + failure.position, failure.report)
+                    self._item_error(slot, chunk.first + failure.position, failure.report)
                 )
-            if failed and self.fail_fast:
-                first_bad = min(failed)
-                self._fail(job, failed[first_bad].exc)
-                self._after_chunk(w)
-                return
-            self._after_chunk(w)
+            if failed:
+                ends = self.policy.chunk_failed(job, failed)
+                if ends is not None:
+                    self.fail(job, ends)
+                    self.after_chunk(w)
+                    return
+            self.after_chunk(w)
         # Delivery runs the client's code: outside the lock (it may pump, or
         # take long), in this thread.
-        self._deliver(job, chunk.first, results, failed, msg.nbytes + 64 * msg.n_items)
+        self.deliver(job, chunk.first, results, failed, msg.nbytes + 64 * msg.n_items)
 
-    def _item_error(self, job: Job, slot: int, index: int, report: ErrorReport) -> BaseException:
-        pid = self.backend.pids[slot] if slot < len(self.backend.pids) else None
-        err = WorkerError.from_report(report, self.devices[slot], slot, pid)
+    def _item_error(self, slot: int, index: int, report: ErrorReport) -> BaseException:
+        state = self.state
+        err = WorkerError.from_report(report, state.devices[slot], slot, state.pid(slot))
         err.item = index  # type: ignore[attr-defined]
         return err
 
-    def _deliver(self, job: Job, first: int, results: List[Any],
-                 failed: Dict[int, ItemError], cost: int = 0) -> None:
+    # ------------------------------------------- outcomes (see state.Outcomes)
+    def deliver(self, job: Job, first: int, results: List[Any],
+                failed: Dict[int, ItemError], cost: int = 0) -> None:
         """Hand results to the job's sink (in input order if ordered: see
         ``ordering``) and end the job when they were its last (pump thread)."""
         deliver(job, first, results, failed, cost)
-        with self._lock:
+        with self.state.lock:
             if not job.done and job.complete():
-                self._finish(job, None)
+                self.finish(job, None)
 
-    def _after_chunk(self, w: WorkerState) -> None:
-        self._supervisor.retire_if_due(w)
-        if not any(x.fifo for x in self._workers):
+    def after_chunk(self, w: WorkerState) -> None:
+        """A chunk of ``w`` came back: retire it if due; go idle if nothing runs (lock held)."""
+        state = self.state
+        self.supervisor.retire_if_due(w)
+        if not state.in_flight():
             # Between jobs only: a job whose input is slower than its workers
             # empties the queues after every chunk, and giving its segments
             # back each time made every chunk create a new one.
-            if not self._jobs:
+            if not state.jobs:
                 self._transport_idle()
             if self._on_idle is not None:
                 self._on_idle()
 
-    # --------------------------------------------------------------- ending
-    def _fail(self, job: Job, error: BaseException) -> None:
+    def fail(self, job: Job, error: BaseException) -> None:
+        """End ``job`` with ``error`` unless it ended already (lock held)."""
         if not job.done:
-            self._finish(job, error)
+            self.finish(job, error)
 
-    def _finish(self, job: Job, error: Optional[BaseException]) -> None:
+    def finish(self, job: Job, error: Optional[BaseException]) -> None:
+        """End ``job``: its sink is told, its input dropped, the workers forget it (lock held)."""
+        state = self.state
         job.done = True
         job.error = error
-        # Its inputs are the caller's: a finished job (a pool keeps the last
-        # ones it ran) must not keep them, or the memory they hold, alive.
-        job._source = job._iterator = None
-        job._retry.clear()
-        if job in self._active:
-            self._active.remove(job)
-        self._jobs.pop(job.id, None)
-        for w in self._workers:
+        job.release_input()
+        if job in state.active:
+            state.active.remove(job)
+        state.jobs.pop(job.id, None)
+        for w in state.workers:
             if job.id in w.jobs:
                 w.jobs.discard(job.id)
                 w.forget.append(job.id)
@@ -438,49 +474,52 @@ class Engine(Dispatch):
             job.sink.finish(error)
         finally:
             job.finished.set()
-            if not any(x.fifo for x in self._workers):
+            if not state.in_flight():
                 self._transport_idle()
+
+    def break_engine(self, error: BaseException) -> None:
+        """The engine cannot go on: fail every job (lock held)."""
+        state = self.state
+        if state.broken is None:
+            state.broken = error
+        for job in list(state.jobs.values()):
+            self.fail(job, error)
 
     def _transport_idle(self) -> None:
         """Nothing in flight: the transport may give back what it keeps for speed."""
         try:  # noqa: SIM105
-            self.transport.idle()
+            self.state.transport.idle()
         except Exception:  # noqa: BLE001 -- best effort (shared memory it could not
             pass  # unmap, a custom transport's own error): cleanup releases it at the end
 
-    def _break(self, error: BaseException) -> None:
-        """The engine cannot go on: fail every job (lock held)."""
-        if self._broken is None:
-            self._broken = error
-        for job in list(self._jobs.values()):
-            self._fail(job, error)
-
+    # ---------------------------------------------------------------- close
     def close(self, timeout: Optional[float] = None) -> None:
         """Stop the workers gracefully (their end hooks), within ``timeout`` seconds."""
-        with self._lock:
-            self._closing = True
-            for job in list(self._jobs.values()):
-                self._fail(job, RunnerClosedError("the workers were closed"))
+        state = self.state
+        with state.lock:
+            state.closing = True
+            for job in list(state.jobs.values()):
+                self.fail(job, RunnerClosedError("the workers were closed"))
             # A replacement being started now must be in the back-end when it stops.
-            self._supervisor.wait_for_starts()
-        self.backend.stop(timeout)
+            self.supervisor.wait_for_starts()
+        state.backend.stop(timeout)
 
     def request_close(self) -> None:
         """Make a running call end (with ``RunnerClosedError``); thread-safe."""
-        self._closing = True
-        self.backend.wakeup()
+        self.state.closing = True
+        self.state.backend.wakeup()
 
     def abort(self) -> None:
         """End everything now; never raises."""
-        self._closing = True
+        state = self.state
+        state.closing = True
         try:
-            with self._lock:
-                for job in list(self._jobs.values()):
+            with state.lock:
+                for job in list(state.jobs.values()):
                     try:  # noqa: SIM105
-                        self._fail(job, RunnerClosedError("the workers were stopped"))
+                        self.fail(job, RunnerClosedError("the workers were stopped"))
                     except Exception:  # noqa: BLE001 -- a sink's error: abort never raises,
                         pass  # and the other jobs and the workers must still end
         except Exception:  # noqa: BLE001 -- abort never raises: whatever failed above,
             pass  # the workers must still end
-        self.backend.abort()
-
+        state.backend.abort()

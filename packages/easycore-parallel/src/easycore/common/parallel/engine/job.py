@@ -1,14 +1,22 @@
 """A job: one function over a stream of items, and the sink its results go to.
 
 What a client hands to the [`Engine`][easycore.common.parallel.engine.core.Engine]
-(see its module docstring for what the engine does with it): the items (a
-list read by whoever pumps, or a lazy iterator read by its owner's thread),
+(see the data flow in [`engine`][easycore.common.parallel.engine]): the items
+(a list read by whoever pumps, or a lazy iterator read by its owner's thread),
 where it stands (items taken, chunks in flight, deaths it caused), and a
-[`JobSink`][easycore.common.parallel.engine.job.JobSink] that receives its results.
+[`JobSink`][easycore.common.parallel.engine.job.JobSink] that receives its
+results. A job knows nothing of the engine that runs it; it is given the
+recorder it reports its input's reading time to.
+
+A lazy source that is read ahead by a thread of its own (``Pool.imap``'s)
+says so by being a
+[`BufferedInput`][easycore.common.parallel.engine.job.BufferedInput]: the engine
+then takes what the buffer holds and never waits in the user's iterator.
 """
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 import typing
@@ -19,10 +27,10 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 from .chunking import AdaptiveChunker
 from .ordering import InputOrder
 
-__all__ = ["Chunk", "ItemError", "Job", "JobSink"]
+__all__ = ["BufferedInput", "Chunk", "ItemError", "Job", "JobSink"]
 
 if typing.TYPE_CHECKING:
-    from .core import Engine
+    from ..insights import Recorder
 
 
 class ItemError:
@@ -65,6 +73,28 @@ class JobSink:
         return True
 
 
+class BufferedInput(abc.ABC):
+    """A lazy job's input that a thread of its own reads ahead into a buffer.
+
+    What the engine asks of such an input for more items, instead of running
+    the user's iterator itself (which may block): ``take`` hands over what the
+    buffer holds and never blocks. An input is one by subclassing this (a
+    user's iterator that happens to have a ``take`` method is not).
+    """
+
+    @abc.abstractmethod
+    def take(self, n: int) -> Tuple[List[Any], bool]:
+        """Up to ``n`` buffered items, never blocking.
+
+        Args:
+            n (int): the most items wanted.
+
+        Returns:
+            tuple: ``(items, ended)``: ``ended`` once the input is exhausted
+            and every item of it was taken.
+        """
+
+
 class Chunk:
     """A chunk in flight (caller side)."""
 
@@ -88,7 +118,6 @@ class Job:
 
     def __init__(
         self,
-        engine: Engine,
         job_id: int,
         function: Optional[bytes],
         source: Any,
@@ -102,8 +131,8 @@ class Job:
         retry: bool,
         targets: Optional[List[int]] = None,
         window: Optional[int] = None,
+        recorder: Optional[Recorder] = None,
     ) -> None:
-        self.engine = engine
         self.id = job_id
         self.function = function
         self.sink = sink
@@ -116,16 +145,18 @@ class Job:
         self.retry = retry
         self.targets = targets  # broadcast: item k runs on worker targets[k]
         self.window = window  # items taken but not yet consumed, at most
+        self.recorder = recorder  # insights: reading a lazy input counts (None: off)
         self.consumed_items = 0
         self._source = source
         self._iterator: Optional[Iterator] = iter(source) if lazy else None
+        # Told once, not per chunk: a read-ahead buffer is taken from, never waited on.
+        self._buffered = isinstance(self._iterator, BufferedInput)
         self._next_index = 0
         self._total = None if lazy else len(source)
         self.exhausted = self._total == 0
         self._retry: Deque[Tuple[int, List[Any]]] = deque()
         self.outstanding = 0  # chunks sent or reserved, not yet received back
         self.seq = 0
-        self.delivered_items = 0
         self.taken_items = 0
         self.deaths = 0
         self.done = False
@@ -137,6 +168,20 @@ class Job:
     def has_work(self) -> bool:
         """Whether a chunk could be taken now (ignoring credits)."""
         return bool(self._retry) or not self.exhausted
+
+    @property
+    def retrying(self) -> bool:
+        """bool: items given back by a dead worker wait to run again (any thread may send them)."""
+        return bool(self._retry)
+
+    def next_target(self) -> Optional[int]:
+        """The slot the next item must run on (a job with ``targets``); None: no item left."""
+        assert self.targets is not None
+        if self._retry:
+            return self.targets[self._retry[0][0]]
+        if not self.exhausted:
+            return self.targets[self._next_index]
+        return None
 
     def next_size(self) -> int:
         if self.chunk_size is not None:
@@ -168,20 +213,18 @@ class Job:
         assert self._iterator is not None
         start = self._next_index
         t0 = time.perf_counter()
-        take = getattr(self._iterator, "take", None)
-        if take is not None:
-            # A source read ahead by a thread of its own (``Pool.imap``'s):
-            # ``take(n)`` never blocks, so feeding never waits in the user's
-            # iterator; it returns what is there and whether the input ended.
-            items, ended = take(size)
+        if self._buffered:
+            # Read ahead by a thread of its own (``Pool.imap``'s): feeding never
+            # waits in the user's iterator.
+            items, ended = typing.cast(BufferedInput, self._iterator).take(size)
         else:
             items = list(islice(self._iterator, size))
             ended = len(items) < size
         elapsed = time.perf_counter() - t0
-        recorder = self.engine.recorder
+        recorder = self.recorder
         if recorder is not None:  # insights
             recorder.reading_input += elapsed
-        if elapsed > 0 and items and take is None:
+        if elapsed > 0 and items and not self._buffered:
             # A slow input must not hold finished items back: cap the chunk at
             # what the input makes in ``linger`` seconds.
             self.pull_cap = max(1, int(linger / (elapsed / len(items))))
@@ -193,6 +236,12 @@ class Job:
 
     def requeue(self, first: int, items: List[Any]) -> None:
         self._retry.append((first, items))
+
+    def release_input(self) -> None:
+        """Drop the input: a finished job (a pool keeps the last ones it ran)
+        must not keep the caller's items, or the memory they hold, alive."""
+        self._source = self._iterator = None
+        self._retry.clear()
 
     @property
     def ordered(self) -> bool:

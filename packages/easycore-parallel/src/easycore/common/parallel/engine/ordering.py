@@ -26,14 +26,14 @@ the dispatcher makes before it gives such a job another credit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
-if TYPE_CHECKING:
-    from .job import ItemError, Job
+__all__ = ["InputOrder", "Ordered", "deliver", "may_run_ahead"]
 
-__all__ = ["InputOrder", "deliver", "may_run_ahead"]
-
-_Piece = Tuple[List[Any], Dict[int, "ItemError"], int]
+#: an item's failure as a sink receives it (``job.ItemError``; this module
+#: imports nothing of the engine, which imports it)
+_Failures = Dict[int, Any]
+_Piece = Tuple[List[Any], _Failures, int]
 
 
 class InputOrder:
@@ -46,12 +46,11 @@ class InputOrder:
         self._next = 0  # input index of the next item to deliver
         self.bytes = 0  # what the held pieces cost (see reorder_bytes)
 
-    def hold(self, first: int, results: List[Any], failed: Dict[int, ItemError],
-             cost: int) -> None:
+    def hold(self, first: int, results: List[Any], failed: _Failures, cost: int) -> None:
         self._held[first] = (results, failed, cost)
         self.bytes += cost
 
-    def pop_next(self) -> Optional[Tuple[int, List[Any], Dict[int, ItemError]]]:
+    def pop_next(self) -> Optional[Tuple[int, List[Any], _Failures]]:
         """The piece that starts at the next index to deliver, or None if it did not come yet."""
         piece = self._held.pop(self._next, None)
         if piece is None:
@@ -66,12 +65,23 @@ class InputOrder:
         return bool(self._held)
 
 
-def deliver(job: Job, first: int, results: List[Any], failed: Dict[int, ItemError],
+class Ordered(Protocol):
+    """What ordering reads of a job (a [`Job`][easycore.common.parallel.engine.job.Job])."""
+
+    #: its reorder buffer (None: unordered)
+    order: Optional[InputOrder]
+    #: where results go (a ``JobSink``)
+    sink: Any
+    #: it ended: nothing more is delivered
+    done: bool
+
+
+def deliver(job: Ordered, first: int, results: List[Any], failed: _Failures,
             cost: int = 0) -> None:
     """Hand results to ``job``'s sink, in input order if the job is ordered.
 
     Args:
-        job (Job):
+        job (Job): the job (see ``Ordered``).
         first (int): input index of ``results[0]``.
         results (list): one per item.
         failed (dict): position in ``results`` -> the item's error.
@@ -80,7 +90,6 @@ def deliver(job: Job, first: int, results: List[Any], failed: Dict[int, ItemErro
     order = job.order
     if order is None:
         job.sink.deliver(first, results, failed)
-        job.delivered_items += len(results)
         return
     order.hold(first, results, failed, cost)
     while not job.done:  # a sink may end its job (a cancel) while it receives
@@ -88,10 +97,9 @@ def deliver(job: Job, first: int, results: List[Any], failed: Dict[int, ItemErro
         if piece is None:
             return
         job.sink.deliver(*piece)
-        job.delivered_items += len(piece[1])
 
 
-def may_run_ahead(job: Job, reorder_bytes: int) -> bool:
+def may_run_ahead(job: Ordered, reorder_bytes: int) -> bool:
     """Whether ``job`` may have another chunk sent: an ordered job holding more than
     ``reorder_bytes`` waits until its late chunk came back."""
     return job.order is None or job.order.bytes <= reorder_bytes

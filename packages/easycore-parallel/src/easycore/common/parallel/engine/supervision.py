@@ -3,13 +3,18 @@
 The [`Engine`][easycore.common.parallel.engine.core.Engine] hands every worker
 exit its back-end reports (``WorkerExited``), every hook failure
 (``WorkerFailed``) and every pump's deadline check to one
-[`Supervisor`][easycore.common.parallel.engine.supervision.Supervisor]. Its path:
+[`Supervisor`][easycore.common.parallel.engine.supervision.Supervisor], a part
+of the engine over its [`EngineState`][easycore.common.parallel.engine.state.EngineState]
+that ends jobs only through the core's
+[`Outcomes`][easycore.common.parallel.engine.state.Outcomes]. Its path:
 
 1. **The exit is taken in** (``on_exit``, engine lock held): the worker's
    queue is taken back (its chunks, its credits, the functions it had) and
-   the kill reason, if the engine killed it, is read. A worker that dies
-   before its init hooks returned ``max_deaths`` times in a row ends the
-   engine: every replacement would die the same way.
+   the kill reason, if the engine killed it, is read. A slot whose worker
+   dies before its init hooks returned ``start_deaths_limit`` times in a row
+   ends the engine: every replacement would die the same way. (Not
+   ``max_deaths``: that is what one *job* may cost, and no job ran in a
+   worker that never started; one such death may be a kill from outside.)
 2. **What it ran is settled by a policy.** Which item was running is read
    from the worker's item slot (it writes ``(job, seq, item, started)``
    as it receives a chunk and before each item), unless the kill reason says.
@@ -24,6 +29,9 @@ exit its back-end reports (``WorkerExited``), every hook failure
      never received costs nothing). A job whose items killed ``max_deaths``
      workers fails as a whole.
 
+   The policy also says what an item that *raised* costs (``chunk_failed``:
+   its job, or that item alone) and whether a job keeps its items for a
+   retry (``keeps_items``).
 3. **The worker is replaced**, unless the engine broke or closes, and after a
    planned exit too (``maxtasksperchild``): the slot is queued for a restart
    under the lock, and the pumping thread starts the replacement *outside*
@@ -37,12 +45,7 @@ exit its back-end reports (``WorkerExited``), every hook failure
    step 1 takes it from there once its exit is reported.
 
 Back-ends only start, kill and restart one worker; what a death means is
-decided here. (About 400 lines on purpose: this module is the one-file answer
-to "how is a dead worker replaced", comments included.)
-
-(Over 400 lines on purpose: the two strategies (fail fast, replace the worker) share the
-bookkeeping of deaths, requeues and deadlines; keeping them beside it is the point of
-the module.)
+decided here.
 """
 
 from __future__ import annotations
@@ -51,68 +54,104 @@ import contextlib
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import ParallelError, TaskTimeoutError, WorkerError
 from ..worker.protocol import StopWorker, WorkerFailed
-from .dispatch import WorkerState, pop_chunk
 from .job import Chunk, ItemError, Job
+from .state import EngineState, Outcomes, WorkerState, pop_chunk
 
-if TYPE_CHECKING:
-    from .core import Engine
+__all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor"]
 
-__all__ = ["FailFast", "ReplaceWorker", "Supervisor"]
+
+class Policy:
+    """What a failure costs: an item that raised, a worker that died or overran (lock held)."""
+
+    #: jobs keep a chunk's items until its results came back, to run them again
+    #: after a worker death
+    keeps_items: bool = False
+
+    def chunk_failed(self, job: Job, failed: Dict[int, ItemError]) -> Optional[BaseException]:
+        """Items of a chunk of ``job`` raised (``failed``: position -> error).
+
+        Returns:
+            BaseException or None: the error that ends ``job`` now, or None:
+            the chunk's results go to its sink with those items failed.
+        """
+        raise NotImplementedError
+
+    def lost(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk], what: str,
+             at: Optional[int], msg: WorkerExited) -> None:
+        """``w`` is gone with ``chunks`` (the first one running).
+
+        Args:
+            sup (Supervisor): the supervisor (what was received, the errors, requeues).
+            w (WorkerState): the slot.
+            chunks (list): its chunks, in the order it ran them.
+            what (str): "died", or "timeout" (the engine killed it).
+            at (int or None): position in ``chunks[0]`` of the item running, if known.
+            msg (WorkerExited): what the back-end reported.
+        """
+        raise NotImplementedError
+
+    def hook_failed(self, sup: Supervisor, w: WorkerState, err: BaseException) -> None:
+        """An init or end hook of ``w`` raised (its exit comes next)."""
+        raise NotImplementedError
 
 
 class Supervisor:
     """Worker exits, hook failures, restarts and task deadlines of one engine."""
 
-    def __init__(self, engine: Engine, *, fail_fast: bool, max_deaths: int) -> None:
+    #: deaths in a row of one slot's worker before its init hooks returned that
+    #: end the engine (its start is what kills it); fewer are replaced
+    start_deaths_limit = 3
+
+    def __init__(self, state: EngineState, outcomes: Outcomes, policy: Policy) -> None:
         """
         Args:
-            engine (Engine): whose workers are supervised.
-            fail_fast (bool): the policy: ``FailFast`` (runners), else
+            state (EngineState): the engine's state.
+            outcomes (Outcomes): how a job ends (the core).
+            policy (Policy): what a failure costs: ``FailFast`` (runners) or
                 ``ReplaceWorker`` (pools).
-            max_deaths (int): worker deaths one job may cause before it fails.
         """
-        self.engine = engine
-        self.max_deaths = max_deaths
-        self.policy: _Policy = FailFast(self) if fail_fast else ReplaceWorker(self)
+        self.state = state
+        self.outcomes = outcomes
+        self.policy = policy
         self._replace: Deque[WorkerState] = deque()  # slots to restart, outside the lock
         self._starting = 0  # replacements being started now
-        self._started = threading.Condition(engine._lock)
+        self._started = threading.Condition(state.lock)
 
     # ----------------------------------------------------------------- exits
     def on_exit(self, slot: int, msg: WorkerExited) -> None:
         """``slot``'s worker is gone: settle what it ran, plan its replacement."""
-        engine = self.engine
-        w = engine._workers[slot]
-        with engine._lock:
-            if not (w.ready or w.retiring or msg.expected or engine._closing or w.fifo):
+        state = self.state
+        w = state.workers[slot]
+        with state.lock:
+            if not (w.ready or w.retiring or msg.expected or state.closing or w.fifo):
                 # Died before its init hooks returned. Once may be bad luck (a
                 # kill); again and again, every replacement would die the same
                 # way, forever: as an init hook's error does, that ends the
                 # engine (what a start that waited for it raised).
                 w.start_deaths += 1
-                if w.start_deaths >= self.max_deaths:
+                if w.start_deaths >= self.start_deaths_limit:
                     w.alive = False
-                    engine._break(engine.backend.death_error(slot, msg))
+                    self.outcomes.break_engine(self.death_error(w, msg))
                     return
             elif w.ready:
                 w.start_deaths = 0
             chunks, reason = self._take_back(w)
-            if engine._closing:
+            if state.closing:
                 return
             if reason is None and msg.expected:
                 if w.retiring:
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
                 return
             what, at = reason if reason is not None else ("died", None)
-            if engine.recorder is not None:
-                engine.recorder.lost(slot, what == "timeout")
-            self.policy.lost(w, chunks, what, at, msg)
-            if engine._broken is None:
+            if state.recorder is not None:
+                state.recorder.lost(slot, what == "timeout")
+            self.policy.lost(self, w, chunks, what, at, msg)
+            if state.broken is None:
                 self._plan_restart(w)
 
     def _take_back(self, w: WorkerState) -> Tuple[List[Chunk], Optional[Tuple[str, Any]]]:
@@ -126,27 +165,25 @@ class Supervisor:
         w.forget.clear()
         for c in chunks:
             c.job.outstanding -= 1
-            self.engine.transport.item_payload_done(w.slot, c.payload)
+            self.state.transport.item_payload_done(w.slot, c.payload)
         return chunks, reason
 
     def on_worker_failed(self, slot: int, msg: WorkerFailed) -> None:
         """A hook raised in ``slot``'s worker (not an item: those come with their chunk)."""
-        engine = self.engine
-        device = engine.devices[slot]
-        pid = engine.backend.pids[slot] if slot < len(engine.backend.pids) else None
-        err = WorkerError.from_report(msg.report, device, slot, pid)
-        with engine._lock:
-            w = engine._workers[slot]
+        state = self.state
+        err = WorkerError.from_report(msg.report, state.devices[slot], slot, state.pid(slot))
+        with state.lock:
+            w = state.workers[slot]
             if msg.job is None:  # an init or end hook: the worker exits next
-                self.policy.hook_failed(w, err)
+                self.policy.hook_failed(self, w, err)
                 return
             chunk = pop_chunk(w, msg.job, msg.seq if msg.seq is not None else -1)
-            job = chunk.job if chunk is not None else engine._jobs.get(msg.job)
+            job = chunk.job if chunk is not None else state.jobs.get(msg.job)
             if chunk is not None:
                 chunk.job.outstanding -= 1  # its inputs: released by the worker
-            engine._after_chunk(w)
-            if job is not None and not job.done:
-                engine._fail(job, err)
+            self.outcomes.after_chunk(w)
+            if job is not None:
+                self.outcomes.fail(job, err)
 
     # ------------------------------------------------------- what was lost
     def received(self, w: WorkerState, chunk: Chunk) -> Tuple[Optional[bool], Optional[int]]:
@@ -156,8 +193,7 @@ class Supervisor:
             tuple: (True, item or None if unmarked), (False, None) if its slot
             names another chunk, (None, None) if the back-end cannot tell.
         """
-        backend = self.engine.backend
-        prog = backend.item_slot(w.slot)
+        prog = self.state.backend.item_slot(w.slot)
         if prog is None:
             return None, None
         if prog[0] == chunk.job.id and prog[1] == chunk.seq:
@@ -166,47 +202,49 @@ class Supervisor:
 
     def death_error(self, w: WorkerState, msg: WorkerExited,
                     items: Optional[List[int]] = None) -> BaseException:
-        return self.engine.backend.death_error(w.slot, msg, items)
+        """The error that says ``w``'s worker died (the back-end words it)."""
+        return self.state.backend.death_error(w.slot, msg, items)
 
     def timeout_error(self, w: WorkerState, msg: WorkerExited, index: int,
                       job: Job) -> TaskTimeoutError:
-        return TaskTimeoutError(self.engine.devices[w.slot], w.slot, msg.pid, index,
+        """The error of item ``index`` of ``job``, which overran its timeout on ``w``."""
+        return TaskTimeoutError(self.state.devices[w.slot], w.slot, msg.pid, index,
                                 job.timeout or 0)
 
     def requeue(self, job: Job, first: int, items: Optional[List[Any]], n: int) -> None:
         """Items a dead worker did not finish go back to their job, for other workers."""
-        engine = self.engine
+        state = self.state
         if job.done:
             return
         if items is None:
             # Not kept (fail-fast jobs never get here): nothing to run again.
-            engine._fail(job, ParallelError(f"items {first}..{first + n - 1} were lost"))
+            self.outcomes.fail(job, ParallelError(f"items {first}..{first + n - 1} were lost"))
             return
         job.requeue(first, items)
-        if engine.recorder is not None:
-            engine.recorder.retries += len(items)
-        if job not in engine._active:
-            engine._active.append(job)
+        if state.recorder is not None:
+            state.recorder.retries += len(items)
+        if job not in state.active:
+            state.active.append(job)
 
     # -------------------------------------------------------------- restarts
     def retire_if_due(self, w: WorkerState) -> None:
         """``maxtasksperchild``: stop a worker that ran its share once its queue is empty
         (its exit, expected, then plans its replacement)."""
-        engine = self.engine
-        limit = engine.maxtasksperchild
+        state = self.state
+        limit = state.maxtasksperchild
         if limit is not None and w.items_done >= limit and not w.retiring:
             w.retiring = True
         if w.retiring and not w.fifo and w.alive and w.ready:
             w.ready = False
             with contextlib.suppress(ChannelBroken):  # gone already: its exit is reported
-                engine.backend.send(w.slot, StopWorker(engine.transport.feedback(w.slot)))
+                state.backend.send(w.slot, StopWorker(state.transport.feedback(w.slot)))
 
     def _plan_restart(self, w: WorkerState) -> None:
         """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""
         w.retiring = False
         w.items_done = 0  # the replacement's own count (maxtasksperchild)
-        if self.engine.recorder is not None:
-            self.engine.recorder.restarting(w.slot)
+        if self.state.recorder is not None:
+            self.state.recorder.restarting(w.slot)
         self._replace.append(w)
 
     def start_replacements(self) -> None:
@@ -216,32 +254,32 @@ class Supervisor:
         threads feed and submit meanwhile; the slot takes work once its
         ``WorkerReady`` comes in.
         """
-        engine = self.engine
+        state = self.state
         while self._replace:
-            with engine._lock:
+            with state.lock:
                 if not self._replace:
                     return
                 w = self._replace.popleft()
-                if engine._closing or engine._broken is not None:
+                if state.closing or state.broken is not None:
                     continue
                 # Its mappings died with it: whatever it held is free memory
                 # now (under the lock: the transport is shared with senders).
-                engine.transport.worker_gone(w.slot)
+                state.transport.worker_gone(w.slot)
                 self._starting += 1
             error: Optional[Exception] = None
             try:
-                engine.backend.restart(w.slot)
+                state.backend.restart(w.slot)
             except Exception as exc:  # noqa: BLE001 -- any failure to start ends the engine, named
                 error = exc
             finally:
-                with engine._lock:
+                with state.lock:
                     self._starting -= 1
                     self._started.notify_all()
                     if error is None:
                         w.alive = True
                     else:
-                        engine._break(ParallelError(
-                            f"worker {w.slot} on device {engine.devices[w.slot]!r} could not be "
+                        self.outcomes.break_engine(ParallelError(
+                            f"worker {w.slot} on device {state.devices[w.slot]!r} could not be "
                             f"restarted: {type(error).__name__}: {error}"))
 
     def wait_for_starts(self) -> None:
@@ -253,7 +291,7 @@ class Supervisor:
     def next_deadline(self) -> Optional[float]:
         """When the earliest running task passes its timeout (``time.monotonic``), if any."""
         best = None
-        for w in self.engine._workers:
+        for w in self.state.workers:
             timed = _timed_head(w)
             if timed is None:
                 continue
@@ -264,10 +302,10 @@ class Supervisor:
 
     def check_deadlines(self) -> None:
         """Kill every worker whose running task is past its job's timeout."""
-        engine = self.engine
+        state = self.state
         now = time.monotonic()
-        with engine._lock:
-            for w in engine._workers:
+        with state.lock:
+            for w in state.workers:
                 if w.kill_reason is not None or not w.alive:
                     continue
                 timed = _timed_head(w)
@@ -281,13 +319,13 @@ class Supervisor:
                     continue
                 w.kill_reason = ("timeout", item)
                 try:  # noqa: SIM105
-                    engine.backend.kill(w.slot)
+                    state.backend.kill(w.slot)
                 except Exception:  # noqa: BLE001 -- whatever a back-end's kill raises (it may
                     pass  # be gone already, or unable to kill), the pumping must go on
 
     def _started_at(self, w: WorkerState, head: Chunk) -> Tuple[float, Optional[int]]:
         """When ``head``'s running item started, and which item it is (None: not known)."""
-        prog = self.engine.backend.item_slot(w.slot)
+        prog = self.state.backend.item_slot(w.slot)
         if (prog is not None and prog[0] == head.job.id and prog[1] == head.seq
                 and prog[2] >= 0):
             return prog[3], prog[2]
@@ -304,44 +342,25 @@ def _timed_head(w: WorkerState) -> Optional[Tuple[Chunk, float]]:
     return head, head.job.timeout
 
 
-class _Policy:
-    """What a worker's death or timeout costs (engine lock held)."""
+class FailFast(Policy):
+    """Runners: the first error ends the call. An item that raised fails its job; a
+    death breaks the engine; a task past its deadline fails its job (and the jobs
+    queued behind it), the worker is replaced and the runner keeps going."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.sup = supervisor
-        self.engine = supervisor.engine
+    keeps_items = False
 
-    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
-             msg: WorkerExited) -> None:
-        """``w`` is gone with ``chunks`` (the first one running).
+    def chunk_failed(self, job: Job, failed: Dict[int, ItemError]) -> Optional[BaseException]:
+        return failed[min(failed)].exc
 
-        Args:
-            w (WorkerState): the slot.
-            chunks (list): its chunks, in the order it ran them.
-            what (str): "died", or "timeout" (the engine killed it).
-            at (int or None): position in ``chunks[0]`` of the item running, if known.
-            msg (WorkerExited): what the back-end reported.
-        """
-        raise NotImplementedError
+    def hook_failed(self, sup: Supervisor, w: WorkerState, err: BaseException) -> None:
+        sup.outcomes.break_engine(err)
 
-    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
-        """An init or end hook of ``w`` raised (its exit comes next)."""
-        raise NotImplementedError
-
-
-class FailFast(_Policy):
-    """Runners: a death ends the call; a task past its deadline fails its job (and the
-    jobs queued behind it), the worker is replaced and the runner keeps going."""
-
-    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
-        self.engine._break(err)
-
-    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
-             msg: WorkerExited) -> None:
-        sup, engine = self.sup, self.engine
+    def lost(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk], what: str,
+             at: Optional[int], msg: WorkerExited) -> None:
+        outcomes = sup.outcomes
         if not chunks:
             if what == "died":
-                engine._break(sup.death_error(w, msg))
+                outcomes.break_engine(sup.death_error(w, msg))
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
@@ -349,28 +368,40 @@ class FailFast(_Policy):
             at = sup.received(w, running)[1]
         if what == "timeout":
             err: BaseException = sup.timeout_error(w, msg, running.first + (at or 0), job)
-            engine._fail(job, err)
+            outcomes.fail(job, err)
             for c in queued:
                 if c.job is not job:
-                    engine._fail(c.job, err)
+                    outcomes.fail(c.job, err)
             return
         job.deaths += 1
         items = ([running.first + at] if at is not None
                  else list(range(running.first, running.first + running.n)))
-        engine._break(sup.death_error(w, msg, items))
+        outcomes.break_engine(sup.death_error(w, msg, items))
 
 
-class ReplaceWorker(_Policy):
-    """Pools: the running item fails alone, the rest runs elsewhere, the worker is
-    replaced; a job whose items killed ``max_deaths`` workers fails."""
+class ReplaceWorker(Policy):
+    """Pools: an item that raised fails alone; a death fails the running item alone,
+    the rest runs elsewhere and the worker is replaced; a job whose items killed
+    ``max_deaths`` workers fails."""
 
-    def hook_failed(self, w: WorkerState, err: BaseException) -> None:
+    keeps_items = True
+
+    def __init__(self, max_deaths: int = 3) -> None:
+        """
+        Args:
+            max_deaths (int): worker deaths one job may cause before it fails.
+        """
+        self.max_deaths = max_deaths
+
+    def chunk_failed(self, job: Job, failed: Dict[int, ItemError]) -> Optional[BaseException]:
+        return None
+
+    def hook_failed(self, sup: Supervisor, w: WorkerState, err: BaseException) -> None:
         if not w.ready:  # a start that failed: every replacement would fail the same way
-            self.engine._break(err)
+            sup.outcomes.break_engine(err)
 
-    def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
-             msg: WorkerExited) -> None:
-        sup = self.sup
+    def lost(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk], what: str,
+             at: Optional[int], msg: WorkerExited) -> None:
         if not chunks:
             return  # it died idle: nothing was lost
         running, queued = chunks[0], chunks[1:]
@@ -386,7 +417,7 @@ class ReplaceWorker(_Policy):
                     sup.requeue(c.job, c.first, c.items, c.n)
                 return
             if (received and at is None and what == "died" and running.n > 1
-                    and running.items is not None and job.deaths + 1 < sup.max_deaths):
+                    and running.items is not None and job.deaths + 1 < self.max_deaths):
                 # It received the chunk; which item killed it is unknown (tiny
                 # items go unmarked). The chunk runs again one item at a time,
                 # elsewhere: the guilty item then fails alone.
@@ -416,14 +447,14 @@ class ReplaceWorker(_Policy):
                 sup.requeue(job, running.first, before, len(before))
             if after:
                 sup.requeue(job, running.first + at + 1, after, len(after))
-        if what != "timeout" and job.deaths >= sup.max_deaths:
-            self.engine._fail(job, err)
+        if what != "timeout" and job.deaths >= self.max_deaths:
+            sup.outcomes.fail(job, err)
             return
         if not job.done:
             # Under the lock, on the pumping thread: a pool's sinks only store
             # results, they do not call back into the engine.
             failed = {k: ItemError(err) for k in range(len(failed_items))}
             if at is not None:
-                self.engine._deliver(job, failed_items[0], [None], failed)
+                sup.outcomes.deliver(job, failed_items[0], [None], failed)
             else:
-                self.engine._deliver(job, running.first, [None] * running.n, failed)
+                sup.outcomes.deliver(job, running.first, [None] * running.n, failed)

@@ -21,7 +21,7 @@ How it works:
   reach it through the connection layer that services use too
   ([`connection`][easycore.common.parallel.connection]: a deadline per
   handshake, one serve loop, no thread per connection)
-  ([`client`][easycore.common.parallel.queue.client]). ``maxsize`` bounds
+  ([`remote`][easycore.common.parallel.queue.remote]). ``maxsize`` bounds
   memory: a ``put`` reserves room before it makes a segment, so a producer
   waiting on a full queue holds none.
 * **Timeouts**: a ``get``/``put`` timeout bounds the whole call in every
@@ -60,7 +60,7 @@ from ..errors import QueueClosedError, QueuePeerDiedError
 from ..transport import shm
 from ..transport.shared_memory import SharedMemoryTransport
 from .broker import Broker
-from .client import ClientEnd
+from .remote import ClientEnd
 
 __all__ = ["Queue", "QueueClosedError", "QueuePeerDiedError"]
 

@@ -19,9 +19,6 @@ is built) and then chunks of *jobs*:
 
 The carriers (the process loop in ``worker``, the thread back-end, the Ray
 actor) only move messages, and start and stop workers.
-
-(Over 400 lines on purpose: the worker programs, the context a worker gives user code
-and the executor that runs them are the one loop every back-end's worker uses.)
 """
 
 from __future__ import annotations

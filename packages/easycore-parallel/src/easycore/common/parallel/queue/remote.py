@@ -1,6 +1,6 @@
 """The other processes' side of a ``Queue``: connections to the owner, each call bounded.
 
-A [`ClientEnd`][easycore.common.parallel.queue.client.ClientEnd] is one
+A [`ClientEnd`][easycore.common.parallel.queue.remote.ClientEnd] is one
 process's end of a queue it did not make. It talks to the owner's
 [`Broker`][easycore.common.parallel.queue.broker.Broker] over the
 connection layer's links

@@ -3,114 +3,60 @@
 A worker holds at most ``credits`` chunks (sent, or reserved while a lazy
 input fills one): that bounds how far any input is read ahead, and a chunk
 queued behind a slow one waits on one worker only. Free credits go to the
-jobs in turn (``_dispatch``, for inputs in memory, by whoever pumps) or to a
-lazy job's owner (``feed``: its iterator may block, so only its own thread
-reads it). A reservation holds a worker's place in its fifo while the chunk
-is taken and encoded (outside the engine lock for a lazy input), so that the
-fifo is always in the order the worker runs its chunks.
+jobs in turn ([`dispatch`][easycore.common.parallel.engine.credits.Dispatcher.dispatch],
+for inputs in memory, by whoever pumps) or to a lazy job's owner
+([`feed`][easycore.common.parallel.engine.credits.Dispatcher.feed]: its
+iterator may block, so only its own thread reads it). A reservation holds a
+worker's place in its fifo while the chunk is taken and encoded (outside the
+engine lock for a lazy input), so that the fifo is always in the order the
+worker runs its chunks.
 
-[`Engine`][easycore.common.parallel.engine.core.Engine] inherits this half;
-supervision (``supervision``) and ordering (``ordering``) are the others.
+The [`Dispatcher`][easycore.common.parallel.engine.credits.Dispatcher] is one
+part of the engine over its [`EngineState`][easycore.common.parallel.engine.state.EngineState];
+a job that ends while it is sent is ended through the core's
+[`Outcomes`][easycore.common.parallel.engine.state.Outcomes].
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Final, List, Optional, Tuple, Union
+from typing import Any, List, Optional
 
 from .._os import interrupts
-from ..backends.base import Backend, ChannelBroken
+from ..backends.base import ChannelBroken
 from ..worker.protocol import RunChunk
 from ..worker.slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 from .job import Chunk, Job
 from .ordering import may_run_ahead
+from .state import RESERVED, EngineState, Outcomes, WorkerState
 
-if TYPE_CHECKING:
-    from ..insights import Recorder
-
-__all__ = ["RESERVED", "Dispatch", "WorkerState", "pop_chunk"]
+__all__ = ["Dispatcher", "wrap_encode_error"]
 
 
-class Reserved(enum.Enum):
-    """A place in a worker's fifo whose credit is taken for a chunk not yet sent."""
-
-    PLACE = 0
-
-
-#: Holds a worker's credit while its chunk is taken and encoded (see ``_reserve``);
-#: ``_send`` puts the chunk in its place, ``_unreserve`` gives it back.
-RESERVED: Final = Reserved.PLACE
-
-
-class WorkerState:
-    """The engine's view of one worker slot."""
-
-    __slots__ = (
-        "alive",
-        "fifo",
-        "forget",
-        "items_done",
-        "jobs",
-        "kill_reason",
-        "last_at",
-        "ready",
-        "retiring",
-        "slot",
-        "start_deaths",
-    )
-
-    def __init__(self, slot: int) -> None:
-        self.slot = slot
-        self.ready = False
-        # chunks sent (and places reserved), in the order it runs them
-        self.fifo: Deque[Union[Chunk, Reserved]] = deque()
-        self.jobs: set = set()  # jobs whose function it has
-        self.forget: List[int] = []
-        self.items_done = 0
-        self.retiring = False
-        self.last_at = 0.0  # when it last finished a chunk
-        self.kill_reason: Optional[Tuple[str, Any]] = None
-        self.alive = True
-        self.start_deaths = 0  # deaths in a row before the init hooks returned
-
-
-class Dispatch:
-    """The engine's credits and dispatch (a mixin: ``Engine`` holds the state)."""
+class Dispatcher:
+    """Hands out the engine's credits and sends chunks (one per engine)."""
 
     #: seconds a lazy input may take to fill a chunk before it is sent
     linger = 0.02
-    #: seconds per item above which workers write each item's index (see ``_mark``)
+    #: seconds per item above which workers write each item's index (see ``mark``)
     mark_items_above = 5e-6
 
-    backend: Backend
-    transport: Any
-    credits: int
-    maxtasksperchild: Optional[int]
-    reorder_bytes: int
-    recorder: Optional[Recorder]
-    _workers: List[WorkerState]
-    _active: List[Job]
-    _lock: Any  # the engine's RLock: scheduling state and the transport
-    _rr: int
-    _closing: bool
-    _broken: Optional[BaseException]
-
-    @property
-    def devices(self) -> List[str]:
-        return self.backend.devices
-
-    if TYPE_CHECKING:  # the engine's own
-        def _check_usable(self) -> None: ...
-
-        def _finish(self, job: Job, error: Optional[BaseException]) -> None: ...
+    def __init__(self, state: EngineState, outcomes: Outcomes) -> None:
+        """
+        Args:
+            state (EngineState): the engine's state.
+            outcomes (Outcomes): how a job ends (the core).
+        """
+        self.state = state
+        self.outcomes = outcomes
+        self._rr = 0  # where the round-robin over the workers starts next
 
     def has_credit(self) -> bool:
         """Whether some worker could take a chunk now."""
-        with self._lock:
-            return any(self._usable(w) and len(w.fifo) < self.credits for w in self._workers)
+        state = self.state
+        with state.lock:
+            return any(self.usable(w) and len(w.fifo) < state.credits for w in state.workers)
 
     def feed(self, job: Job, budget: Optional[float] = None) -> bool:
         """Pull and send a lazy job's items while credits allow (owner's thread).
@@ -123,71 +69,72 @@ class Dispatch:
         Returns:
             bool: whether the input can still give items (False: exhausted).
         """
+        state = self.state
         stop_at = time.perf_counter() + (self.linger if budget is None else budget)
         while not job.done:
             if time.perf_counter() > stop_at:
                 return job.has_work()
-            with self._lock:
-                self._check_usable()
+            with state.lock:
+                state.check_usable()
                 if not job.has_work():
                     return False
-                worker = self._reserve(job)
+                worker = self.reserve(job)
                 if worker is None:
                     return True
-                size = self._size_for(job, worker)
+                size = self.size_for(job, worker)
             try:
                 # The user's iterator may block: a Ctrl-C here gives the credit back.
                 first, items = job.pull(size, self.linger)
             except BaseException:
-                with self._lock:
-                    self._unreserve(worker, job)
+                with state.lock:
+                    self.unreserve(worker, job)
                 raise
-            with interrupts.deferred(), self._lock:
+            with interrupts.deferred(), state.lock:
                 if not items or job.done:
-                    self._unreserve(worker, job)
+                    self.unreserve(worker, job)
                     if not job.done and job.complete():
-                        self._finish(job, None)
+                        self.outcomes.finish(job, None)
                     if not items and not job.exhausted and not job.done:
                         return True  # a read-ahead source has nothing for now
                     continue
-                self._send(job, worker, first, items)
+                self.send(job, worker, first, items)
         return False
 
-    # ------------------------------------------------------------- dispatch
-    def _usable(self, w: WorkerState) -> bool:
+    # ------------------------------------------------------------- credits
+    def usable(self, w: WorkerState) -> bool:
+        """Whether ``w`` may be given a chunk now (ready, alive, not retiring or killed)."""
         if not (w.ready and w.alive and not w.retiring and w.kill_reason is None):
             return False
-        if self.maxtasksperchild is not None:
+        limit = self.state.maxtasksperchild
+        if limit is not None:
             # Never more in flight than the worker may still run: queued
             # chunks would run past maxtasksperchild before it retires.
             queued = sum(1 if c is RESERVED else c.n for c in w.fifo)
-            return w.items_done + queued < self.maxtasksperchild
+            return w.items_done + queued < limit
         return True
 
-    def _reserve(self, job: Job) -> Optional[int]:
-        """A worker with a free credit for ``job`` (credit taken), or None."""
-        if not may_run_ahead(job, self.reorder_bytes):
+    def reserve(self, job: Job) -> Optional[int]:
+        """A worker with a free credit for ``job`` (credit taken), or None (lock held)."""
+        state = self.state
+        if not may_run_ahead(job, state.reorder_bytes):
             return None
         if job.window is not None and job.taken_items - job.consumed_items >= job.window:
             return None
         if job.targets is not None:
-            if job._retry:
-                index = job._retry[0][0]
-            elif not job.exhausted:
-                index = job._next_index
-            else:
+            target = job.next_target()
+            if target is None:
                 return None
-            w = self._workers[job.targets[index]]
-            if self._usable(w) and len(w.fifo) < self.credits:
+            w = state.workers[target]
+            if self.usable(w) and len(w.fifo) < state.credits:
                 job.outstanding += 1
                 w.fifo.append(RESERVED)
                 return w.slot
             return None
         best = None
-        n = len(self._workers)
+        n = len(state.workers)
         for k in range(n):
-            w = self._workers[(self._rr + k) % n]
-            if (self._usable(w) and len(w.fifo) < self.credits
+            w = state.workers[(self._rr + k) % n]
+            if (self.usable(w) and len(w.fifo) < state.credits
                     and (best is None or len(w.fifo) < len(best.fifo))):
                 best = w
         if best is None:
@@ -197,59 +144,65 @@ class Dispatch:
         best.fifo.append(RESERVED)
         return best.slot
 
-    def _size_for(self, job: Job, slot: int) -> int:
+    def size_for(self, job: Job, slot: int) -> int:
         """The next chunk's size for ``job`` on worker ``slot`` (credit reserved; lock held)."""
         size = job.next_size()
-        if self.maxtasksperchild is not None:
-            w = self._workers[slot]
+        limit = self.state.maxtasksperchild
+        if limit is not None:
+            w = self.state.workers[slot]
             queued = sum(1 if c is RESERVED else c.n for c in w.fifo) - 1  # less this credit
-            size = max(1, min(size, self.maxtasksperchild - w.items_done - queued))
+            size = max(1, min(size, limit - w.items_done - queued))
         return size
 
-    def _unreserve(self, slot: int, job: Job) -> None:
-        w = self._workers[slot]
+    def unreserve(self, slot: int, job: Job) -> None:
+        """Give back the credit ``reserve`` took for ``job`` on ``slot`` (lock held)."""
+        w = self.state.workers[slot]
         if RESERVED in w.fifo:  # not if its worker exited meanwhile (its queue was emptied)
             w.fifo.remove(RESERVED)
         job.outstanding -= 1
 
-    def _dispatch(self) -> None:
+    # ------------------------------------------------------------- dispatch
+    def dispatch(self) -> None:
         """Hand free credits to jobs over in-memory inputs, in turn (lock held)."""
-        if self._closing or self._broken is not None:
+        state = self.state
+        if state.closing or state.broken is not None:
             return
+        active = state.active
         progress = True
-        while progress and self._active:
+        while progress and active:
             progress = False
-            for job in list(self._active):
+            for job in list(active):
                 if job.done or not job.has_work():
-                    if job in self._active and (job.done or job.exhausted):
-                        self._active.remove(job)
+                    if job in active and (job.done or job.exhausted):
+                        active.remove(job)
                     continue
-                if job.lazy and not job._retry:
+                if job.lazy and not job.retrying:
                     continue  # fed by its owner's thread
-                worker = self._reserve(job)
+                worker = self.reserve(job)
                 if worker is None:
                     continue
-                first, items = job.take(self._size_for(job, worker))
+                first, items = job.take(self.size_for(job, worker))
                 if not items:
-                    self._unreserve(worker, job)
+                    self.unreserve(worker, job)
                     continue
-                self._send(job, worker, first, items)
+                self.send(job, worker, first, items)
                 progress = True
 
-    def _send(self, job: Job, slot: int, first: int, items: List[Any]) -> None:
+    def send(self, job: Job, slot: int, first: int, items: List[Any]) -> None:
         """Encode and send a chunk to a worker whose credit is reserved (lock held)."""
-        w = self._workers[slot]
+        state = self.state
+        w = state.workers[slot]
         if RESERVED not in w.fifo:
             # Its worker exited while a lazy input filled the chunk (outside
             # the lock), which cleared its queue: the items go to another.
-            self._unreserve(slot, job)
+            self.unreserve(slot, job)
             job.requeue(first, items)
-            if job not in self._active:
-                self._active.append(job)
+            if job not in state.active:
+                state.active.append(job)
             return
         if job.seq == 0 and not job.sink.claim():
-            self._unreserve(slot, job)
-            self._finish(job, None)
+            self.unreserve(slot, job)
+            self.outcomes.finish(job, None)
             return
         chunk = Chunk(job, job.seq, first, items if job.retry else None, len(items))
         job.seq += 1
@@ -258,19 +211,19 @@ class Dispatch:
             function = job.function
             w.jobs.add(job.id)
         forget, w.forget = tuple(w.forget), []
-        transport = self.transport
+        transport = state.transport
         try:
             payload, chunk.in_bytes = transport.encode_items(slot, items)
         except BaseException as exc:
             # The credit goes back, whatever it was (a Ctrl-C raised from an
             # item's __reduce__, too): a credit kept for a chunk never sent
             # wedges the worker's queue.
-            self._unreserve(slot, job)
+            self.unreserve(slot, job)
             job.seq -= 1
             if not isinstance(exc, Exception):
-                self._finish(job, exc)
+                self.outcomes.finish(job, exc)
                 raise
-            self._finish(job, wrap_encode_error(exc, self.devices[slot], slot, first))
+            self.outcomes.finish(job, wrap_encode_error(exc, state.devices[slot], slot, first))
             return
         chunk.payload = payload
         chunk.worker = slot
@@ -278,15 +231,15 @@ class Dispatch:
         # Replace the reserved place: the fifo is in the order the worker runs.
         idx = w.fifo.index(RESERVED)
         w.fifo[idx] = chunk
-        if self.recorder is not None:
-            self.recorder.chunk_sent(len(items))
+        if state.recorder is not None:
+            state.recorder.chunk_sent(len(items))
         message = RunChunk(job.id, chunk.seq, payload, function, forget,
-                           transport.feedback(slot), self._mark(job, len(items)))
+                           transport.feedback(slot), self.mark(job, len(items)))
         with contextlib.suppress(ChannelBroken):
             # If the worker died, its exit (soon reported) re-routes this chunk.
-            self.backend.send(slot, message)
+            state.backend.send(slot, message)
 
-    def _mark(self, job: Job, n: int) -> int:
+    def mark(self, job: Job, n: int) -> int:
         """What the worker writes per item of a chunk of ``n`` items of ``job``."""
         if job.timeout is not None:
             return MARK_TIMES
@@ -299,15 +252,6 @@ class Dispatch:
             if per_item == 0.0 or per_item >= self.mark_items_above:
                 return MARK_INDEX
         return MARK_NONE
-
-
-def pop_chunk(w: WorkerState, job: int, seq: int) -> Optional[Chunk]:
-    """Take chunk ``seq`` of ``job`` out of ``w``'s queue (None if it is not there)."""
-    for i, c in enumerate(w.fifo):
-        if c is not RESERVED and c.job.id == job and c.seq == seq:
-            del w.fifo[i]
-            return c
-    return None
 
 
 def wrap_encode_error(exc: BaseException, device: str, slot: int, first: int) -> BaseException:

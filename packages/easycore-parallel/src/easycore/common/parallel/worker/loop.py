@@ -1,12 +1,12 @@
 """The loop of a worker process: it carries messages, the executor answers them.
 
-[`process_main`][easycore.common.parallel.worker.process.process_main] is the entry
+[`process_main`][easycore.common.parallel.worker.loop.process_main] is the entry
 point of a worker process. It reads [`protocol`][easycore.common.parallel.worker.protocol]
 messages from its task pipe in the main thread (no relay thread between the
 pipe and the work), hands each to its
 [`Executor`][easycore.common.parallel.worker.executor.Executor], and sends the answer
 back on its result pipe. What is the process's own: the
-[`WorkerSpec`][easycore.common.parallel.worker.process.WorkerSpec] it is sent (its
+[`WorkerSpec`][easycore.common.parallel.worker.loop.WorkerSpec] it is sent (its
 program, cfg, transport and item slots), the pipes, and its signals.
 
 A worker process limits its thread pools before it unpickles anything (see
@@ -67,7 +67,7 @@ def process_main(
 
     Args:
         spec_bytes (bytes or None): the pickled
-            [`WorkerSpec`][easycore.common.parallel.worker.process.WorkerSpec], unpickled
+            [`WorkerSpec`][easycore.common.parallel.worker.loop.WorkerSpec], unpickled
             only after the thread limits are set (None: it is the first message
             on ``tasks``).
         n_threads (int or None): the thread budget (None: leave it alone).

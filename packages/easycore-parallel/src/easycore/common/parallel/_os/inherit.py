@@ -10,12 +10,12 @@ data set held 200 MB more in each worker.
 So what a worker needs from its start (a ``BackgroundTask``'s target, a
 runner's or pool's program with its initializer) is registered here
 *before* the workers are forked, and only its token travels:
-[`Inherited`][easycore.common.parallel.backends.inherit.Inherited] pickles as
+[`Inherited`][easycore.common.parallel._os.inherit.Inherited] pickles as
 ``_resolve(token)``, which in a forked worker returns the very object of the
 table it inherited. Under ``spawn`` and ``forkserver`` the worker has no such
 table (it starts from a fresh interpreter or from the fork server), so the
 object itself is pickled, once per worker, as before: callers only use a
-token when [`forked`][easycore.common.parallel.backends.inherit.forked] says the
+token when [`forked`][easycore.common.parallel._os.inherit.forked] says the
 workers are forked from this very process.
 
 What stays shared is what nobody writes: CPython writes an object's
@@ -79,7 +79,7 @@ def keep(obj: Any) -> Inherited:
 
 
 def release(ref: Any) -> None:
-    """Forget what [`keep`][easycore.common.parallel.backends.inherit.keep] registered.
+    """Forget what [`keep`][easycore.common.parallel._os.inherit.keep] registered.
 
     ``release(None)`` does nothing.
 

@@ -1,0 +1,588 @@
+"""[`Pool`][easycore.common.parallel.Pool]: ``multiprocessing.Pool``'s API on easycore's engine.
+
+A drop-in for ``multiprocessing.Pool`` (change the import; the methods,
+arguments and results are the stdlib's), and what its users keep asking for:
+
+* lambdas, closures and ``__main__`` code work under every start method (by
+  value through cloudpickle, once per job per worker, never per item);
+* NumPy arrays (and, with easycore-torch, tensors) travel through shared
+  memory both ways, and chunk sizes are automatic;
+* ``task_timeout``: a task running longer fails with
+  [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], only its
+  worker is killed and replaced, the other jobs go on;
+* a worker that dies fails only the task it ran (naming it) and is replaced;
+* several jobs at once from several threads (``submit`` while a ``map``
+  runs), ``broadcast`` to every worker, per-worker contexts and devices,
+  ``backend="thread"`` (same API, no pickling) and ``backend="ray"``.
+
+Everything runs on the engine the runners use, built through its one door
+([`engine.door.start`][easycore.common.parallel.engine.door.start]) with the
+``ReplaceWorker`` policy: one coordinator thread pumps it; results, callbacks
+and error callbacks are delivered from that thread, as the stdlib's result
+handler does. What the calls return is in ``results``, ``imap``'s reader in
+``reader``, the workers' program in ``program``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import sys
+import threading
+import warnings
+import weakref
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from .._os import threads as _threads
+from .._os.threads import ThreadsOption
+from ..engine import door
+from ..engine.chunking import AdaptiveChunker
+from ..engine.core import Engine
+from ..engine.door import BackendSpec, DevicePolicy
+from ..engine.job import Job, JobSink
+from ..insights import Insights, Recorder
+from ..options import WorkerOptions, check_chunksize
+from ..progress import Progress, ProgressOption
+from .arguments import (
+    check_per_worker,
+    checked_devices,
+    checked_options,
+    start_method_of,
+    worker_spec,
+    workers_devices,
+)
+from .program import APPLY, MAP, STAR, job_code
+from .reader import ReadAhead, Readers
+from .results import (
+    ApplyResult,
+    ApplySink,
+    AsyncResult,
+    FutureSink,
+    IMapIterator,
+    IMapSink,
+    IMapUnorderedIterator,
+    MapResult,
+    MapSink,
+    cancel_abandoned,
+)
+
+__all__ = ["Pool"]
+
+
+def _coordinate(engine: Engine, stop: threading.Event) -> None:
+    """A pool's coordinator thread: pumps the engine until the pool stops."""
+    while not stop.is_set():
+        try:
+            engine.pump(None)
+        except BaseException:  # noqa: BLE001  # pragma: no cover - a bug; keep serving other jobs
+            import traceback
+
+            traceback.print_exc()
+
+
+class Pool:
+    """A process pool with ``multiprocessing.Pool``'s API, on easycore's engine.
+
+    Examples:
+        ```python
+        from easycore.common.parallel import Pool
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with Pool(4) as pool:
+                print(pool.map(square, range(10)))        # [0, 1, 4, ...]
+                print(pool.map(lambda x: x + 1, [1, 2]))  # lambdas work: [2, 3]
+        ```
+    """
+
+    #: back-end name -> class, or "module:Class" imported on first use: a copy
+    #: of ``policy.BACKENDS``
+    backends: ClassVar[Dict[str, Union[type, str]]] = dict(door.BACKENDS)
+    #: what devices mean (easycore-torch's Pool brings its own)
+    device_policy: ClassVar[DevicePolicy] = DevicePolicy()
+
+    def __init__(
+        self,
+        processes: Optional[int] = None,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Sequence[Any] = (),
+        maxtasksperchild: Optional[int] = None,
+        context: Optional[Any] = None,
+        *,
+        devices: Optional[Iterable[str]] = None,
+        cfg: Optional[Mapping[str, Any]] = None,
+        worker_contexts: Optional[Sequence[Any]] = None,
+        task_timeout: Optional[float] = None,
+        progress: ProgressOption = False,
+        start_method: Optional[str] = None,
+        backend: str = "process",
+        cpu_threads: ThreadsOption = "auto",
+        queue_scale: float = 3.0,
+        max_deaths: int = 3,
+        insights: bool = False,
+        options: Optional[WorkerOptions] = None,
+        **backend_options: Any,
+    ) -> None:
+        """
+        Args:
+            processes (int or None): number of workers (None: the CPUs this
+                process may use, or ``len(devices)``).
+            initializer (callable or None): run ``initializer(*initargs)`` in
+                each worker when it starts (a replacement worker too).
+            initargs (tuple): its arguments.
+            maxtasksperchild (int or None): replace a worker after it ran this
+                many tasks (None: never).
+            context (multiprocessing context or None): as the stdlib's: its
+                start method is used (same as ``start_method=``).
+            devices (list[str] or None): one worker per device (e.g.
+                ``["cuda:0", "cuda:1"]`` with easycore-torch); default ``"cpu"``.
+            cfg (CfgNode or dict or None): given to functions that ask for a
+                context (``pass_context=True``), each worker its own copy.
+            worker_contexts (list or None): one object per worker, given as
+                ``ctx.context`` (machin's ``CtxPool``).
+            task_timeout (float or None): seconds one task may run (each call
+                may override it): longer fails it with ``TaskTimeoutError``, its
+                worker is killed and replaced.
+            progress (bool or dict): a tqdm bar for each ``map`` / ``imap``.
+            start_method (str or None): "fork", "spawn" or "forkserver".
+            backend (str): "process", "thread" (no pickling) or "ray".
+            cpu_threads (int or str or None): each worker's thread budget, as
+                for the runners (``"auto"``: ``cpus // workers``).
+            queue_scale (float): chunks each worker holds at once (``ceil``).
+            max_deaths (int): worker deaths one job may cause before it fails.
+            insights (bool): count where the time goes, from the start (see
+                [`insights`][easycore.common.parallel.Pool.insights]); off by default.
+            options (WorkerOptions or None): all of ``task_timeout``,
+                ``progress``, ``start_method``, ``backend``, ``cpu_threads``,
+                ``queue_scale``, ``max_deaths``, ``insights``, ``maxtasksperchild``
+                and the back-end's options at once, already checked (what
+                ``BackgroundTask`` and ``JobQueue`` pass); those keywords must
+                then be left out.
+            **backend_options: for ``backend="ray"``: ``address``, ``ray_init_kwargs``.
+        """
+        self._options = checked_options(self.backends, options, context, backend_options, {
+            "backend": backend, "start_method": start_method_of(context, start_method),
+            "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
+            "maxtasksperchild": maxtasksperchild, "cpu_threads": cpu_threads,
+            "progress": progress, "insights": insights})
+        devices = workers_devices(processes, devices)
+        check_per_worker(worker_contexts, len(devices), initializer)
+        self._policy = self.make_policy()
+        self._devices = checked_devices(self._policy, self._options, devices)
+        self._threads = _threads.budget(self._options.cpu_threads, len(devices))
+        self._open_books()
+        self._start_engine(worker_spec(self._policy, self._devices, self._options,
+                                       self._threads, initializer, initargs, cfg,
+                                       worker_contexts))
+        self._start_coordinator()
+
+    # ------------------------------------------------------ __init__'s steps
+    def _open_books(self) -> None:
+        """The pool's own state: running, its owner, its chunkers, jobs and readers."""
+        self._progress = self._options.progress
+        self._state = "RUN"
+        self._owner = os.getpid()
+        self._chunkers: Dict[Any, AdaptiveChunker] = {}
+        self._lock = threading.Lock()
+        # Jobs not finished yet (the engine holds those): a finished job, with
+        # its sink and results, is not kept by the pool.
+        self._jobs: weakref.WeakSet = weakref.WeakSet()
+        self._readers = Readers()  # the threads that read lazy imap inputs
+        self._pickle_code = self._options.backend != "thread"
+
+    def _start_engine(self, spec: BackendSpec) -> None:
+        """The back-end and the engine over it, through the one door; work goes
+        to the first worker ready, the others join as they are."""
+        options = self._options
+        self._backend = door.backend_for(self.backends, options, spec)
+        self._recorder: Optional[Recorder] = Recorder(self._devices) if options.insights else None
+        self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths),
+                                  wait="first", recorder=self._recorder)
+
+    def _start_coordinator(self) -> None:
+        """The thread that pumps the engine (results, callbacks and replacements come from it)."""
+        self._stop = threading.Event()
+        # The thread holds the engine, not the pool: a pool nobody references
+        # is collected, and its __del__ stops the workers.
+        self._coordinator = threading.Thread(target=_coordinate, args=(self._engine, self._stop),
+                                             name="easycore-pool-coordinator", daemon=True)
+        self._coordinator.start()
+
+    def make_policy(self) -> DevicePolicy:
+        """The device policy of this pool (a seam: easycore-torch's picks its transport here).
+
+        Returns:
+            DevicePolicy:
+        """
+        return self.device_policy
+
+    def _check_owner(self) -> None:
+        if os.getpid() != self._owner:
+            # The child of an os.fork() has the pool's objects but not its
+            # coordinator thread nor its workers: it would wait forever.
+            raise RuntimeError(
+                f"this {type(self).__name__} belongs to process {self._owner}; it cannot be "
+                f"used in process {os.getpid()}, a child made by os.fork() (make a new pool "
+                f"in the child)")
+
+    def _check_running(self) -> None:
+        self._check_owner()
+        if self._state != "RUN":
+            raise ValueError("Pool not running")
+
+    def __reduce__(self) -> Any:
+        raise NotImplementedError("pool objects cannot be passed between processes or pickled")
+
+    # ------------------------------------------------------------ job making
+    def _chunker(self, func: Callable) -> AdaptiveChunker:
+        key: Any = func
+        try:
+            hash(key)
+        except TypeError:
+            key = id(func)
+        with self._lock:
+            chunker = self._chunkers.get(key)
+            if chunker is None:
+                if len(self._chunkers) > 64:
+                    self._chunkers.clear()
+                chunker = self._chunkers[key] = AdaptiveChunker()
+        return chunker
+
+    def _submit(self, func: Callable, mode: str, source: Any, sink: JobSink, *, ordered: bool,
+                lazy: bool, chunksize: Optional[int], task_timeout: Optional[float],
+                pass_context: bool, targets: Optional[List[int]] = None,
+                window: Optional[int] = None) -> Job:
+        # ``window``: results taken but not yet consumed, at most (see
+        # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
+        self._check_running()
+        check_chunksize(chunksize)
+        timeout = self._options.timeout_for(task_timeout)
+        job = self._engine.submit_job(
+            job_code(func, mode, pass_context, self._pickle_code), source, sink,
+            ordered=ordered, lazy=lazy, timeout=timeout, chunker=self._chunker(func),
+            chunk_size=chunksize, targets=targets, window=window,
+        )
+        with self._lock:
+            if not job.done:
+                self._jobs.add(job)
+        return job
+
+    def _wait(self, result: AsyncResult) -> Any:
+        try:
+            return result.get()
+        except BaseException:
+            # Ctrl-C (or any error) while waiting: stop sending the job's items.
+            if result._job is not None and not result._job.done:
+                self._engine.cancel(result._job)
+            raise
+
+    def _progress_bar(self, total: Optional[int], func: Callable) -> Progress:
+        return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
+
+    # ------------------------------------------------------- the stdlib's API
+    def apply(self, func: Callable, args: Sequence[Any] = (),
+              kwds: Optional[Mapping[str, Any]] = None, *,
+              task_timeout: Optional[float] = None, pass_context: bool = False) -> Any:
+        """``func(*args, **kwds)`` in a worker; blocks until it returns.
+
+        Args:
+            func (callable): the function.
+            args (tuple): positional arguments.
+            kwds (dict or None): keyword arguments.
+            task_timeout (float or None): override the pool's.
+            pass_context (bool): call ``func(ctx, *args, **kwds)`` with the
+                worker's [`WorkerContext`][easycore.common.parallel.WorkerContext].
+
+        Returns:
+            Any: what ``func`` returned.
+        """
+        return self._wait(self.apply_async(func, args, kwds, task_timeout=task_timeout,
+                                           pass_context=pass_context))
+
+    def apply_async(self, func: Callable, args: Sequence[Any] = (),
+                    kwds: Optional[Mapping[str, Any]] = None,
+                    callback: Optional[Callable[[Any], Any]] = None,
+                    error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                    task_timeout: Optional[float] = None,
+                    pass_context: bool = False) -> AsyncResult:
+        """``apply`` without waiting; see the stdlib for ``callback`` and ``error_callback``.
+
+        Returns:
+            AsyncResult:
+        """
+        result = ApplyResult(callback, error_callback, self._recorder)
+        item = (tuple(args), dict(kwds or {}))
+        result._job = self._submit(func, APPLY, [item], ApplySink(result), ordered=False,
+                                   lazy=False, chunksize=1, task_timeout=task_timeout,
+                                   pass_context=pass_context)
+        return result
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """``fn(*args, **kwargs)`` in a worker, as a ``concurrent.futures.Future``.
+
+        Returns:
+            concurrent.futures.Future:
+        """
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._submit(fn, APPLY, [(args, kwargs)], FutureSink(future), ordered=False,
+                     lazy=False, chunksize=1, task_timeout=None, pass_context=False)
+        return future
+
+    def map(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None, *,
+            task_timeout: Optional[float] = None, pass_context: bool = False) -> List[Any]:
+        """``[func(x) for x in iterable]`` across the workers, in order.
+
+        Args:
+            func (callable): the function.
+            iterable (Iterable): its arguments (read into a list first, as the stdlib does).
+            chunksize (int or None): items per chunk (None: automatic).
+            task_timeout (float or None): override the pool's.
+            pass_context (bool): call ``func(ctx, x)``.
+
+        Returns:
+            list:
+        """
+        return self._wait(self.map_async(func, iterable, chunksize, task_timeout=task_timeout,
+                                         pass_context=pass_context))
+
+    def starmap(self, func: Callable, iterable: Iterable[Iterable], chunksize: Optional[int] = None,
+                *, task_timeout: Optional[float] = None, pass_context: bool = False) -> List[Any]:
+        """``[func(*args) for args in iterable]`` across the workers, in order."""
+        return self._wait(self.starmap_async(func, iterable, chunksize,
+                                             task_timeout=task_timeout,
+                                             pass_context=pass_context))
+
+    def map_async(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None,
+                  callback: Optional[Callable[[Any], Any]] = None,
+                  error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                  task_timeout: Optional[float] = None,
+                  pass_context: bool = False) -> MapResult:
+        """``map`` without waiting.
+
+        Returns:
+            MapResult:
+        """
+        return self._map_async(func, MAP, iterable, chunksize, callback, error_callback,
+                               task_timeout, pass_context)
+
+    def starmap_async(self, func: Callable, iterable: Iterable[Iterable],
+                      chunksize: Optional[int] = None,
+                      callback: Optional[Callable[[Any], Any]] = None,
+                      error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                      task_timeout: Optional[float] = None,
+                      pass_context: bool = False) -> MapResult:
+        """``starmap`` without waiting.
+
+        Returns:
+            MapResult:
+        """
+        return self._map_async(func, STAR, iterable, chunksize, callback, error_callback,
+                               task_timeout, pass_context)
+
+    def _map_async(self, func: Callable, mode: str, iterable: Iterable,
+                   chunksize: Optional[int], callback: Optional[Callable],
+                   error_callback: Optional[Callable], task_timeout: Optional[float],
+                   pass_context: bool) -> MapResult:
+        items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
+        result = MapResult(callback, error_callback, self._recorder)
+        sink = MapSink(result, len(items), self._engine, self._progress_bar(len(items), func))
+        job = self._submit(func, mode, items, sink, ordered=False, lazy=False,
+                           chunksize=chunksize, task_timeout=task_timeout,
+                           pass_context=pass_context)
+        sink.job = job
+        result._job = job
+        return result
+
+    def imap(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None, *,
+             task_timeout: Optional[float] = None, pass_context: bool = False) -> IMapIterator:
+        """Lazy ``map``: an iterator of results in input order.
+
+        A lazy input (not a list, tuple or range) is read by a thread of its
+        own, a bounded distance ahead of the results consumed (the stdlib reads
+        it all at once); a result already there is handed over before the input
+        runs again. An exception from the input is raised by ``next()`` in its
+        place, after the results of the items read before it. An iterator that
+        is dropped cancels its job; ``join()`` reads the input of one still
+        referenced to its end (see "Safety and guarantees").
+
+        Returns:
+            IMapIterator:
+        """
+        return self._imap(func, iterable, chunksize, True, task_timeout, pass_context)
+
+    def imap_unordered(self, func: Callable, iterable: Iterable,
+                       chunksize: Optional[int] = None, *,
+                       task_timeout: Optional[float] = None,
+                       pass_context: bool = False) -> IMapIterator:
+        """Like ``imap``, results in the order they finish.
+
+        Returns:
+            IMapIterator:
+        """
+        return self._imap(func, iterable, chunksize, False, task_timeout, pass_context)
+
+    def _imap(self, func: Callable, iterable: Iterable, chunksize: Optional[int], ordered: bool,
+              task_timeout: Optional[float], pass_context: bool) -> IMapIterator:
+        iterator = IMapIterator if ordered else IMapUnorderedIterator
+        it = iterator(self._engine, self._check_owner)
+        lazy = not isinstance(iterable, (list, tuple, range))
+        source: Any = iterable
+        window = None
+        if lazy:
+            source = it._state.input = ReadAhead(iter(iterable), chunksize)
+            # Taken, not yet consumed, at most: a couple of rounds of every
+            # worker's queue, at the largest chunk size (the read-ahead bound).
+            window = 2 * (self._engine.credits + 1) * len(self._devices) * (
+                chunksize or AdaptiveChunker().max_items)
+        bar = self._progress_bar(None if lazy else len(iterable), func)  # type: ignore[arg-type]
+        job = self._submit(func, MAP, source, IMapSink(it._state, bar), ordered=ordered,
+                           lazy=lazy, chunksize=chunksize, task_timeout=task_timeout,
+                           pass_context=pass_context, window=window)
+        it._job, it._lazy = job, lazy
+        weakref.finalize(it, cancel_abandoned, self._engine, weakref.ref(job))
+        if lazy and not job.done:
+            self._readers.start(source, self._engine, job, it._state.cond)
+        return it
+
+    # ------------------------------------------------------------ the extras
+    def broadcast(self, fn: Callable, *args: Any, task_timeout: Optional[float] = None,
+                  pass_context: bool = False) -> List[Any]:
+        """Run ``fn(*args)`` once on every worker; their results in worker order.
+
+        Args:
+            fn (callable): the function.
+            *args: its arguments.
+            task_timeout (float or None): override the pool's.
+            pass_context (bool): call ``fn(ctx, *args)``.
+
+        Returns:
+            list: one result per worker.
+        """
+        n = len(self._devices)
+        result = MapResult()
+        sink = MapSink(result, n, self._engine, Progress(False, None, ""))
+        job = self._submit(fn, STAR, [tuple(args)] * n, sink, ordered=False, lazy=False,
+                           chunksize=1, task_timeout=task_timeout, pass_context=pass_context,
+                           targets=list(range(n)))
+        sink.job = job
+        result._job = job
+        return self._wait(result)
+
+    @property
+    def devices(self) -> List[str]:
+        """list[str]: one worker per device."""
+        return list(self._devices)
+
+    @property
+    def worker_pids(self) -> List[Optional[int]]:
+        """list: the workers' process ids (replacements included)."""
+        return list(self._backend.pids)
+
+    # ------------------------------------------------------------- lifecycle
+    def insights(self, reset: bool = False) -> Insights:
+        """Where the time went since the pool started (or the last reset).
+
+        Counted only with ``insights=True``. The workers' columns cover every
+        job; the caller's ``consuming`` is the time in ``callback`` and
+        ``error_callback``, ``waiting_for_results`` the time in ``get`` of an
+        ``AsyncResult`` (``apply``, ``map`` and their ``_async`` forms; not the
+        ``imap`` iterators), ``reading_input`` the time reading lazy inputs
+        (``imap`` of a generator). The start-up of the workers counts (the
+        constructor's and replacements').
+
+        Args:
+            reset (bool): start counting afresh after taking these.
+
+        Returns:
+            Insights:
+
+        Raises:
+            RuntimeError: the pool was made without ``insights=True``.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError(f"{type(self).__name__} counts no insights: pass insights=True")
+        result = recorder.snapshot()
+        if reset:
+            recorder.reset()
+        return result
+
+    def close(self) -> None:
+        """Accept no more tasks; the workers exit once the submitted ones are done."""
+        if self._state == "RUN":
+            self._state = "CLOSE"
+
+    def terminate(self) -> None:
+        """Stop the workers now; unfinished tasks fail."""
+        if self._state == "TERMINATED":
+            return
+        self._state = "TERMINATED"
+        self._stop.set()
+        if sys.is_finalizing():
+            # The coordinator (a daemon thread) may have been frozen holding the
+            # engine's locks: aborting, or joining it, would hang the exit. The
+            # back-end's exit handler has already stopped the workers.
+            return
+        self._engine.abort()
+        if threading.current_thread() is not self._coordinator:
+            self._coordinator.join(5.0)
+        self._readers.join(5.0)
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait for the submitted tasks and the workers (after ``close`` or ``terminate``)."""
+        if self._state == "RUN":
+            raise ValueError("Pool is still running")
+        if self._state == "TERMINATED":
+            return
+        self._check_owner()
+        for job in list(self._jobs):
+            # A lazy imap still referenced: its input is read to the end now,
+            # whether or not its iterator is being read (as the stdlib's).
+            job.window = None
+            job.finished.wait()
+        self._readers.join(None)
+        self._stop.set()
+        self._coordinator.join()
+        self._state = "TERMINATED"
+        self._engine.close(timeout)
+
+    def __enter__(self) -> Pool:
+        self._check_running()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.terminate()  # as multiprocessing.Pool does
+
+    def __del__(self) -> None:
+        # A process forked from the owner (a user's os.fork, a fork-started
+        # worker of another pool) may collect its copy: its workers are not ours.
+        if getattr(self, "_owner", None) != os.getpid():
+            return
+        # (At interpreter shutdown terminate() only marks the pool: see there.)
+        state = getattr(self, "_state", "TERMINATED")
+        if state == "RUN":
+            # As the stdlib's: a pool nobody closed is most likely leaked.
+            warnings.warn(f"unclosed running multiprocessing pool {self!r}",
+                          ResourceWarning, source=self, stacklevel=2)
+        if state != "TERMINATED":
+            # __del__ must not raise (any error): nobody would see it.
+            with contextlib.suppress(Exception):
+                self.terminate()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} state={self._state} devices={self._devices!r}>"
+
