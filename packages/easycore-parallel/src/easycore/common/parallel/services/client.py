@@ -194,7 +194,7 @@ class ProcessChannel:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(what or "connecting timed out") from None
                 time.sleep(0.01)
-            except socket.timeout:
+            except TimeoutError:  # socket.timeout is its alias since Python 3.10
                 raise TimeoutError(what or "connecting timed out") from None
             except OSError as exc:
                 raise self._gone(f"cannot connect ({type(exc).__name__}: {exc})") from None
