@@ -45,3 +45,15 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def mapping_of(address: int) -> str:
+    """The file mapped at ``address`` in this process ("" for anonymous memory): a
+    ``/dev/shm`` segment's path where an array or tensor views shared memory."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[5] if len(fields) > 5 else ""
+    return ""

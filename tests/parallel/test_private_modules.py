@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _parallel_support import shm_segments
 
 TIMEOUT = 120
+HERE = Path(__file__).resolve().parent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the fallback for _posixshmem is /dev/shm's files")
@@ -40,36 +42,16 @@ def run_without(code: str, *hidden: str) -> dict:
 SHM_RUN = """
 import json, os
 import numpy as np
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from _parallel_helpers import _Collect, where
 from easycore.common.parallel import OrderedRunner
 from easycore.common.parallel.transport import shm
 
-def where(arr):
-    address = arr.__array_interface__["data"][0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= address < hi:
-                return fields[5] if len(fields) > 5 else ""
-    return ""
-
-class Locates(OrderedRunner):
+class Locates(_Collect, OrderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
         i, arr = data
         return [i, bool((arr == i).all()), where(arr)]
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.out
 
 if __name__ == "__main__":
     report = {"shm_open": shm._posixshmem.__name__, "tracker": shm.resource_tracker.__name__,
@@ -105,7 +87,7 @@ def test_shared_memory_without_posixshmem_and_the_resource_tracker():
     pytest.importorskip("numpy")
     # resource_tracker imports _posixshmem: both fall back at once, as on an
     # interpreter that has neither.
-    report = run_without(SHM_RUN, "_posixshmem")
+    report = run_without(SHM_RUN.replace("HERE", repr(str(HERE))), "_posixshmem")
     assert report["shm_open"] == "_DevShmFiles"
     assert report["tracker"] == "_Untracked"
     assert report["available"] is True
