@@ -130,7 +130,9 @@ ensure_env() {
   echo "==> setting up $rel: $mode dependencies for '$name' (first run or changed requirements; a few minutes)"
   echo "==> [1/4] creating a fresh virtual environment in $rel with $PY"
   "$PY" -m venv --clear "$venv"
-  if [[ -n "$EASYCORE_TORCH_INDEX" ]]; then
+  if [[ " ${dists[*]} " != *" easycore-torch "* ]]; then
+    echo "==> [2/4] no torch in this environment"
+  elif [[ -n "$EASYCORE_TORCH_INDEX" ]]; then
     local torch_pin
     if [[ "$mode" == locked ]]; then
       torch_pin="$(grep -E '^torch==' "$lock" | cut -d' ' -f1)"
@@ -146,9 +148,12 @@ ensure_env() {
     locked)
       echo "==> [3/4] installing the pinned, hash-checked versions of requirements/lock/$name.txt"
       if ! "${pip[@]}" install --require-hashes --no-deps -r "$lock"; then
-        echo "error: installing requirements/lock/$name.txt failed. If pip found no torch==2.13.0+cpu," >&2
-        echo "       this machine has no CPU build of torch at hand: rerun with" >&2
-        echo "       EASYCORE_TORCH_INDEX=https://download.pytorch.org/whl/cpu (see docs/installation.md)." >&2
+        echo "error: installing requirements/lock/$name.txt with $PY failed." >&2
+        if grep -q '^torch==' "$lock"; then
+          echo "       If pip found no torch==2.13.0+cpu, this machine has no CPU build of torch" >&2
+          echo "       at hand: rerun with EASYCORE_TORCH_INDEX=https://download.pytorch.org/whl/cpu" >&2
+          echo "       (see docs/installation.md)." >&2
+        fi
         exit 1
       fi
       echo "==> [4/4] installing the easycore distributions (editable, no new dependencies)"
