@@ -114,13 +114,19 @@ venv_for() {
 # and requirements/lock/NAME.txt). The environment is rebuilt from scratch only
 # when a requirement or lock file, a pyproject, these scripts or the torch index
 # changed since the last run.
+# env_stamp MODE: what an environment of that mode is made from (the interpreter,
+# requirement and lock files, pyprojects, these scripts), as one hash.
+env_stamp() {
+  (cd "$ROOT" && echo "$1 $EASYCORE_TORCH_INDEX" && "$PY" -c 'import sys; print(sys.version)' &&
+   cat requirements/*.txt requirements/lock/*.txt packages/*/pyproject.toml \
+       scripts/_env.sh scripts/lowest_constraints.py) | sha256sum | cut -d' ' -f1
+}
+
 ensure_env() {
   local venv="$ROOT/$1" name="$2" mode="${3:-locked}"
   local stamp="$venv/.easycore-stamp" want rel="$1" d
   local lock="$ROOT/requirements/lock/$name.txt" pip editable=() dists
-  want="$( (cd "$ROOT" && echo "$mode $EASYCORE_TORCH_INDEX" && "$PY" -c 'import sys; print(sys.version)' &&
-            cat requirements/*.txt requirements/lock/*.txt packages/*/pyproject.toml \
-                scripts/_env.sh scripts/lowest_constraints.py) | sha256sum | cut -d' ' -f1)"
+  want="$(env_stamp "$mode")"
   if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
