@@ -7,8 +7,6 @@ import os
 import signal
 import time
 
-from processes import mapping_of
-
 from easycore.common.parallel import OrderedRunner, UnorderedRunner
 
 HOOKS = (
@@ -35,11 +33,6 @@ class SumSquares(UnorderedRunner):
     @staticmethod
     def consumer_end(cfg):
         return cfg.acc[0]
-
-
-def where(arr) -> str:
-    """The file an array's data lives in (a ``/dev/shm`` segment: not copied)."""
-    return mapping_of(arr.__array_interface__["data"][0])
 
 
 class _Collect:

@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
-from _parallel_helpers import where as _where
 from _parallel_support import METHODS, SCRIPTS, shm_segments
+from processes import mapping_of
 
 from easycore.common.parallel import OrderedRunner, SharedMemoryTransport, UnorderedRunner
 
@@ -30,6 +30,10 @@ pytestmark = [
 np = pytest.importorskip("numpy")
 
 N = 1 << 20  # float64: 8 MiB
+
+
+def _where(arr) -> str:
+    return mapping_of(arr.__array_interface__["data"][0])
 
 
 def _prefix(runner) -> str:

@@ -43,7 +43,8 @@ SHM_RUN = """
 import json, os
 import numpy as np
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
-from _parallel_helpers import _Collect, where
+from _parallel_helpers import _Collect
+from processes import mapping_of
 from easycore.common.parallel import OrderedRunner
 from easycore.common.parallel.transport import shm
 
@@ -51,7 +52,7 @@ class Locates(_Collect, OrderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
         i, arr = data
-        return [i, bool((arr == i).all()), where(arr)]
+        return [i, bool((arr == i).all()), mapping_of(arr.__array_interface__["data"][0])]
 
 if __name__ == "__main__":
     report = {"shm_open": shm._posixshmem.__name__, "tracker": shm.resource_tracker.__name__,
