@@ -33,6 +33,14 @@ def _hide_folders_named_like(*libraries: str) -> None:
 _hide_folders_named_like("torch", "ray")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--default-start-method-only", action="store_true",
+        help="deselect the tests that choose their own start method (the default does not "
+             "reach them): what a run under another default needs to run again",
+    )
+
+
 def pytest_report_header(config):
     if START_METHOD:
         return f"default start method: {START_METHOD} (${default_start_method.ENV})"
@@ -41,3 +49,8 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     mark_slow(items)
+    if config.getoption("--default-start-method-only"):
+        chosen = [item for item in items if default_start_method.chooses_its_own(item)]
+        if chosen:
+            config.hook.pytest_deselected(items=chosen)
+            items[:] = [item for item in items if not default_start_method.chooses_its_own(item)]

@@ -23,10 +23,12 @@ import multiprocessing
 import os
 from multiprocessing import context
 from pathlib import Path
+from typing import Any
 
 #: the environment variable that names the default start method for a run
 ENV = "EASYCORE_TEST_START_METHOD"
 SITE = Path(__file__).resolve().parent / "start_method_site"
+METHODS = ("fork", "spawn", "forkserver")
 
 
 def make_default(method: str) -> None:
@@ -77,3 +79,17 @@ def apply_from_environment() -> str | None:
     if str(SITE) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, paths)])
     return method
+
+
+def chooses_its_own(item: Any) -> bool:
+    """Whether a collected test picks its start method itself, so that the default does
+    not reach it: a parameter (or parametrized fixture) whose value is a start method or
+    a pool kind ``"process-<method>"``, or a class of CPython's pool tests made for one
+    start method (``TestProcessSpawnPool``)."""
+    callspec = getattr(item, "callspec", None)
+    for value in (callspec.params.values() if callspec is not None else ()):
+        if isinstance(value, str) and value.rsplit("-", 1)[-1] in METHODS:
+            return True
+    cls = getattr(item, "cls", None)
+    name = cls.__name__ if cls is not None else ""
+    return any(name.startswith(f"TestProcess{m.capitalize()}") for m in METHODS)

@@ -92,3 +92,29 @@ def test_an_unknown_method_is_refused_naming_the_variable(tmp_path):
     assert done.returncode != 0
     assert "EASYCORE_TEST_START_METHOD='forx'" in done.stderr
     assert "start methods are" in done.stderr
+
+
+def collected(*args: str) -> list:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=TESTS.parent, capture_output=True, text=True, timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_the_run_under_another_default_leaves_out_tests_that_choose_their_own():
+    folders = ["tests/parallel/test_pool_guarantees.py", "tests/parallel/cpython"]
+    everything = collected(*folders)
+    kept = collected("--default-start-method-only", *folders)
+    chosen = [t for t in everything if t not in kept]
+    assert kept and chosen
+    # parametrized by start method, or by a pool kind of one; CPython's classes of one
+    assert any("[process-spawn]" in t for t in chosen)
+    assert any("::TestProcessForkserverPool::" in t for t in chosen)
+    assert not any(m in t for t in kept
+                   for m in ("[process-fork]", "[process-spawn]", "::TestProcessSpawn"))
+    # what the default reaches stays: the thread kind, tests that take no start method
+    assert any("[thread]" in t for t in kept)
+    assert any("::TestThreadPool::" in t for t in kept)
+    assert any("[" not in t for t in kept)
