@@ -13,6 +13,8 @@ Run: ``PYTHONPATH=examples python examples/25_torch_predictor.py``
 (``scripts/demo`` does that).
 """
 
+# requires: torch
+
 import time
 
 import torch

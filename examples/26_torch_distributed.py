@@ -7,6 +7,8 @@ raises or dies ends the call at once, naming it; nothing waits for torch's
 30-minute timeout. ``plan_placement`` then places models on devices.
 """
 
+# requires: torch
+
 from __future__ import annotations
 
 import torch

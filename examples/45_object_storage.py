@@ -15,6 +15,8 @@ The runner class is defined at module level and the runner is created under
 worker imports this file.
 """
 
+# requires: s3
+
 from __future__ import annotations
 
 import contextlib

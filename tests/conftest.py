@@ -1,14 +1,20 @@
 """Suite-wide: this folder is on sys.path, so every test folder can import
-the helpers beside this file (e.g. :mod:`processes`, :mod:`leaks`); and the
-``slow`` marker is applied here (see :mod:`markers`)."""
+the helpers beside this file (e.g. :mod:`processes`, :mod:`leaks`); the
+``slow`` marker is applied here (see :mod:`markers`); and
+``EASYCORE_TEST_START_METHOD`` makes another start method the platform's default
+before any test runs (see :mod:`default_start_method`)."""
 
 import importlib.util
 import sys
 from pathlib import Path
 
+import default_start_method
 from markers import mark_slow
 
 HERE = Path(__file__).resolve().parent
+# At import, before the other folders' conftests and any test module: the first of
+# them may already use multiprocessing.
+START_METHOD = default_start_method.apply_from_environment()
 
 
 def _hide_folders_named_like(*libraries: str) -> None:
@@ -27,5 +33,24 @@ def _hide_folders_named_like(*libraries: str) -> None:
 _hide_folders_named_like("torch", "ray")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--default-start-method-only", action="store_true",
+        help="deselect the tests that choose their own start method (the default does not "
+             "reach them): what a run under another default needs to run again",
+    )
+
+
+def pytest_report_header(config):
+    if START_METHOD:
+        return f"default start method: {START_METHOD} (${default_start_method.ENV})"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     mark_slow(items)
+    if config.getoption("--default-start-method-only"):
+        chosen = [item for item in items if default_start_method.chooses_its_own(item)]
+        if chosen:
+            config.hook.pytest_deselected(items=chosen)
+            items[:] = [item for item in items if not default_start_method.chooses_its_own(item)]

@@ -8,6 +8,7 @@ never touches (or conflicts with) a file someone else is editing.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,11 @@ def mark_slow(items: list) -> None:
                 or nodeid.split("::", 1)[0] in listed
                 or any(item.get_closest_marker(m) for m in SLOW_BY_MARKER)):
             item.add_marker(pytest.mark.slow)
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    """A mark that skips where one of ``modules`` cannot be imported (easycore-torch in
+    ``scripts/test --python 3.13`` or ``scripts/test-dist parallel``). Called from a test
+    module, after tests/conftest.py has hidden the test folders named like a library."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}")

@@ -67,3 +67,15 @@ def in_thread(fn, timeout: float):
     thread.start()
     thread.join(timeout)
     return not thread.is_alive(), box.get("value")
+
+
+def mapping_of(address: int) -> str:
+    """The file mapped at ``address`` in this process ("" for anonymous memory): a
+    ``/dev/shm`` segment's path where an array or tensor views shared memory."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[5] if len(fields) > 5 else ""
+    return ""

@@ -3,12 +3,17 @@ virtual environments, and installed editable (hatch dev mode) in the running one
 
 (a) all six wheels together: every documented import path works from site-packages;
 (b) the running development environment: the same imports resolve to packages/*/src;
-(c) easycore-config alone: usable, and nothing heavy comes with it.
+(c) easycore-config alone: usable, and nothing heavy comes with it;
+(d) from a clone, as README.md and docs/installation.md say to until 0.5.0 is on PyPI:
+    each `$ pip install ./packages/...` command they show, run by the new environment's
+    own pip, installs what it names, at this tree's version, and it imports.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from importlib.metadata import distribution, version
 from pathlib import Path
 
@@ -194,3 +199,94 @@ def test_config_alone_is_usable_and_light(config_only_venv):
     # failed above; this mainly guards against the config swallowing such an error.
     assert found["heavy"] == []
     assert found["missing"] == "easycore.common.parallel"
+
+
+# ------------------------------------------------------------- (d) from a clone, as documented
+
+CLONE_PAGES = ["README.md", "docs/installation.md"]
+# A console line `$ pip install ...` with its continuation lines (ending in a backslash).
+_CLONE_COMMAND = re.compile(r"^\$ pip install (?P<args>(?:.*\\\n)*.*)$", re.M)
+
+
+def clone_install_commands() -> list[tuple[str, ...]]:
+    """The arguments of each `$ pip install ./packages/...` the pages show, once each."""
+    found: dict[tuple[str, ...], None] = {}
+    for page in CLONE_PAGES:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for match in _CLONE_COMMAND.finditer(text):
+            args = tuple(shlex.split(match["args"].replace("\\\n", " "), comments=True))
+            if args and all(arg.startswith("./packages/") for arg in args):
+                found[args] = None
+    return list(found)
+
+
+def test_the_pages_show_commands_for_a_clone():
+    commands = clone_install_commands()
+    named = {arg for args in commands for arg in args}
+    assert {f"./packages/{name}" for name in SIX} <= named, commands
+    assert ("./packages/easycore-config",) in commands
+
+
+def local_store_options(running_env) -> list[str]:
+    """pip options that take packages from this machine's local store only: the
+    ``file:`` indexes and the find-links of pip's configuration, instead of PyPI.
+    Empty where pip's configuration names no local index (pip's own indexes then)."""
+    listing = running_env.pip("config", "list")
+    indexes, links = [], []
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        values = value.strip().strip("'\"").split()
+        if key.endswith("index-url"):
+            indexes += [v for v in values if v.startswith("file:")]
+        elif key.endswith("find-links"):
+            links += values
+    if not indexes:
+        return []
+    options = ["--index-url", indexes[0]]
+    for url in indexes[1:]:
+        options += ["--extra-index-url", url]
+    for link in dict.fromkeys(links):
+        options += ["--find-links", link]
+    return options
+
+
+@pytest.mark.parametrize(
+    "args", clone_install_commands(), ids=lambda args: "+".join(a.rsplit("/", 1)[1] for a in args)
+)
+def test_a_documented_install_from_the_clone_works(make_venv, running_env, tmp_path, args):
+    names = {arg.rsplit("/", 1)[1].split("[", 1)[0] for arg in args}
+    env = make_venv("from-clone", with_pip=True)
+    extra = local_store_options(running_env)
+    paths = [str(ROOT / arg) for arg in args]  # ./packages/... from the clone's root
+    if "easycore-torch" in names:
+        # Resolved and built, not unpacked: torch is 750 MB in an environment, and the
+        # wheels of (a) show easycore-torch importing. The build the running environment
+        # has (the CPU wheel here), not a CUDA one.
+        torch = pytest.importorskip("torch")
+        pin = tmp_path / "torch.txt"
+        pin.write_text(f"torch=={torch.__version__}\n", encoding="utf-8")
+        report = tmp_path / "report.json"
+        env.own_pip("install", "--quiet", "--dry-run", "--report", str(report),
+                    "--constraint", str(pin), *extra, *paths)
+        planned = {item["metadata"]["name"]: item["metadata"]["version"]
+                   for item in json.loads(report.read_text(encoding="utf-8"))["install"]}
+        assert {d for d in planned if d.startswith("easycore")} == names
+        assert planned["torch"] == torch.__version__
+        assert all(planned[d] == version(d) for d in names)
+        return
+    env.own_pip("install", "--quiet", *extra, *paths)
+    installed = {d for d in env.distributions() if d.startswith("easycore")}
+    assert installed == names  # nothing named easycore came from the index (0.4.2)
+    env.own_pip("check")
+    code = (
+        "import importlib, importlib.metadata as m, json, sys\n"
+        "print(json.dumps({d: [m.version(d), importlib.import_module(mod).__version__]"
+        " for d, mod in json.loads(sys.argv[1]).items()}))"
+    )
+    versions = env.run_json(code, json.dumps({d: VERSIONED[d] for d in names if d in VERSIONED}))
+    assert versions == {d: [version(d), version(d)] for d in versions}
+    for module, (owner, _) in DOCUMENTED.items():
+        if owner in names:
+            found = probe(env, module)
+            assert found["error"] is None, found["error"]
+            assert found["missing"] == [], f"{module} lacks documented names {found['missing']}"

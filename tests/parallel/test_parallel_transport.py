@@ -16,6 +16,7 @@ import sys
 
 import pytest
 from _parallel_support import METHODS, SCRIPTS, namespace_prefix, shm_segments
+from processes import mapping_of
 
 from easycore.common.parallel import OrderedRunner, SharedMemoryTransport, UnorderedRunner
 
@@ -30,19 +31,8 @@ np = pytest.importorskip("numpy")
 N = 1 << 20  # float64: 8 MiB
 
 
-def _mapping_of(address: int) -> str:
-    """The file mapped at ``address`` in this process ("" for anonymous memory)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= address < hi:
-                return fields[5] if len(fields) > 5 else ""
-    return ""
-
-
 def _where(arr) -> str:
-    return _mapping_of(arr.__array_interface__["data"][0])
+    return mapping_of(arr.__array_interface__["data"][0])
 
 
 def _prefix(runner) -> str:

@@ -34,6 +34,7 @@ from _pool_funcs import (
     square,
     unpicklable_on,
 )
+from markers import needs
 
 from easycore.common.parallel import Pool, RemoteTraceback, WorkerError
 
@@ -44,7 +45,8 @@ WAIT = 30  # "does not hang", not a speed check
 METHODS = [m for m in ("fork", "spawn", "forkserver")
            if m in multiprocessing.get_all_start_methods()]
 #: (back-end, start method) of every pool kind; "torch" is easycore-torch's Pool (fork)
-KINDS = [f"process-{m}" for m in METHODS] + ["thread", "torch"]
+KINDS = [f"process-{m}" for m in METHODS] + [
+    "thread", pytest.param("torch", marks=needs("torch", "easycore.torch"))]
 PROCESS_KINDS = [k for k in KINDS if k != "thread"]
 
 
@@ -233,13 +235,14 @@ def test_remote_traceback_has_tb_and_text(kind_pool):
 
 
 # --- 8: devices=[] ------------------------------------------------------------------
-def test_an_empty_device_list_is_refused_at_construction():
-    from easycore.torch.parallel import Pool as TorchPool
-
-    for cls in (Pool, TorchPool):
-        for backend in ("process", "thread"):
-            with pytest.raises(ValueError, match="devices"):
-                cls(devices=[], backend=backend)
+@pytest.mark.parametrize("pool", ["common", pytest.param("torch", marks=needs("easycore.torch"))])
+def test_an_empty_device_list_is_refused_at_construction(pool):
+    cls = Pool
+    if pool == "torch":
+        from easycore.torch.parallel import Pool as cls
+    for backend in ("process", "thread"):
+        with pytest.raises(ValueError, match="devices"):
+            cls(devices=[], backend=backend)
 
 
 # --- 14: callbacks that raise SystemExit or KeyboardInterrupt ----------------------

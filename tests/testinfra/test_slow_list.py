@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from markers import SLOW_LIST, slow_ids
+from markers import SLOW_LIST, needs, slow_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +29,7 @@ def test_every_listed_test_exists():
             assert re.search(defined, text, re.M), f"{nodeid}: no {name} in {path}"
 
 
+@needs("easycore.torch")  # tests/distributed's modules import it
 def test_listed_and_ray_tests_are_deselected_by_not_slow():
     listed = sorted(n for n in slow_ids() if n.startswith("tests/distributed/"))
     assert listed, "pick a listed test from another folder for this check"

@@ -21,6 +21,7 @@ import textwrap
 
 import pytest
 import torch
+from processes import mapping_of
 
 from easycore.common.parallel import (
     BackgroundTask,
@@ -40,20 +41,9 @@ pytestmark = [
 N = 1 << 20  # float32: 4 MiB, far above the in-band threshold
 
 
-def _mapping_of(address: int) -> str:
-    """The file mapped at ``address`` in this process ("" for anonymous memory)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= address < hi:
-                return fields[5] if len(fields) > 5 else ""
-    return ""
-
-
 def where_is(t):
     """In a worker: the mapping that holds the input tensor."""
-    return _mapping_of(t.data_ptr())
+    return mapping_of(t.data_ptr())
 
 
 def make(x):
@@ -70,7 +60,7 @@ class Echo(OrderedRunner):
     @staticmethod
     def producer_work(device, cfg, data):
         i, t = data
-        return i, _mapping_of(t.data_ptr()), torch.full((N,), float(i))
+        return i, mapping_of(t.data_ptr()), torch.full((N,), float(i))
 
     @staticmethod
     def consumer_init(cfg):
@@ -79,7 +69,7 @@ class Echo(OrderedRunner):
     @staticmethod
     def consumer_work(cfg, data):
         i, where, t = data
-        cfg.out.append((i, where, _mapping_of(t.data_ptr()), bool((t == i).all())))
+        cfg.out.append((i, where, mapping_of(t.data_ptr()), bool((t == i).all())))
 
     @staticmethod
     def consumer_end(cfg):
@@ -100,7 +90,7 @@ def test_the_generic_pool_moves_tensors_through_shared_memory(no_leaks, method):
         assert pool.apply(where_is, (make(3),)).startswith(prefix)  # input, in the worker
         out = pool.apply(make, (5,))
         assert bool((out == 5).all())
-        assert _mapping_of(out.data_ptr()).startswith(prefix)  # result, in the caller
+        assert mapping_of(out.data_ptr()).startswith(prefix)  # result, in the caller
 
 
 def test_the_generic_runner_moves_tensors_through_shared_memory(no_leaks):
@@ -118,7 +108,7 @@ def test_background_task_and_job_queue_results_come_through_shared_memory(no_lea
     with BackgroundTask(make, (7,), cpu_threads=1) as task:
         prefix = "/dev/shm/" + _transport(task._pool).prefix
         t = task.get(timeout=60)
-        assert bool((t == 7).all()) and _mapping_of(t.data_ptr()).startswith(prefix)
+        assert bool((t == 7).all()) and mapping_of(t.data_ptr()).startswith(prefix)
         del t
     with JobQueue(1, cpu_threads=1) as jobs:
         jobs.put(make, 2)
@@ -135,7 +125,7 @@ def test_an_explicit_transport_is_kept(no_leaks):
     with Plain(1, cpu_threads=1) as pool:
         assert type(_transport(pool)) is SharedMemoryTransport
         out = pool.apply(make, (1,))
-        assert not _mapping_of(out.data_ptr()).startswith("/dev/shm/")  # pickled in-band
+        assert not mapping_of(out.data_ptr()).startswith("/dev/shm/")  # pickled in-band
     with PlainEcho(1, cpu_threads=1) as runner:
         out = runner([(0, make(0))])
         assert type(_transport(runner)) is SharedMemoryTransport

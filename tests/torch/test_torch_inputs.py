@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from processes import mapping_of
 
 from easycore.torch.parallel import OrderedRunner, UnorderedRunner
 
@@ -22,17 +23,6 @@ pytestmark = [
 ]
 
 N = 1 << 21  # float32: 8 MiB
-
-
-def _mapping_of(address: int) -> str:
-    """The file mapped at ``address`` in this process ("" for anonymous memory)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= address < hi:
-                return fields[5] if len(fields) > 5 else ""
-    return ""
 
 
 def _prefix(runner) -> str:
@@ -48,8 +38,8 @@ class Locates(OrderedRunner):
         return {
             "i": i,
             "intact": t.shape == (N,) and bool((t == i).all()),
-            "input": _mapping_of(t.data_ptr()),
-            "cfg": _mapping_of(cfg.big.data_ptr()),
+            "input": mapping_of(t.data_ptr()),
+            "cfg": mapping_of(cfg.big.data_ptr()),
             "cfg_intact": bool((cfg.big == 7).all()),
         }
 

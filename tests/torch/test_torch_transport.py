@@ -11,6 +11,7 @@ import pytest
 import torch
 from _torch_helpers import CASE_NAMES, BigTensors, MakeCases, Sum, make_case
 from _torch_util import shm_segments
+from processes import mapping_of
 
 from easycore.common.config import CfgNode
 from easycore.torch.parallel import TensorTransport
@@ -136,17 +137,6 @@ def test_numpy_arrays_and_plain_objects_still_travel(no_leaks):
         transport.cleanup()
 
 
-def _shm_mapping_of(address: int) -> str:
-    """The /dev/shm file mapped at ``address`` in this process ("" if none)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= address < hi:
-                return fields[5] if len(fields) > 5 else ""
-    return ""
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_large_tensors_view_shared_memory_in_the_caller(no_leaks):
     n = 1 << 20  # 4 MiB each
@@ -155,7 +145,7 @@ def test_large_tensors_view_shared_memory_in_the_caller(no_leaks):
         for i, t in enumerate(sorted(out, key=lambda t: float(t[0]))):
             assert torch.equal(t, torch.full((n,), float(i)))
             # No copy in the caller: the tensor's memory is the worker's segment.
-            assert _shm_mapping_of(t.data_ptr()).startswith("/dev/shm/ect-")
+            assert mapping_of(t.data_ptr()).startswith("/dev/shm/ect-")
         small = runner([1.0])[0][:10].clone()
     assert torch.equal(small, torch.ones(10))
     # Results outlive the runner: the names are gone, the mappings stay until the tensors die.
@@ -169,7 +159,7 @@ def test_small_tensors_travel_in_band(no_leaks):
     with BigTensors(["cpu"], cfg=CfgNode({"n": 16})) as runner:
         t = runner([5])[0]
     assert torch.equal(t, torch.full((16,), 5.0))
-    assert _shm_mapping_of(t.data_ptr()) == "" or not sys.platform.startswith("linux")
+    assert mapping_of(t.data_ptr()) == "" or not sys.platform.startswith("linux")
 
 
 def test_segments_are_recycled_and_removed(no_leaks):

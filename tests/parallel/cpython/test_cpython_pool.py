@@ -17,6 +17,7 @@ import unittest
 
 import pytest
 from _cpython_pool_v3_11_7 import _TestPool, _TestPoolWorkerErrors, _TestPoolWorkerLifetime
+from markers import needs
 
 from easycore.common.parallel import Pool
 
@@ -55,7 +56,7 @@ def _torch_pool(*args, **kwargs):
 KINDS = {f"Process{m.capitalize()}": ("processes", functools.partial(_process_pool, m), [])
          for m in METHODS}
 KINDS["Thread"] = ("threads", _thread_pool, [])
-KINDS["Torch"] = ("processes", _torch_pool, [])
+KINDS["Torch"] = ("processes", _torch_pool, [needs("torch", "easycore.torch")])
 
 
 def _install() -> None:

@@ -41,6 +41,7 @@ import errno
 import mmap
 import os
 import secrets
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -58,17 +59,62 @@ __all__ = [
     "sweep",
 ]
 
-_posixshmem: Any = None
-resource_tracker: Any = None
+_SHM_DIR = "/dev/shm"
+
+
+class _DevShmFiles:
+    """``shm_open`` and ``shm_unlink`` as glibc makes them, for an interpreter without
+    CPython's private ``_posixshmem``: on Linux a segment is the file of its name in
+    ``/dev/shm``, opened with ``O_NOFOLLOW | O_CLOEXEC``."""
+
+    @staticmethod
+    def _path(name: str) -> str:
+        base = name.lstrip("/")
+        if not base or "/" in base:
+            raise OSError(errno.EINVAL, f"invalid shared-memory name {name!r}")
+        return os.path.join(_SHM_DIR, base)
+
+    @staticmethod
+    def shm_open(name: str, flags: int, mode: int = 0o777) -> int:
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(_DevShmFiles._path(name), flags, mode)
+
+    @staticmethod
+    def shm_unlink(name: str) -> None:
+        os.unlink(_DevShmFiles._path(name))
+
+
+class _Untracked:
+    """Where multiprocessing has no resource tracker: names go untracked. The caller
+    still releases every segment; only a process family killed outright leaves its
+    segments behind."""
+
+    @staticmethod
+    def register(name: str, rtype: str) -> None:
+        pass
+
+    unregister = register
+
+    @staticmethod
+    def ensure_running() -> None:
+        pass
+
+
+_posixshmem: Any
 try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
     import _posixshmem  # type: ignore[no-redef]
+except ImportError:  # not CPython; on Windows everything travels in-band through the pipe
+    _posixshmem = _DevShmFiles if sys.platform.startswith("linux") and os.path.isdir(
+        _SHM_DIR) else None
+resource_tracker: Any
+try:
+    # register, unregister and ensure_running: the module's __all__, not documented
     from multiprocessing import resource_tracker
-except ImportError:  # Windows: everything travels in-band through the pipe
-    pass
+except ImportError:
+    resource_tracker = _Untracked
 
 #: whether this platform has POSIX shared memory
 AVAILABLE = _posixshmem is not None
-_SHM_DIR = "/dev/shm"
 # Mapping a segment that already holds data: fault its pages in with one call
 # (Linux) rather than one page fault per 4 KiB as the copy walks through it.
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
