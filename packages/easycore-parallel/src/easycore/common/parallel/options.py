@@ -34,11 +34,32 @@ __all__ = [
     "check_chunksize",
     "check_positive_int",
     "check_queue_scale",
+    "check_seconds",
     "check_task_timeout",
 ]
 
 #: ``cpu_threads``: ``"auto"``, an int, or None (see ``threads.budget``)
 _Threads = Union[int, str, None]
+
+
+def check_seconds(name: str, value: Any) -> Optional[float]:
+    """Check a duration option: None (no limit) or a positive finite number of seconds.
+
+    Args:
+        name (str): the option, for the message.
+        value (float or None):
+
+    Returns:
+        float or None: ``value``.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    if value is not None and not (
+        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return value
 
 
 def check_task_timeout(value: Any) -> Optional[float]:
@@ -53,11 +74,7 @@ def check_task_timeout(value: Any) -> Optional[float]:
     Raises:
         ValueError: not None and not a positive finite number.
     """
-    if value is not None and not (
-        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    ):
-        raise ValueError(f"task_timeout must be a positive number of seconds, got {value!r}")
-    return value
+    return check_seconds("task_timeout", value)
 
 
 def check_queue_scale(value: Any) -> float:

@@ -25,7 +25,10 @@ All methods are called in the caller's process:
   if the worker is gone. Thread-safe.
 * ``poll(timeout)``: wait up to ``timeout`` seconds for messages; return
   ``(worker, message)`` pairs, where message is a protocol message or a
-  [`WorkerExited`][easycore.common.parallel.backends.base.WorkerExited]. May return
+  [`WorkerExited`][easycore.common.parallel.backends.base.WorkerExited] (with the
+  [`DeathCause`][easycore.common.parallel.errors.DeathCause] where the back-end
+  knows it), or a [`BackendFailed`][easycore.common.parallel.backends.base.BackendFailed]
+  that ends the engine. May return
   early and empty (on ``wakeup``, or so that a waiting thread gets back to
   Python code and Ctrl-C is handled). One thread polls at a time.
 * ``wakeup()``: make a blocked ``poll`` return; thread-safe.
@@ -43,6 +46,7 @@ import abc
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
+from ..errors import DeathCause
 from ..worker.protocol import WorkerReady
 from ..worker.slots import ItemSlot
 
@@ -51,6 +55,7 @@ __all__ = [
     "BackendSpec",
     "ChannelBroken",
     "WorkerExited",
+    "BackendFailed",
     "DirectTransport",
     "check_options",
 ]
@@ -69,6 +74,16 @@ class WorkerExited(NamedTuple):
     expected: bool
     #: what the back-end knows about the cause (Ray's message, say)
     reason: str = ""
+    #: why it is gone, where the back-end can tell (Ray: a lost node, a kill from
+    #: outside, or its own process); None: its own process, as far as is known
+    cause: Optional[DeathCause] = None
+
+
+class BackendFailed(NamedTuple):
+    """Reported by ``poll``: the back-end cannot go on (Ray: no node had room for any
+    worker within ``capacity_timeout``); the engine ends with ``error``."""
+
+    error: BaseException
 
 
 class Backend(abc.ABC):

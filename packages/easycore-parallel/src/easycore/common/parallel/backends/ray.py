@@ -30,6 +30,16 @@ cannot fit raises [`ParallelError`][easycore.common.parallel.ParallelError]
 instead of waiting forever (a local Ray has ``os.cpu_count()`` CPUs unless
 ``ray_init_kwargs={"num_cpus": n}`` says otherwise).
 
+Lost nodes: an actor's death is read into a
+[`DeathCause`][easycore.common.parallel.errors.DeathCause]
+([`ray_losses`][easycore.common.parallel.backends.ray_losses]) that travels with
+its ``WorkerExited``; the engine decides what it costs (a lost node blames no item).
+An actor Ray cannot reach (``ActorUnavailableError``) is asked where it is until
+Ray decides (its node's health checks): dead, or reachable again (then ended
+here: its calls were lost). Replacements ask Ray for no particular node, so
+they go wherever there is room now, a node that joined since included; the
+``capacity_timeout`` bounds the wait (see ``RayBackend``).
+
 Results come back through Ray's object store: large NumPy arrays (and CPU
 tensors) arrive as read-only views of it, without a copy; copy one to
 modify it. The runner's ``make_transport`` seam is not used here.
@@ -44,10 +54,6 @@ binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
 Ray is an optional extra and is imported only here, on first use.
-
-(Over 400 lines on purpose: the Ray back-end is optional and imported lazily as one
-unit; its actor, its session helpers (shared with the Ray-hosted services) and the back-
-end class must load together.)
 """
 
 from __future__ import annotations
@@ -58,15 +64,15 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from .._os import threads as _threads
 from .._os.lifeline import run_into
-from ..errors import ParallelError, WorkerDiedError, WorkerError
-from ..worker.executor import Executor, PassThrough, WorkerContext
+from ..errors import DeathCause, ParallelError, WorkerError
+from ..options import check_seconds
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
 from .base import (
     Backend,
+    BackendFailed,
     BackendSpec,
     ChannelBroken,
     DirectTransport,
@@ -75,8 +81,10 @@ from .base import (
     wait_ended,
     wait_ready,
 )
+from .ray_actor import RayWorker, init_failed_report
+from .ray_losses import RayCapacityError, RayWorkerDiedError, death_cause, out_of_room
 
-__all__ = ["RayBackend", "RayWorkerDiedError"]
+__all__ = ["RayBackend", "RayCapacityError", "RayWorkerDiedError", "death_cause"]
 
 _INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
 
@@ -93,81 +101,6 @@ def import_ray() -> Any:
     except ImportError as exc:
         raise ImportError(f"backend='ray' needs Ray, an optional extra: {_INSTALL}") from exc
     return ray
-
-
-class RayWorkerDiedError(WorkerDiedError):
-    """A worker actor died (its process or its node); names device and node.
-
-    Attributes:
-        node_id (str or None): the Ray node the actor ran on.
-        node_ip (str or None): that node's address.
-        reason (str): what Ray said.
-    """
-
-    def __init__(
-        self, device: str, worker_index: int, pid: Optional[int], node_id: Optional[str],
-        node_ip: Optional[str], reason: str, items: Optional[List[int]] = None,
-    ) -> None:
-        self.device, self.worker_index, self.pid, self.exitcode = device, worker_index, pid, None
-        self.items = items
-        self.node_id, self.node_ip, self.reason = node_id, node_ip, reason
-        ParallelError.__init__(
-            self,
-            f"worker {worker_index} on device {device!r} (Ray actor, pid {pid}, node "
-            f"{node_id} at {node_ip}) died unexpectedly.\n\nRay: {reason.strip()}",
-        )
-
-    def __reduce__(self):
-        args = (self.device, self.worker_index, self.pid, self.node_id, self.node_ip,
-                self.reason, self.items)
-        return (type(self), args)
-
-
-class _Actor:
-    """One worker; made a Ray actor class by
-    [`RayBackend.start`][easycore.common.parallel.backends.ray.RayBackend]: it
-    answers the protocol's messages with an
-    [`Executor`][easycore.common.parallel.worker.executor.Executor]."""
-
-    def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
-                 n_threads: Optional[int]) -> None:
-        self.n_threads = n_threads
-        if n_threads is not None:
-            _threads.limit_threads(n_threads)
-        self.executor = Executor(program, WorkerContext(index, device, cfg, context),
-                                 transport=_ObjectStore())
-
-    def _keep_thread_env(self) -> None:
-        # Older Ray releases (2.9 and 2.10 among them) set OMP_NUM_THREADS to the
-        # actor's num_cpus before every task, actor tasks included, and removed
-        # it afterwards (newer ones do so for plain tasks only): set again, per
-        # call, what __init__ set, so the hooks see the budget under every
-        # admitted Ray.
-        if self.n_threads is not None:
-            _threads.set_thread_env(self.n_threads)
-
-    def where(self) -> tuple:
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return os.getpid(), ctx.get_node_id(), ray.util.get_node_ip_address()
-
-    def start(self) -> Any:
-        self._keep_thread_env()
-        return self.executor.start()
-
-    def handle(self, message: Any) -> Any:
-        self._keep_thread_env()
-        return self.executor.handle(message)
-
-
-class _ObjectStore(PassThrough):
-    """The actor's half of the transport: Ray's object store moves the results."""
-
-    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
-        # For the chunker only: the bytes of top-level arrays and tensors.
-        return results, sum(getattr(r, "nbytes", 0) or 0 for r in results
-                            if not isinstance(r, int))
 
 
 # The Ray this module started, shared by every runner that finds it running:
@@ -328,6 +261,16 @@ def _bounded(ask: Any, timeout: float, what: str) -> Any:
     return future.result()
 
 
+class _Call(NamedTuple):
+    """What a pending Ray call was for."""
+
+    slot: int
+    gen: int  # the slot's actor when it was made: replies of a replaced one are dropped
+    kind: str  # "where", "start", "chunk", "stop" or "probe"
+    job: Any = None
+    seq: Any = None
+
+
 class RayBackend(Backend):
     """Runs each device's worker in a Ray actor."""
 
@@ -341,6 +284,7 @@ class RayBackend(Backend):
     def __init__(
         self, spec: BackendSpec, address: Optional[str] = None,
         ray_init_kwargs: Optional[Mapping[str, Any]] = None,
+        capacity_timeout: Optional[float] = 300.0,
     ) -> None:
         """
         Args:
@@ -349,23 +293,36 @@ class RayBackend(Backend):
                 local Ray or starts one, ``"auto"``, ``"host:port"`` or
                 ``"ray://host:port"`` join a cluster.
             ray_init_kwargs (dict or None): any other ``ray.init`` arguments.
+            capacity_timeout (float or None): seconds a worker may wait for a node
+                with room for it: at start every worker must be placed within it;
+                later, while no worker runs, a replacement must be (while others
+                run it waits, and takes a node that joins). Past it:
+                [`RayCapacityError`][easycore.common.parallel.backends.ray_losses.RayCapacityError].
+                None: wait for ever.
         """
         self._ray = import_ray()
         init_kwargs = dict(ray_init_kwargs or {})
         if "address" in init_kwargs:
             raise ValueError("pass address=..., not ray_init_kwargs['address']")
+        self.capacity_timeout = check_seconds("capacity_timeout", capacity_timeout)
         self.devices = list(spec.devices)
         self.transport = DirectTransport()
-        self._spec = spec
-        self._address = address
-        self._init_kwargs = init_kwargs
-        self._actors: List[Any] = [None] * len(self.devices)
-        self._where: List[Optional[tuple]] = [None] * len(self.devices)
-        self._where_refs: List[Any] = [None] * len(self.devices)
-        self._pending: Dict[Any, Tuple[int, Any, Any]] = {}  # ref -> (worker, job, seq)
+        self._spec, self._address, self._init_kwargs = spec, address, init_kwargs
+        n = len(self.devices)
+        self._actors: List[Any] = [None] * n
+        self._gen = [0] * n  # which actor of the slot is current
+        self._where: List[Optional[tuple]] = [None] * n  # (pid, node id, node ip)
+        self._where_refs: List[Any] = [None] * n
+        self._pending: Dict[Any, _Call] = {}
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
+        self._doubt: set = set()  # unreachable slots, waiting for Ray's verdict
+        self._unplaced: Dict[int, float] = {}  # slot -> when its actor was asked for
+        self._running_at = time.monotonic()  # last seen with a placed, live worker
+        self._starting_at: Optional[float] = None  # start(): every actor must be placed
+        self._lost: Dict[Any, DeathCause] = {}  # node -> why, for the capacity error
+        self._gave_up = False
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._woken = False
@@ -374,16 +331,16 @@ class RayBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> RayBackend:
-        """Build from a spec; takes ``address`` and ``ray_init_kwargs``.
+        """Build from a spec; takes ``address``, ``ray_init_kwargs`` and ``capacity_timeout``.
 
         Args:
             spec (BackendSpec):
-            **options: ``address``, ``ray_init_kwargs``.
+            **options: ``address``, ``ray_init_kwargs``, ``capacity_timeout``.
 
         Returns:
             RayBackend:
         """
-        check_options("ray", options, ("address", "ray_init_kwargs"))
+        check_options("ray", options, ("address", "ray_init_kwargs", "capacity_timeout"))
         return cls(spec, **options)
 
     # ----------------------------------------------------------------- start
@@ -392,9 +349,11 @@ class RayBackend(Backend):
         self._owns_session = acquire_ray(ray, self._address, self._init_kwargs)
         try:
             self._check_resources()
+            self._starting_at = time.monotonic()
             for slot in range(len(self.devices)):
                 self._start_one(slot)
             wait_ready(self, set(range(len(self.devices))), self._start_failure)
+            self._starting_at = None
         except BaseException:
             self.abort()
             raise
@@ -404,23 +363,35 @@ class RayBackend(Backend):
             return WorkerError.from_report(message.report, self.devices[slot], slot,
                                            self._locate(slot)[0])
         if isinstance(message, WorkerExited):
-            return self._death(slot, message.reason)
+            if message.cause is not None and message.cause.infrastructure:
+                # Its node went away while it started: another node may have room
+                # (the start's capacity_timeout bounds the retries).
+                self._start_one(slot)
+                return None
+            return self.death_error(slot, message)
+        if isinstance(message, BackendFailed):
+            return message.error
         return None
 
     def _start_one(self, slot: int) -> None:
         ray, spec = self._ray, self._spec
         num_cpus, num_gpus, inner = spec.policy.ray_resources(self.devices[slot])
         context = spec.contexts[slot] if spec.contexts is not None else None
-        actor = ray.remote(_Actor).options(
+        # No node is named: Ray places the actor wherever there is room now, a
+        # node that joined since included, or when room appears.
+        actor = ray.remote(RayWorker).options(
             num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0
         ).remote(spec.program, slot, inner, spec.cfg, context, spec.threads)
+        gen = self._gen[slot] = self._gen[slot] + 1
         self._actors[slot] = actor
         self._where[slot] = None
-        self._where_refs[slot] = actor.where.remote()
-        self._dead.discard(slot)
-        self._killed.discard(slot)
+        for state in (self._dead, self._killed, self._ending, self._doubt):
+            state.discard(slot)
+        where = self._where_refs[slot] = actor.where.remote()
         with self._lock:
-            self._pending[actor.start.remote()] = (slot, None, None)
+            self._unplaced[slot] = time.monotonic()
+            self._pending[where] = _Call(slot, gen, "where")
+            self._pending[actor.start.remote()] = _Call(slot, gen, "start")
         self._changed.set()
 
     def _check_resources(self) -> None:
@@ -448,35 +419,41 @@ class RayBackend(Backend):
                 return (None, None, None)
         return self._where[slot] or (None, None, None)
 
-    def _death(self, slot: int, reason: str,
-               items: Optional[List[int]] = None) -> RayWorkerDiedError:
-        pid, node_id, node_ip = self._locate(slot)
-        return RayWorkerDiedError(self.devices[slot], slot, pid, node_id, node_ip, reason, items)
-
     def death_error(self, worker: int, exited: WorkerExited,
                     items: Optional[List[int]] = None) -> BaseException:
-        return self._death(worker, exited.reason, items)
+        pid, node_id, node_ip = self._locate(worker)
+        cause = exited.cause
+        if cause is not None:
+            node_id, node_ip = cause.node_id or node_id, cause.node_ip or node_ip
+        return RayWorkerDiedError(self.devices[worker], worker, pid, node_id, node_ip,
+                                  exited.reason, items, cause)
 
     # -------------------------------------------------------------- messages
     def send(self, worker: int, message: Any) -> None:
         if self._closed or worker in self._dead:
             raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is gone")
-        actor = self._actors[worker]
-        ref = actor.handle.remote(message)
-        if isinstance(message, RunChunk):
-            tag: Tuple[int, Any, Any] = (worker, message.job, message.seq)
-        else:  # StopWorker
+        is_chunk = isinstance(message, RunChunk)
+        if not is_chunk:  # StopWorker
             self._ending.add(worker)
-            tag = (worker, None, None)
+        if worker in self._doubt:
+            # Unreachable, its fate not known yet: the engine keeps the chunk,
+            # and takes it back when the worker's exit is reported.
+            return
+        ref = self._actors[worker].handle.remote(message)
+        call = (_Call(worker, self._gen[worker], "chunk", message.job, message.seq) if is_chunk
+                else _Call(worker, self._gen[worker], "stop"))
         # Returns at once: Ray queues the task on the actor; the engine's
         # credits bound how many are queued.
         with self._lock:
-            self._pending[ref] = tag
+            self._pending[ref] = call
         self._changed.set()
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            out = self._check_capacity()
+            if out:
+                return out
             with self._lock:
                 if self._woken:
                     self._woken = False
@@ -494,7 +471,6 @@ class RayBackend(Backend):
             ready, _ = self._ray.wait(refs, num_returns=1, timeout=wait)
             if ready:  # and whatever else is done already
                 ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-                out: List[Tuple[int, Any]] = []
                 for ref in ready:
                     self._reply(ref, out)
                 return out
@@ -504,21 +480,23 @@ class RayBackend(Backend):
     def _reply(self, ref: Any, out: List[Tuple[int, Any]]) -> None:
         ray = self._ray
         with self._lock:
-            tag = self._pending.pop(ref, None)
-        if tag is None or tag[0] in self._dead:
-            return
-        slot, job, seq = tag
+            call = self._pending.pop(ref, None)
+        if call is None or call.gen != self._gen[call.slot] or call.slot in self._dead:
+            return  # a replaced actor's, or after the slot's exit was reported
+        slot = call.slot
         try:
             message = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            self._dead.add(slot)
-            with self._lock:  # its other calls fail the same way: one exit is enough
-                for other in [r for r, t in self._pending.items() if t[0] == slot]:
-                    del self._pending[other]
-            if getattr(exc, "actor_init_failed", False):
-                out.append((slot, WorkerFailed(None, None, _init_failed_report(exc))))
             expected = slot in self._killed or slot in self._ending
-            out.append((slot, WorkerExited(self._locate(slot)[0], None, expected, str(exc))))
+            if isinstance(exc, ray.exceptions.ActorUnavailableError) and not expected:
+                self._suspect(slot)  # Ray's verdict on it comes later
+            else:
+                self._exit(slot, exc, expected, out)
+            return
+        except ray.exceptions.ObjectLostError:
+            # A chunk's results lost with the node that held them: the worker's
+            # fate (and so whether its chunks run again) comes from Ray's verdict.
+            self._suspect(slot)
             return
         except ray.exceptions.RayError as exc:  # e.g. results Ray could not serialise
             cause = getattr(exc, "cause", None) or exc
@@ -526,7 +504,20 @@ class RayBackend(Backend):
 
             report = ErrorReport("sending results", type(cause).__name__,
                                  (str(cause).strip().splitlines() or [""])[0], str(exc), None)
-            out.append((slot, WorkerFailed(job, seq, report)))
+            out.append((slot, WorkerFailed(call.job, call.seq, report)))
+            return
+        if call.kind in ("where", "probe"):
+            self._where[slot] = message
+            self._unplaced.pop(slot, None)
+            if call.kind == "probe":
+                # It answers again, but the calls it had are lost: a node that
+                # could not be reached for a while. Ended here, replaced by the engine.
+                self._dead.add(slot)
+                self._kill_quietly(self._actors[slot])
+                out.append((slot, WorkerExited(message[0], None, False, "unreachable for a "
+                            "while: Ray lost the calls it had", DeathCause(
+                                "node lost", "unreachable for a while: its calls were lost",
+                                message[1], message[2]))))
             return
         out.append((slot, message))
         if isinstance(message, (WorkerEnded,)) or (
@@ -534,6 +525,59 @@ class RayBackend(Backend):
         ):
             self._dead.add(slot)
             out.append((slot, WorkerExited(self._locate(slot)[0], 0, True)))
+
+    def _exit(self, slot: int, exc: Any, expected: bool, out: List[Tuple[int, Any]]) -> None:
+        """``slot``'s actor is gone, as ``exc`` says: report it once, with its cause."""
+        self._dead.add(slot)
+        self._doubt.discard(slot)
+        with self._lock:  # its other calls fail the same way: one exit is enough
+            self._unplaced.pop(slot, None)
+            for other in [r for r, c in self._pending.items() if c.slot == slot]:
+                del self._pending[other]
+        if getattr(exc, "actor_init_failed", False):
+            out.append((slot, WorkerFailed(None, None, init_failed_report(exc))))
+        pid, node_id, node_ip = self._locate(slot)
+        cause = death_cause(exc, node_id, node_ip)
+        if cause.kind == "node lost" and not expected:
+            self._lost[cause.node_id] = cause
+        out.append((slot, WorkerExited(pid, None, expected, str(exc), cause)))
+
+    def _suspect(self, slot: int) -> None:
+        """Ray cannot reach ``slot``'s actor: drop its calls, and ask it where it is until
+        Ray decides (its node's health checks): dead, or reachable again."""
+        self._doubt.add(slot)
+        actor = self._actors[slot]
+        with self._lock:
+            for other in [r for r, c in self._pending.items() if c.slot == slot]:
+                del self._pending[other]
+            self._pending[actor.where.remote()] = _Call(slot, self._gen[slot], "probe")
+        self._changed.set()
+
+    def _check_capacity(self) -> List[Tuple[int, Any]]:
+        """The ``capacity_timeout`` rule: ``[(slot, BackendFailed(RayCapacityError))]``
+        once, when actors found no room in time; else nothing."""
+        now = time.monotonic()
+        running = any(s not in self._unplaced and s not in self._dead and s not in self._doubt
+                      and self._actors[s] is not None for s in range(len(self.devices)))
+        if running and self._starting_at is None:
+            self._running_at = now
+        limit = self.capacity_timeout
+        with self._lock:
+            unplaced = dict(self._unplaced)
+        late = [] if self._gave_up else out_of_room(unplaced, running, self._running_at,
+                                                    self._starting_at, limit, now)
+        if not late:
+            return []
+        self._gave_up = True
+        free, total = {}, {}
+        try:  # only for the message: Ray may not answer
+            free = _bounded(self._ray.available_resources, 5.0, "ray.available_resources()")
+            total = _bounded(self._ray.cluster_resources, 5.0, "ray.cluster_resources()")
+        except ParallelError:
+            pass
+        error = RayCapacityError(late, [self.devices[s] for s in late], limit or 0, free, total,
+                                 self._lost, starting=self._starting_at is not None)
+        return [(late[0], BackendFailed(error))]
 
     def wakeup(self) -> None:
         with self._lock:
@@ -543,10 +587,13 @@ class RayBackend(Backend):
     # ---------------------------------------------------- one worker at a time
     def kill(self, worker: int) -> None:
         self._killed.add(worker)
+        self._kill_quietly(self._actors[worker])  # its exit is reported either way
+
+    def _kill_quietly(self, actor: Any) -> None:
         try:  # noqa: SIM105
-            self._ray.kill(self._actors[worker], no_restart=True)
-        except Exception:  # noqa: BLE001 -- gone already (Ray's errors vary by version):
-            pass  # its exit is reported either way
+            self._ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 -- gone already (Ray's errors vary by version)
+            pass
 
     def restart(self, worker: int) -> None:
         self._start_one(worker)
@@ -566,15 +613,16 @@ class RayBackend(Backend):
                     message.report, self.devices[slot], slot, self._locate(slot)[0]))
                 self._dead.add(slot)
             elif isinstance(message, WorkerExited) and not message.expected:
-                errors.append(self._death(slot, message.reason))
+                errors.append(self.death_error(slot, message))
 
         try:
             for slot in range(len(self.devices)):
-                if slot not in self._dead:
-                    self._ending.add(slot)
-                    with self._lock:
-                        ref = self._actors[slot].handle.remote(StopWorker())
-                        self._pending[ref] = (slot, None, None)
+                if slot in self._doubt or slot in self._unplaced:
+                    # Unreachable, or never placed: no end hooks ran or can run;
+                    # abort() below kills it.
+                    self._dead.add(slot)
+                elif slot not in self._dead:
+                    self.send(slot, StopWorker())
             late = wait_ended(
                 self, lambda: any(s not in self._dead for s in range(len(self.devices))),
                 timeout, handle)
@@ -609,10 +657,7 @@ class RayBackend(Backend):
         ray = self._ray
         actors = [a for a in self._actors if a is not None]
         for actor in actors:
-            try:  # noqa: SIM105
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 -- already gone (Ray's errors vary by version)
-                pass
+            self._kill_quietly(actor)
         alive, deadline = list(actors), time.monotonic() + self.kill_timeout
         while alive and time.monotonic() < deadline:
             probes = {actor.where.remote(): actor for actor in alive}
@@ -647,13 +692,3 @@ class RayBackend(Backend):
     def pids(self) -> List[Optional[int]]:
         return [self._locate(s)[0] if self._where_refs[s] is not None else None
                 for s in range(len(self.devices))]
-
-
-def _init_failed_report(exc: Exception) -> Any:
-    from ..errors import ErrorReport
-
-    return ErrorReport(
-        "creating the actor", type(exc).__name__,
-        "the actor could not be built from the runner class and cfg; are they importable on "
-        "every node (see runtime_env in ray_init_kwargs)?", str(exc), None,
-    )
