@@ -56,6 +56,7 @@ from .backends.process import ProcessBackend
 from .background import BackgroundStats, BackgroundTask
 from .errors import (
     ErrorReport,
+    NodesLostError,
     ParallelError,
     RemoteTraceback,
     ResultEncodingError,
@@ -96,6 +97,7 @@ __all__ = [
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "NodesLostError",
     "TaskTimeoutError",
     "RemoteTraceback",
     "ResultEncodingError",
