@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from _ray_elastic import wait_for
@@ -65,9 +65,9 @@ class ElasticCluster:
     (``add_spare``). Three one-CPU workers thus put exactly one actor on the spare node.
     """
 
-    NODE = {"node_ip_address": LOOPBACK, "include_dashboard": False,
-            "object_store_memory": 80 << 20}
-    SPARE = {**NODE, "num_cpus": 1, "resources": {"spare": 1}}
+    NODE: ClassVar[dict] = {"node_ip_address": LOOPBACK, "include_dashboard": False,
+                            "object_store_memory": 80 << 20}
+    SPARE: ClassVar[dict] = {**NODE, "num_cpus": 1, "resources": {"spare": 1}}
 
     def __init__(self) -> None:
         import ray

@@ -1,7 +1,8 @@
 """A real Ray for the tests, started as rarely as possible, on loopback only.
 
 Ray is started by module-scoped fixtures (one local instance, one two-node
-cluster, one cluster whose nodes come and go), never at import, so only one Ray is up in this process at a time.
+cluster, one cluster whose nodes come and go), never at import, so only one Ray
+is up in this process at a time.
 Every Ray process gets this folder on ``PYTHONPATH`` (:func:`_ray_support.ray_env`)
 and ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which makes Ray's processes use
 127.0.0.1 instead of the machine's outward address.

@@ -150,6 +150,9 @@ class WorkerOptions:
         queue_scale (float): chunks each worker holds at once (``ceil``).
         max_deaths (int): worker deaths one job may cause before it fails
             (pools; a runner fails at the first).
+        max_node_losses (int or None): lost nodes one job may see and carry on (pools
+            on Ray; one more fails it with ``NodesLostError``; None: any number). A lost
+            node blames no item and counts against no ``max_deaths``.
         maxtasksperchild (int or None): replace a worker after this many items.
         cpu_threads (int or str or None): each worker's thread budget
             (resolved by the client: ``"auto"`` depends on the number of workers).
@@ -164,6 +167,7 @@ class WorkerOptions:
     task_timeout: Optional[float] = None
     queue_scale: float = 3.0
     max_deaths: int = 3
+    max_node_losses: Optional[int] = 10
     maxtasksperchild: Optional[int] = None
     cpu_threads: _Threads = "auto"
     progress: Any = False
@@ -178,6 +182,7 @@ class WorkerOptions:
         check_task_timeout(self.task_timeout)
         check_queue_scale(self.queue_scale)
         check_positive_int("max_deaths", self.max_deaths)
+        check_positive_int("max_node_losses", self.max_node_losses, allow_none=True, minimum=0)
         if self.maxtasksperchild is not None and (
             not isinstance(self.maxtasksperchild, int) or self.maxtasksperchild < 1
         ):

@@ -33,7 +33,8 @@ sink for results) and the engine does the rest:
   nothing) and is replaced; a task past its ``timeout`` fails with
   [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], its worker
   is killed and replaced, and the other jobs go on. A job whose items killed
-  ``max_deaths`` workers fails as a whole.
+  ``max_deaths`` workers fails as a whole. A worker taken away (Ray: its node
+  lost, or killed from outside) blames no item: what it held runs again.
 
 Jobs whose input is a lazy iterator (a generator may block) are fed only by
 their owner's thread (``Engine.feed``); jobs over an in-memory list are fed by
@@ -50,7 +51,7 @@ import typing
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
-from ..backends.base import Backend, WorkerExited
+from ..backends.base import Backend, BackendFailed, WorkerExited
 from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
 from ..options import check_task_timeout
 from ..worker.protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
@@ -82,6 +83,7 @@ class Engine(Dispatch):
         credits: int = 3,  # noqa: A002 -- the engine's word for it, a public keyword
         fail_fast: bool = True,
         max_deaths: int = 3,
+        max_node_losses: Optional[int] = 10,
         maxtasksperchild: Optional[int] = None,
         reorder_bytes: Optional[int] = None,
         on_idle: Optional[Callable[[], None]] = None,
@@ -93,6 +95,8 @@ class Engine(Dispatch):
             fail_fast (bool): raise the first error from ``pump`` (runners), or
                 fail only what it touches and replace dead workers (pools).
             max_deaths (int): worker deaths one job may cause before it fails.
+            max_node_losses (int or None): lost nodes one job may see and carry on
+                (None: any number); see ``supervision``.
             maxtasksperchild (int or None): replace a worker after this many items.
             reorder_bytes (int): memory an ordered job may hold waiting for a slow chunk.
             on_idle (callable or None): called when nothing is in flight any more.
@@ -116,7 +120,8 @@ class Engine(Dispatch):
         self._next_job = 0
         self._lock = threading.RLock()  # scheduling state and the transport
         self._pump_lock = threading.Lock()
-        self._supervisor = Supervisor(self, fail_fast=fail_fast, max_deaths=max_deaths)
+        self._supervisor = Supervisor(self, fail_fast=fail_fast, max_deaths=max_deaths,
+                                      max_node_losses=max_node_losses)
         self._closing = False
         self._broken: Optional[BaseException] = None
         self._rr = 0
@@ -329,6 +334,9 @@ class Engine(Dispatch):
             self._supervisor.on_exit(slot, message)
         elif kind is WorkerFailed:
             self._supervisor.on_worker_failed(slot, message)
+        elif kind is BackendFailed:
+            with self._lock:
+                self._break(message.error)
         elif kind is WorkerReady:
             w = self._workers[slot]
             w.ready, w.alive = True, True

@@ -168,7 +168,10 @@ class Dispatch:
         """A worker with a free credit for ``job`` (credit taken), or None."""
         if not may_run_ahead(job, self.reorder_bytes):
             return None
-        if job.window is not None and job.taken_items - job.consumed_items >= job.window:
+        if (job.window is not None and not job._retry
+                and job.taken_items - job.consumed_items >= job.window):
+            # (Items to run again were taken already: the window does not hold
+            # them back, or a full window of lost items would wait for ever.)
             return None
         if job.targets is not None:
             if job._retry:

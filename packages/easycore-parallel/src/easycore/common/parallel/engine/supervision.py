@@ -13,7 +13,9 @@ exit its back-end reports (``WorkerExited``), every hook failure
 2. **What it ran is settled by a policy.** Which item was running is read
    from the worker's item slot (it writes ``(job, seq, item, started)``
    as it receives a chunk and before each item), unless the kill reason says.
-   Then one of two strategies decides:
+   A worker *taken away* (``taken_away``: its back-end says its node was
+   lost or it was killed from outside, as Ray does) blames no item: that is
+   decided there and nowhere else. Then one of two strategies decides:
 
    * [`FailFast`][easycore.common.parallel.engine.supervision.FailFast] (runners):
      a death ends the call (the engine breaks, naming the item); a task past
@@ -22,7 +24,11 @@ exit its back-end reports (``WorkerExited``), every hook failure
      (pools): only the running item fails; the rest of its chunk and the
      chunks queued behind it are requeued for other workers (work the worker
      never received costs nothing). A job whose items killed ``max_deaths``
-     workers fails as a whole.
+     workers fails as a whole. A worker taken away fails nothing: all it held
+     runs again (at least once: items may have run before the loss), and each
+     job it held counts the node; one node more than ``max_node_losses`` fails
+     the job with [`NodesLostError`][easycore.common.parallel.NodesLostError].
+     (Runners still fail fast, with an error that names the lost node.)
 
 3. **The worker is replaced**, unless the engine broke or closes, and after a
    planned exit too (``maxtasksperchild``): the slot is queued for a restart
@@ -54,7 +60,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
 from ..backends.base import ChannelBroken, WorkerExited
-from ..errors import ParallelError, TaskTimeoutError, WorkerError
+from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerError
 from ..worker.protocol import StopWorker, WorkerFailed
 from .dispatch import WorkerState, pop_chunk
 from .job import Chunk, ItemError, Job
@@ -62,22 +68,26 @@ from .job import Chunk, ItemError, Job
 if TYPE_CHECKING:
     from .core import Engine
 
-__all__ = ["FailFast", "ReplaceWorker", "Supervisor"]
+__all__ = ["FailFast", "ReplaceWorker", "Supervisor", "taken_away"]
 
 
 class Supervisor:
     """Worker exits, hook failures, restarts and task deadlines of one engine."""
 
-    def __init__(self, engine: Engine, *, fail_fast: bool, max_deaths: int) -> None:
+    def __init__(self, engine: Engine, *, fail_fast: bool, max_deaths: int,
+                 max_node_losses: Optional[int] = None) -> None:
         """
         Args:
             engine (Engine): whose workers are supervised.
             fail_fast (bool): the policy: ``FailFast`` (runners), else
                 ``ReplaceWorker`` (pools).
             max_deaths (int): worker deaths one job may cause before it fails.
+            max_node_losses (int or None): lost nodes one job may see and carry on
+                (None: any number).
         """
         self.engine = engine
         self.max_deaths = max_deaths
+        self.max_node_losses = max_node_losses
         self.policy: _Policy = FailFast(self) if fail_fast else ReplaceWorker(self)
         self._replace: Deque[WorkerState] = deque()  # slots to restart, outside the lock
         self._starting = 0  # replacements being started now
@@ -88,8 +98,10 @@ class Supervisor:
         """``slot``'s worker is gone: settle what it ran, plan its replacement."""
         engine = self.engine
         w = engine._workers[slot]
+        lost = taken_away(msg)
         with engine._lock:
-            if not (w.ready or w.retiring or msg.expected or engine._closing or w.fifo):
+            if not (w.ready or w.retiring or msg.expected or engine._closing or w.fifo
+                    or lost):
                 # Died before its init hooks returned. Once may be bad luck (a
                 # kill); again and again, every replacement would die the same
                 # way, forever: as an init hook's error does, that ends the
@@ -108,7 +120,7 @@ class Supervisor:
                 if w.retiring:
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
                 return
-            what, at = reason if reason is not None else ("died", None)
+            what, at = reason if reason is not None else ("lost" if lost else "died", None)
             if engine.recorder is not None:
                 engine.recorder.lost(slot, what == "timeout")
             self.policy.lost(w, chunks, what, at, msg)
@@ -163,6 +175,21 @@ class Supervisor:
         if prog[0] == chunk.job.id and prog[1] == chunk.seq:
             return True, (prog[2] if prog[2] >= 0 else None)
         return False, None
+
+    def count_lost_node(self, w: WorkerState, chunks: List[Chunk], msg: WorkerExited) -> None:
+        """``w`` was taken away with ``chunks``: each job among them counts its node;
+        one past ``max_node_losses`` fails with ``NodesLostError``."""
+        cause = msg.cause
+        assert cause is not None
+        # A node counts once however many of a job's workers it held; a worker
+        # killed from outside counts on its own.
+        key = cause.node_id if cause.kind == "node lost" and cause.node_id else (
+            f"{cause.node_id} (worker {w.slot}, pid {msg.pid}, {cause.kind})")
+        limit = self.max_node_losses
+        for job in dict.fromkeys(c.job for c in chunks):
+            job.lost_nodes.setdefault(key, cause)
+            if limit is not None and len(job.lost_nodes) > limit:
+                self.engine._fail(job, NodesLostError(job.lost_nodes, limit))
 
     def death_error(self, w: WorkerState, msg: WorkerExited,
                     items: Optional[List[int]] = None) -> BaseException:
@@ -296,6 +323,21 @@ class Supervisor:
         return max(head.sent_at, w.last_at), None
 
 
+def taken_away(msg: WorkerExited) -> bool:
+    """Whether a worker was taken away (its node lost, killed from outside, as its
+    back-end tells) rather than ended by what it ran: the one place that decides
+    whether a death is an item's fault. Such a death blames no item and counts
+    against no ``max_deaths`` (nor as a failed start).
+
+    Args:
+        msg (WorkerExited): what the back-end reported.
+
+    Returns:
+        bool:
+    """
+    return msg.cause is not None and msg.cause.infrastructure
+
+
 def _timed_head(w: WorkerState) -> Optional[Tuple[Chunk, float]]:
     """The chunk ``w`` runs now and its job's timeout, if it has one."""
     head = w.fifo[0] if w.fifo else None
@@ -318,7 +360,8 @@ class _Policy:
         Args:
             w (WorkerState): the slot.
             chunks (list): its chunks, in the order it ran them.
-            what (str): "died", or "timeout" (the engine killed it).
+            what (str): "died", "lost" (taken away: see ``taken_away``), or
+                "timeout" (the engine killed it).
             at (int or None): position in ``chunks[0]`` of the item running, if known.
             msg (WorkerExited): what the back-end reported.
         """
@@ -339,8 +382,9 @@ class FailFast(_Policy):
     def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
              msg: WorkerExited) -> None:
         sup, engine = self.sup, self.engine
-        if not chunks:
-            if what == "died":
+        if not chunks or what == "lost":
+            if what != "timeout":
+                # Lost too: a runner fails fast, with an error that names the node.
                 engine._break(sup.death_error(w, msg))
             return
         running, queued = chunks[0], chunks[1:]
@@ -371,6 +415,11 @@ class ReplaceWorker(_Policy):
     def lost(self, w: WorkerState, chunks: List[Chunk], what: str, at: Optional[int],
              msg: WorkerExited) -> None:
         sup = self.sup
+        if what == "lost":  # no item at fault: all it held runs again, elsewhere
+            sup.count_lost_node(w, chunks, msg)
+            for c in chunks:
+                sup.requeue(c.job, c.first, c.items, c.n)
+            return
         if not chunks:
             return  # it died idle: nothing was lost
         running, queued = chunks[0], chunks[1:]

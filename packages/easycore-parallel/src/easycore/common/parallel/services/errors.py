@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import ParallelError, WorkerDiedError
+from ..errors import DeathCause, ParallelError, WorkerDiedError
 
 __all__ = ["ServiceClosedError", "ServiceDiedError", "ServiceNotFoundError"]
 
@@ -36,6 +36,9 @@ class ServiceDiedError(WorkerDiedError):
         exitcode (int or None): its exit code where known (the owner's handle
             may know it; other clients do not).
         reason (str): what was seen, e.g. "its connection closed".
+        cause (DeathCause or None): on Ray, why its actor is gone, as data: a lost node
+            (``cause.kind == "node lost"``, with the node), a kill from outside, or its
+            own process; a service's state is gone with it either way.
     """
 
     def __init__(
@@ -45,15 +48,19 @@ class ServiceDiedError(WorkerDiedError):
         pid: Optional[int],
         exitcode: Optional[int] = None,
         reason: str = "",
+        cause: Optional[DeathCause] = None,
     ) -> None:
         self.service = service
         self.device, self.worker_index, self.pid, self.exitcode = device, 0, pid, exitcode
-        self.reason = reason
+        self.reason, self.cause = reason, cause
+        what = (f"was lost: {cause.describe()}; no call was at fault"
+                if cause is not None and cause.infrastructure else "died unexpectedly")
         ParallelError.__init__(
             self,
-            f"{service} on device {device!r} (pid {pid}) died unexpectedly"
+            f"{service} on device {device!r} (pid {pid}) {what}"
             + (f": {reason}" if reason else ""),
         )
 
     def __reduce__(self):
-        return (type(self), (self.service, self.device, self.pid, self.exitcode, self.reason))
+        return (type(self), (self.service, self.device, self.pid, self.exitcode, self.reason,
+                             self.cause))
