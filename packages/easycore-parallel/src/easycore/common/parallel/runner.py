@@ -187,7 +187,8 @@ class BaseRunner:
                 (dict), any other ``ray.init`` arguments (e.g. ``runtime_env``,
                 ``num_cpus``). Both are ignored when this process is already
                 connected to Ray; a Ray the runner started is shut down on close.
-                ``capacity_timeout``: see [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend].
+                ``capacity_timeout``: see
+                [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend].
         """
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(
