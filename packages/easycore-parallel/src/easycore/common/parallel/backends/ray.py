@@ -47,26 +47,22 @@ modify it. The runner's ``make_transport`` seam is not used here.
 Ray itself: if this process is already connected to Ray, that connection is
 used as it is (``address`` and ``ray_init_kwargs`` are ignored) and left up
 on close. Otherwise the runner calls ``ray.init(address=address,
-**ray_init_kwargs)`` and shuts Ray down when the last runner using it closes.
+**ray_init_kwargs)`` and shuts Ray down when the last runner using it closes
+([`ray_session`][easycore.common.parallel.backends.ray_session]).
 A Ray the runner starts itself is a node at 127.0.0.1 without a dashboard
 unless ``ray_init_kwargs`` says otherwise. Ray itself (2.60 and before) still
 binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
-Ray is an optional extra and is imported only here, on first use.
+Ray is an optional extra and is imported only on first use.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from .._os.lifeline import run_into
 from ..errors import DeathCause, ParallelError, WorkerError
 from ..options import check_seconds
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
@@ -83,182 +79,17 @@ from .base import (
 )
 from .ray_actor import RayWorker, init_failed_report
 from .ray_losses import RayCapacityError, RayWorkerDiedError, death_cause, out_of_room
+from .ray_session import (  # the session helpers' documented home until 0.5
+    acquire_ray,
+    bounded_query,
+    exposed_ports,
+    import_ray,
+    is_cuda,
+    release_ray,
+)
 
-__all__ = ["RayBackend", "RayCapacityError", "RayWorkerDiedError", "death_cause"]
-
-_INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
-
-
-def is_cuda(device: str) -> bool:
-    """Whether ``device`` names a GPU (``"cuda"`` or ``"cuda:N"``): it then asks Ray for one."""
-    return device == "cuda" or device.startswith("cuda:")
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ``ImportError`` that says which extra installs it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(f"backend='ray' needs Ray, an optional extra: {_INSTALL}") from exc
-    return ray
-
-
-# The Ray this module started, shared by every runner that finds it running:
-# shut down when the last of them closes, never when someone else started it.
-_session_lock = threading.Lock()
-_session: Dict[str, Any] = {"job": None, "users": 0}
-
-
-def acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
-    """Join the Ray session shared by easycore's back-ends and services, starting it if none runs.
-
-    Shared with `easycore.common.parallel.services` (its Ray-hosted services), so that
-    one session serves both and the last user shuts it down.
-
-    Args:
-        ray (module): the ``ray`` module (from
-            [`import_ray`][easycore.common.parallel.backends.ray.import_ray]).
-        address (str or None): the cluster to join; None starts a local Ray on loopback.
-        init_kwargs (Mapping): more keyword arguments for ``ray.init``.
-
-    Returns:
-        bool: True when this call counts as a user of easycore's session (pair it with
-        [`release_ray`][easycore.common.parallel.backends.ray.release_ray]); False when the
-        caller's own Ray runs, which is used and left up.
-    """
-    with _session_lock:
-        if not ray.is_initialized():
-            kwargs = _local_defaults(address, init_kwargs)
-            ray.init(address=address, **kwargs)
-            _session.update(job=ray.get_runtime_context().get_job_id(), users=0)
-            if kwargs.get("_node_ip_address") == "127.0.0.1":
-                _warn_if_exposed()
-        elif ray.get_runtime_context().get_job_id() != _session["job"]:
-            return False  # the caller's own Ray: use it, leave it up
-        _session["users"] += 1
-        return True
-
-
-def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
-    """TCP ports that processes below ``root_pid`` listen on on every interface.
-
-    Args:
-        root_pid (int or None): default this process.
-
-    Returns:
-        list[int]: ports bound to 0.0.0.0 or ``::`` by the process or its
-        descendants; empty where the platform does not tell.
-    """
-    import psutil
-
-    from .._os.lifeline import descendants
-
-    root = root_pid or os.getpid()
-    try:
-        procs = [psutil.Process(root), *descendants(root)]
-    except psutil.Error:
-        return []
-    ports = set()
-    for proc in procs:
-        # psutil 6 renamed connections() to net_connections()
-        listing = getattr(proc, "net_connections", None) or proc.connections
-        try:
-            conns = listing(kind="tcp")
-        except (psutil.Error, OSError):
-            continue
-        for conn in conns:
-            local = conn.laddr
-            if conn.status == psutil.CONN_LISTEN and local and local.ip in ("0.0.0.0", "::"):
-                ports.add(local.port)
-    return sorted(ports)
-
-
-def _warn_if_exposed() -> None:
-    """Ray asked for 127.0.0.1 may still listen everywhere: say so, once, with the ports."""
-    import warnings
-
-    ports = exposed_ports()
-    if ports:
-        warnings.warn(
-            f"the Ray that easycore started was asked to stay on 127.0.0.1, but Ray "
-            f"{import_ray().__version__} binds its GCS, raylet and worker servers to every "
-            f"network interface (TCP ports {', '.join(map(str, ports))}); Ray has no option "
-            f"to prevent it. On a machine reachable from untrusted networks, firewall those "
-            f"ports, or start Ray yourself inside a trusted network and pass address=",
-            RuntimeWarning,
-            stacklevel=_first_caller_outside_easycore(),
-        )
-
-
-def _first_caller_outside_easycore() -> int:
-    """The ``stacklevel`` that points a warning at the user's line, not easycore's.
-
-    Runners, pools and services reach Ray through call chains of different depths,
-    so no fixed number fits; this counts the frames (from the caller of
-    ``warnings.warn``) that live in easycore's own files. Python 3.12's
-    ``skip_file_prefixes`` does the same but 3.9-3.11 lack it.
-    """
-    import sys
-    from types import FrameType
-
-    import easycore
-
-    prefixes = tuple(os.path.join(os.path.abspath(p), "") for p in easycore.__path__)
-    frame: Optional[FrameType] = sys._getframe(1)  # the function that calls warnings.warn
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(prefixes):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """Keep a Ray that the runner starts itself on loopback, with no dashboard.
-
-    Nothing easycore starts may listen on a non-loopback address by default;
-    pass ``ray_init_kwargs={"_node_ip_address": ...}`` to open it up. When
-    ``address`` names a cluster, or one is already running on this machine,
-    Ray is only joined and the options are left as given.
-    """
-    kwargs = dict(init_kwargs)
-    starts_new = (
-        address is None
-        and not os.environ.get("RAY_ADDRESS")
-        and not os.path.exists(os.path.join(tempfile.gettempdir(), "ray", "ray_current_cluster"))
-    )
-    if starts_new:
-        kwargs.setdefault("_node_ip_address", "127.0.0.1")
-        kwargs.setdefault("include_dashboard", False)
-    return kwargs
-
-
-def release_ray(ray: Any) -> None:
-    """Leave the session joined by ``acquire_ray``; the last one out stops easycore's Ray."""
-    with _session_lock:
-        _session["users"] -= 1
-        if _session["users"] <= 0 and ray.is_initialized():
-            if ray.get_runtime_context().get_job_id() == _session["job"]:
-                ray.shutdown()
-            _session.update(job=None, users=0)
-
-
-def _bounded(ask: Any, timeout: float, what: str) -> Any:
-    """``ask()``, or a ``ParallelError`` when it has not answered in ``timeout`` s.
-
-    Ray's state queries wait without a deadline in C++ (where no signal
-    reaches them) for a GCS that may never answer; the waiting thread is a
-    daemon left behind.
-    """
-    future: Future = Future()
-    threading.Thread(target=run_into, args=(future, ask), name="easycore-ray-query",
-                     daemon=True).start()
-    if not wait_futures([future], timeout).done:
-        raise ParallelError(
-            f"Ray's GCS did not answer {what} within {timeout:g} s: the Ray session is not "
-            f"healthy (see its logs, under the session folder, by default "
-            f"/tmp/ray/session_latest/logs); no actor was started"
-        )
-    return future.result()
+__all__ = ["RayBackend", "RayCapacityError", "RayWorkerDiedError", "acquire_ray",
+           "death_cause", "exposed_ports", "import_ray", "is_cuda", "release_ray"]
 
 
 class _Call(NamedTuple):
@@ -269,6 +100,7 @@ class _Call(NamedTuple):
     kind: str  # "where", "start", "chunk", "stop" or "probe"
     job: Any = None
     seq: Any = None
+    order: int = 0  # calls of one actor run in this order
 
 
 class RayBackend(Backend):
@@ -314,6 +146,7 @@ class RayBackend(Backend):
         self._where: List[Optional[tuple]] = [None] * n  # (pid, node id, node ip)
         self._where_refs: List[Any] = [None] * n
         self._pending: Dict[Any, _Call] = {}
+        self._order = 0  # of the calls made
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
@@ -382,7 +215,7 @@ class RayBackend(Backend):
         actor = ray.remote(RayWorker).options(
             num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0
         ).remote(spec.program, slot, inner, spec.cfg, context, spec.threads)
-        gen = self._gen[slot] = self._gen[slot] + 1
+        self._gen[slot] += 1
         self._actors[slot] = actor
         self._where[slot] = None
         for state in (self._dead, self._killed, self._ending, self._doubt):
@@ -390,12 +223,24 @@ class RayBackend(Backend):
         where = self._where_refs[slot] = actor.where.remote()
         with self._lock:
             self._unplaced[slot] = time.monotonic()
-            self._pending[where] = _Call(slot, gen, "where")
-            self._pending[actor.start.remote()] = _Call(slot, gen, "start")
+        self._track(where, slot, "where")
+        self._track(actor.start.remote(), slot, "start")
+
+    def _track(self, ref: Any, slot: int, kind: str, job: Any = None, seq: Any = None) -> None:
+        """Remember what the call ``ref`` on ``slot``'s actor is for, until its reply."""
+        with self._lock:
+            self._order += 1
+            self._pending[ref] = _Call(slot, self._gen[slot], kind, job, seq, self._order)
         self._changed.set()
 
+    def _drop_calls(self, slot: int) -> None:
+        """Forget ``slot``'s pending calls (its actor is gone, or cannot be reached)."""
+        with self._lock:
+            for ref in [r for r, c in self._pending.items() if c.slot == slot]:
+                del self._pending[ref]
+
     def _check_resources(self) -> None:
-        have = _bounded(self._ray.cluster_resources, self.resources_timeout,
+        have = bounded_query(self._ray.cluster_resources, self.resources_timeout,
                         "ray.cluster_resources()")
         cpus = gpus = 0.0
         for device in self.devices:
@@ -439,14 +284,13 @@ class RayBackend(Backend):
             # Unreachable, its fate not known yet: the engine keeps the chunk,
             # and takes it back when the worker's exit is reported.
             return
-        ref = self._actors[worker].handle.remote(message)
-        call = (_Call(worker, self._gen[worker], "chunk", message.job, message.seq) if is_chunk
-                else _Call(worker, self._gen[worker], "stop"))
         # Returns at once: Ray queues the task on the actor; the engine's
         # credits bound how many are queued.
-        with self._lock:
-            self._pending[ref] = call
-        self._changed.set()
+        ref = self._actors[worker].handle.remote(message)
+        if is_chunk:
+            self._track(ref, worker, "chunk", message.job, message.seq)
+        else:
+            self._track(ref, worker, "stop")
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -490,7 +334,9 @@ class RayBackend(Backend):
             expected = slot in self._killed or slot in self._ending
             if isinstance(exc, ray.exceptions.ActorUnavailableError) and not expected:
                 self._suspect(slot)  # Ray's verdict on it comes later
-            else:
+                return
+            self._settle_before(call, out)
+            if slot not in self._dead:  # (no earlier call reported it)
                 self._exit(slot, exc, expected, out)
             return
         except ray.exceptions.ObjectLostError:
@@ -526,14 +372,26 @@ class RayBackend(Backend):
             self._dead.add(slot)
             out.append((slot, WorkerExited(self._locate(slot)[0], 0, True)))
 
+    def _settle_before(self, call: _Call, out: List[Tuple[int, Any]]) -> None:
+        """The replies of the calls the actor ran before the one it died in, first: they
+        may still be on their way, and the engine blames the call at the head of its queue."""
+        with self._lock:
+            earlier = [r for r, c in self._pending.items()
+                       if c.slot == call.slot and c.gen == call.gen and c.order < call.order]
+        if earlier:  # each resolves soon: a value sent, or the same death
+            ready, _ = self._ray.wait(earlier, num_returns=len(earlier),
+                                      timeout=self.kill_timeout)
+            for ref in earlier:
+                if ref in ready:
+                    self._reply(ref, out)
+
     def _exit(self, slot: int, exc: Any, expected: bool, out: List[Tuple[int, Any]]) -> None:
         """``slot``'s actor is gone, as ``exc`` says: report it once, with its cause."""
         self._dead.add(slot)
         self._doubt.discard(slot)
-        with self._lock:  # its other calls fail the same way: one exit is enough
+        self._drop_calls(slot)  # its other calls fail the same way: one exit is enough
+        with self._lock:
             self._unplaced.pop(slot, None)
-            for other in [r for r, c in self._pending.items() if c.slot == slot]:
-                del self._pending[other]
         if getattr(exc, "actor_init_failed", False):
             out.append((slot, WorkerFailed(None, None, init_failed_report(exc))))
         pid, node_id, node_ip = self._locate(slot)
@@ -546,12 +404,8 @@ class RayBackend(Backend):
         """Ray cannot reach ``slot``'s actor: drop its calls, and ask it where it is until
         Ray decides (its node's health checks): dead, or reachable again."""
         self._doubt.add(slot)
-        actor = self._actors[slot]
-        with self._lock:
-            for other in [r for r, c in self._pending.items() if c.slot == slot]:
-                del self._pending[other]
-            self._pending[actor.where.remote()] = _Call(slot, self._gen[slot], "probe")
-        self._changed.set()
+        self._drop_calls(slot)
+        self._track(self._actors[slot].where.remote(), slot, "probe")
 
     def _check_capacity(self) -> List[Tuple[int, Any]]:
         """The ``capacity_timeout`` rule: ``[(slot, BackendFailed(RayCapacityError))]``
@@ -571,8 +425,8 @@ class RayBackend(Backend):
         self._gave_up = True
         free, total = {}, {}
         try:  # only for the message: Ray may not answer
-            free = _bounded(self._ray.available_resources, 5.0, "ray.available_resources()")
-            total = _bounded(self._ray.cluster_resources, 5.0, "ray.cluster_resources()")
+            free = bounded_query(self._ray.available_resources, 5.0, "ray.available_resources()")
+            total = bounded_query(self._ray.cluster_resources, 5.0, "ray.cluster_resources()")
         except ParallelError:
             pass
         error = RayCapacityError(late, [self.devices[s] for s in late], limit or 0, free, total,
