@@ -205,13 +205,13 @@ def test_no_room_is_an_error_after_capacity_timeout_not_a_hang(nodes, tmp_path):
     # At start: another pool holds 2 of the cluster's 3 CPUs. (The time counts from
     # the start to each actor's process running: long enough for the one with room.)
     with Pool(2, backend="ray"), pytest.raises(RayCapacityError) as info:
-        Pool(2, backend="ray", capacity_timeout=6)
+        Pool(2, backend="ray", capacity_timeout=10)
     assert info.value.starting and len(info.value.workers) == 1
-    assert "within capacity_timeout=6 s of the start" in str(info.value)
+    assert "within capacity_timeout=10 s of the start" in str(info.value)
     # Later: while a worker runs, the pool carries on and replacements wait ...
     gate = Gate(tmp_path)
     nodes.ensure_nodes()  # the two pools' CPUs are free again
-    with Pool(3, backend="ray", capacity_timeout=6) as pool:
+    with Pool(3, backend="ray", capacity_timeout=10) as pool:
         result = pool.map_async(partial(held, gate=gate, after=6), range(20), chunksize=1)
         gate.wait_started(3)
         big = nodes.lose(nodes.big)

@@ -36,7 +36,8 @@ Lost nodes: an actor's death is read into a
 its ``WorkerExited``; the engine decides what it costs (a lost node blames no item).
 An actor Ray cannot reach (``ActorUnavailableError``) is asked where it is until
 Ray decides (its node's health checks): dead, or reachable again (then ended
-here: its calls were lost). Replacements ask Ray for no particular node, so
+here: its calls were lost); after ``unreachable_timeout`` without a verdict it
+is ended here as lost too. Replacements ask Ray for no particular node, so
 they go wherever there is room now, a node that joined since included; the
 ``capacity_timeout`` bounds the wait (see ``RayBackend``).
 
@@ -112,6 +113,9 @@ class RayBackend(Backend):
     kill_timeout = 5.0
     #: seconds to wait for Ray's GCS to say what the cluster has
     resources_timeout = 30.0
+    #: seconds an actor Ray cannot reach may wait for Ray's verdict (its node's
+    #: health checks, 15 to 30 s by default) before easycore ends it as lost
+    unreachable_timeout = 120.0
 
     def __init__(
         self, spec: BackendSpec, address: Optional[str] = None,
@@ -150,7 +154,7 @@ class RayBackend(Backend):
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
-        self._doubt: set = set()  # unreachable slots, waiting for Ray's verdict
+        self._doubt: Dict[int, float] = {}  # unreachable slots (since), awaiting Ray's verdict
         self._unplaced: Dict[int, float] = {}  # slot -> when its actor was asked for
         self._running_at = time.monotonic()  # last seen with a placed, live worker
         self._starting_at: Optional[float] = None  # start(): every actor must be placed
@@ -218,8 +222,9 @@ class RayBackend(Backend):
         self._gen[slot] += 1
         self._actors[slot] = actor
         self._where[slot] = None
-        for state in (self._dead, self._killed, self._ending, self._doubt):
+        for state in (self._dead, self._killed, self._ending):
             state.discard(slot)
+        self._doubt.pop(slot, None)
         where = self._where_refs[slot] = actor.where.remote()
         with self._lock:
             self._unplaced[slot] = time.monotonic()
@@ -333,7 +338,7 @@ class RayBackend(Backend):
         except ray.exceptions.RayActorError as exc:
             expected = slot in self._killed or slot in self._ending
             if isinstance(exc, ray.exceptions.ActorUnavailableError) and not expected:
-                self._suspect(slot)  # Ray's verdict on it comes later
+                self._suspect(slot, out)  # Ray's verdict on it comes later
                 return
             self._settle_before(call, out)
             if slot not in self._dead:  # (no earlier call reported it)
@@ -342,7 +347,7 @@ class RayBackend(Backend):
         except ray.exceptions.ObjectLostError:
             # A chunk's results lost with the node that held them: the worker's
             # fate (and so whether its chunks run again) comes from Ray's verdict.
-            self._suspect(slot)
+            self._suspect(slot, out)
             return
         except ray.exceptions.RayError as exc:  # e.g. results Ray could not serialise
             cause = getattr(exc, "cause", None) or exc
@@ -355,15 +360,8 @@ class RayBackend(Backend):
         if call.kind in ("where", "probe"):
             self._where[slot] = message
             self._unplaced.pop(slot, None)
-            if call.kind == "probe":
-                # It answers again, but the calls it had are lost: a node that
-                # could not be reached for a while. Ended here, replaced by the engine.
-                self._dead.add(slot)
-                self._kill_quietly(self._actors[slot])
-                out.append((slot, WorkerExited(message[0], None, False, "unreachable for a "
-                            "while: Ray lost the calls it had", DeathCause(
-                                "node lost", "unreachable for a while: its calls were lost",
-                                message[1], message[2]))))
+            if call.kind == "probe":  # it answers again, but the calls it had are lost
+                self._end_unreachable(slot, "its calls were lost", out)
             return
         out.append((slot, message))
         if isinstance(message, (WorkerEnded,)) or (
@@ -388,7 +386,7 @@ class RayBackend(Backend):
     def _exit(self, slot: int, exc: Any, expected: bool, out: List[Tuple[int, Any]]) -> None:
         """``slot``'s actor is gone, as ``exc`` says: report it once, with its cause."""
         self._dead.add(slot)
-        self._doubt.discard(slot)
+        self._doubt.pop(slot, None)
         self._drop_calls(slot)  # its other calls fail the same way: one exit is enough
         with self._lock:
             self._unplaced.pop(slot, None)
@@ -400,12 +398,28 @@ class RayBackend(Backend):
             self._lost[cause.node_id] = cause
         out.append((slot, WorkerExited(pid, None, expected, str(exc), cause)))
 
-    def _suspect(self, slot: int) -> None:
+    def _suspect(self, slot: int, out: List[Tuple[int, Any]]) -> None:
         """Ray cannot reach ``slot``'s actor: drop its calls, and ask it where it is until
-        Ray decides (its node's health checks): dead, or reachable again."""
-        self._doubt.add(slot)
+        Ray decides (its node's health checks): dead, or reachable again; or until
+        ``unreachable_timeout`` passed without a verdict."""
+        since = self._doubt.setdefault(slot, time.monotonic())
+        if time.monotonic() - since > self.unreachable_timeout:
+            self._end_unreachable(slot, f"for {self.unreachable_timeout:g} s", out)
+            return
         self._drop_calls(slot)
         self._track(self._actors[slot].where.remote(), slot, "probe")
+
+    def _end_unreachable(self, slot: int, detail: str, out: List[Tuple[int, Any]]) -> None:
+        """End the actor Ray lost touch with (the engine replaces it): its node is lost."""
+        pid, node_id, node_ip = self._locate(slot)
+        self._dead.add(slot)
+        self._doubt.pop(slot, None)
+        self._drop_calls(slot)
+        self._kill_quietly(self._actors[slot])
+        cause = DeathCause("node lost", f"unreachable: {detail}", node_id, node_ip)
+        self._lost[node_id] = cause
+        out.append((slot, WorkerExited(pid, None, False, f"Ray could not reach it: {detail}",
+                                       cause)))
 
     def _check_capacity(self) -> List[Tuple[int, Any]]:
         """The ``capacity_timeout`` rule: ``[(slot, BackendFailed(RayCapacityError))]``
