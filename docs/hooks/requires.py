@@ -23,6 +23,7 @@ LABELS = {
     "torch": "PyTorch",
     "cuda": "a CUDA GPU",
     "ray": "Ray",
+    "ray-nodes": "Ray",
     "cluster": "a Ray cluster",
     "network": "internet access",
 }

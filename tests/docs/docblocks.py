@@ -75,6 +75,9 @@ def _have_cuda() -> bool:
 REQUIREMENTS = {
     "torch": (lambda: _have_module("torch"), "PyTorch is not installed"),
     "ray": (lambda: _have_module("ray"), "Ray is not installed"),
+    # A page's example that starts a local cluster of several nodes (slow) runs as a
+    # script of its own, not with the page's other Ray examples.
+    "ray-nodes": (lambda: _have_module("ray"), "Ray is not installed"),
     "cuda": (_have_cuda, "no CUDA GPU"),
     "cluster": (
         lambda: bool(os.environ.get("EASYCORE_DOCS_CLUSTER")),

@@ -64,6 +64,7 @@ from .backends.process import ProcessBackend as ProcessBackend
 from .background import BackgroundStats, BackgroundTask
 from .errors import (
     ErrorReport,
+    NodesLostError,
     ParallelError,
     RemoteTraceback,
     ResultEncodingError,
@@ -108,6 +109,7 @@ __all__ = [
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "NodesLostError",
     "TaskTimeoutError",
     "RemoteTraceback",
     "ResultEncodingError",
