@@ -414,7 +414,7 @@ class ReplaceWorker(Policy):
 
     keeps_items = True
 
-    def __init__(self, max_deaths: int = 3, max_node_losses: Optional[int] = None) -> None:
+    def __init__(self, max_deaths: int = 3, max_node_losses: Optional[int] = 10) -> None:
         """
         Args:
             max_deaths (int): worker deaths one job may cause before it fails.
