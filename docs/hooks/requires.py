@@ -23,6 +23,8 @@ LABELS = {
     "torch": "PyTorch",
     "cuda": "a CUDA GPU",
     "ray": "Ray",
+    "joblib": "joblib",
+    "mpire": "mpire",
     "cluster": "a Ray cluster",
     "network": "internet access",
 }
