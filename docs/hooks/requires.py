@@ -24,6 +24,8 @@ LABELS = {
     "cuda": "a CUDA GPU",
     "ray": "Ray",
     "ray-nodes": "Ray",
+    "joblib": "joblib",
+    "mpire": "mpire",
     "cluster": "a Ray cluster",
     "network": "internet access",
 }

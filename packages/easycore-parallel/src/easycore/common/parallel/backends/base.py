@@ -101,7 +101,7 @@ class Backend(abc.ABC):
 
         Each back-end takes its own keyword options (Ray's ``address``) and
         refuses the others, naming them
-        (``check_options`` of ``easycore.common.parallel.extending``).
+        ([`check_options`][easycore.common.parallel.options.check_options]).
 
         Args:
             spec (BackendSpec): the program, devices, cfg, device policy,
