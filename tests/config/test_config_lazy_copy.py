@@ -370,7 +370,7 @@ def test_an_overlay_of_a_frozen_source_refuses_writes() -> None:
 
 def test_missing_keys_of_an_overlay_are_the_nodes_own_errors() -> None:
     view = lazy_copy(_big(), {})
-    with pytest.raises(AttributeError, match="table.key5000"):
+    with pytest.raises(AttributeError, match=r"table\.key5000"):
         view.table.key5000  # noqa: B018
     with pytest.raises(KeyError):
         view["nope"]

@@ -196,7 +196,9 @@ class _LazyCopyMixin(_MixinBase):
         return dict.__getitem__(self, key)  # __missing__: the node's own error
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self[key] if key in self else default
+        if not self.__contains__(key):
+            return default
+        return self.__getitem__(key)
 
     def __iter__(self) -> Any:
         # Defined so that dict(copy), {**copy} and dict.update(copy) go through
