@@ -99,7 +99,8 @@ class _LazyCopyMixin(_MixinBase):
     # ------------------------------------------------------------ overlays
     def _lazy_pull(self, key: str) -> Any:
         """An overlay: this copy's own value of the source's `key`, kept from now on."""
-        value = dict.__getitem__(self._lazy_src, key)
+        src: Any = self._lazy_src
+        value = dict.__getitem__(src, key)
         if _shareable(value):
             own = value
         elif isinstance(value, CfgNode):
@@ -355,7 +356,7 @@ def _make(source: CfgNode, cache: TemplateCache) -> CfgNode:
         # copy costs nothing (a shareable value or a nested node) comes in now.
         for key, value in dict.items(source):
             if _shareable(value) or isinstance(value, CfgNode):
-                copy._lazy_pull(key)  # type: ignore[attr-defined]
+                copy._lazy_pull(key)
                 return copy
         object.__setattr__(copy, "_lazy_src", None)  # no such key: copy the level
     unshared = _unshared_keys(source, cache)
