@@ -11,7 +11,16 @@ import threading
 import pytest
 
 from easycore.common.config import CfgNode, FrozenError
+from easycore.common.config import lazy_copy as lazy_copy_module
 from easycore.common.config.lazy_copy import lazy_copy
+
+
+@pytest.fixture(autouse=True, params=["default", "overlays"])
+def overlays(request, monkeypatch) -> None:
+    """Every test twice: as shipped (levels of 64 keys or more are overlays),
+    and with every level an overlay over its source."""
+    if request.param == "overlays":
+        monkeypatch.setattr(lazy_copy_module, "OVERLAY_FROM", 0)
 
 
 def _source() -> CfgNode:
@@ -213,6 +222,7 @@ def test_freeze_or_unfreeze_of_a_copy_never_reaches_the_source(freeze, source_fr
 def _snapshot(value: object) -> object:
     """Everything observable of a tree: keys, values, types and every node's freeze."""
     if isinstance(value, CfgNode):
+        len(value)  # an overlay (a level of many keys) fills itself in: storage read below
         items = [(key, _snapshot(item)) for key, item in dict.items(value)]
         return ("node", type(value).__name__, value.is_frozen(), items)
     if isinstance(value, (list, tuple)):
@@ -293,3 +303,76 @@ def test_every_sequence_of_operations_gives_what_a_deep_copy_gives(seed) -> None
         assert _snapshot(view) == _snapshot(deep), (path, action)
         assert _snapshot(src) == pristine, (path, action)
     assert _snapshot(lazy_copy(src, cache)) == pristine
+
+
+# ------------------------------------------------ overlays over large levels
+def _big() -> CfgNode:
+    return CfgNode({"table": {f"key{i}": i for i in range(5_000)},
+                    **{f"top{i}": i for i in range(5_000)}, "lst": [1]})
+
+
+def test_writing_one_key_of_a_large_level_copies_that_key_only() -> None:
+    src = _big()
+    view = lazy_copy(src, {})
+    view.table.key5 = -1
+    view.top7 = -7
+    view.sum = 0
+    # The storage of each level holds the keys the copy touched, not 5,000.
+    assert dict.__len__(view) < 10 and dict.__len__(view.table) < 10
+    assert view.table.key5 == -1 and view.table.key6 == 6 and view["top7"] == -7
+    assert "key4999" in view.table and view.table.get("nope", 3) == 3
+    assert src.table.key5 == 5 and src.top7 == 7 and "sum" not in src
+
+
+def test_an_overlay_reads_as_a_whole_copy_in_every_way() -> None:
+    src = _big()
+    view, deep = lazy_copy(src, {}), copy.deepcopy(src)
+    for tree in (view, deep):
+        tree.top3 = "three"  # an existing key keeps its place
+        tree.table.key0 = "zero"
+        tree.NEW = {"a": 1}  # a new key comes last
+        tree.lst.append(2)
+    assert list(view) == list(deep) and list(view.table) == list(deep.table)
+    assert len(view) == len(deep) and view == deep and deep == view
+    assert json.dumps(lazy_copy(src, {})) == json.dumps(src)
+    assert json.dumps(view) == json.dumps(deep)
+    assert pickle.loads(pickle.dumps(view)) == deep
+    assert type(pickle.loads(pickle.dumps(view))) is CfgNode
+    assert CfgNode.load(view.dump()) == deep
+    assert src == _big()
+
+
+def test_an_overlay_frozen_by_its_consumer_leaves_the_source_and_later_copies_alone() -> None:
+    src = _big()
+    cache: dict = {}
+    view = lazy_copy(src, cache)
+    view.table.key1 = 1
+    view.freeze()
+    assert view.is_frozen() and view.table.is_frozen()
+    with pytest.raises(FrozenError):
+        view.table.key2 = 0
+    assert not src.is_frozen() and not src.table.is_frozen()
+    later = lazy_copy(src, cache)
+    later.table.key2 = 0  # not frozen
+    assert not later.table.is_frozen() and src.table.key2 == 2
+
+
+def test_an_overlay_of_a_frozen_source_refuses_writes() -> None:
+    src = _big()
+    src.freeze()
+    view = lazy_copy(src, {})
+    with pytest.raises(FrozenError):
+        view.table.key1 = 0
+    with pytest.raises(FrozenError):
+        view["top1"] = 0
+    assert view.table.key1 == 1
+
+
+def test_missing_keys_of_an_overlay_are_the_nodes_own_errors() -> None:
+    view = lazy_copy(_big(), {})
+    with pytest.raises(AttributeError, match=r"table\.key5000"):
+        view.table.key5000  # noqa: B018
+    with pytest.raises(KeyError):
+        view["nope"]
+    del view.table.key3
+    assert "key3" not in view.table and len(view.table) == 4_999

@@ -122,9 +122,13 @@ class FreezingConsumer(UnorderedRunner):
         return cfg.A.B.c, cfg.L[0].x, cfg.T[0].y
 
 
-def test_a_consumer_freezing_its_cfg_never_freezes_the_next_call(no_leaks):
+@pytest.mark.parametrize("pad", [0, 100], ids=["small levels", "levels of 100 keys (overlays)"])
+def test_a_consumer_freezing_its_cfg_never_freezes_the_next_call(pad, no_leaks):
     # Issue 34, item 7: a call's freeze of its copy reached the runner's own nodes.
-    cfg = CfgNode({"A": {"B": {"c": 0}}, "L": [CfgNode({"x": 0})], "T": (CfgNode({"y": 0}),)})
+    # Issue 37: levels of many keys start as overlays over the runner's snapshot.
+    extra = {f"pad{i}": i for i in range(pad)}
+    cfg = CfgNode({"A": {"B": {"c": 0, **extra}, **extra}, "L": [CfgNode({"x": 0})],
+                   "T": (CfgNode({"y": 0}),), **extra})
     with FreezingConsumer(1, cfg=cfg) as runner:
         assert runner([-1]) == (0, 0, 0)  # froze a copy it had not touched
         assert runner(range(2)) == (2, 2, 2)

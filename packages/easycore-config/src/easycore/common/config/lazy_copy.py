@@ -13,6 +13,16 @@ same isolation at the cost of what a call touches:
   `values`, `pop` ...); a nested node is itself copied lazily, so reading one
   key of a 10,000-key sub-tree copies one dict level, in C.
 
+A level of the tree with many keys (`OVERLAY_FROM` or more: a 100,000-key
+lookup table) is not even copied as one dict: the copy starts as an *overlay*
+over the source's level, holding only the keys the call reads or writes, so
+changing one key of a 100,000-key node costs what changing one key of a small
+one does. Reads and writes of single keys (attribute or item access, `get`,
+`in`, assignment) stay in the overlay; anything else (iteration, `len`, `==`,
+`items`, pickling, `freeze`, `dump` ...) first copies the rest of the level in,
+in the source's order, as the small levels are copied, and from then on the
+node is an ordinary lazy copy.
+
 Operations that walk the whole tree (`freeze`, `merge`, `merge_from_list`,
 `dict()`, `str()`) first copy the parts they walk. The source is never changed
 through a lazy copy. The one rule for the caller: the *source* must not change
@@ -22,12 +32,18 @@ which holds for a runner's private snapshot of its cfg.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Optional, Tuple, Type
+import inspect
+import types
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple, Type
 
 from .node import CfgNode, _deepcopy, _rebuild
 from .peers import set_state, state_of
 
-__all__ = ["lazy_copy"]
+__all__ = ["OVERLAY_FROM", "lazy_copy"]
+
+#: Levels with at least this many keys start as an overlay over the source's
+#: level (per-key copies) instead of a copy of the whole level.
+OVERLAY_FROM = 64
 
 # Values of these types never change, so a copy may share them.
 _IMMUTABLE = frozenset({int, float, str, bool, type(None), bytes, complex, range})
@@ -67,6 +83,8 @@ class _LazyCopyMixin(_MixinBase):
     __slots__ = ()
     _lazy_unshared: set[str]
     _lazy_cache: TemplateCache
+    #: an overlay's source level (None once the level is copied in, or never an overlay)
+    _lazy_src: Optional[CfgNode]
     _lazy_base: Type[CfgNode]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -75,7 +93,58 @@ class _LazyCopyMixin(_MixinBase):
         self = super().__new__(cls, *args, **kwargs)
         object.__setattr__(self, "_lazy_unshared", set())
         object.__setattr__(self, "_lazy_cache", {})
+        object.__setattr__(self, "_lazy_src", None)
         return self
+
+    # ------------------------------------------------------------ overlays
+    def _lazy_pull(self, key: str) -> Any:
+        """An overlay: this copy's own value of the source's `key`, kept from now on."""
+        src: Any = self._lazy_src
+        value = dict.__getitem__(src, key)
+        if _shareable(value):
+            own = value
+        elif isinstance(value, CfgNode):
+            own = _make(value, self._lazy_cache)
+        else:
+            own = _deepcopy(value)
+        self._store(key, own)
+        return own
+
+    def _lazy_fill(self) -> None:
+        """An overlay becomes an ordinary lazy copy: the source's other keys come in.
+
+        In the source's order, keys this copy wrote keeping their place (new
+        ones after), as a copy of the whole level would have them; nodes the
+        overlay handed out are filled too, so that walks reading the storage
+        directly (freezing, dumping, pickling) see whole levels.
+        """
+        src = self._lazy_src
+        if src is None:
+            return
+        object.__setattr__(self, "_lazy_src", None)
+        own = dict(dict.items(self))
+        mirror = self.__dict__
+        own_mirror = dict(mirror)
+        dict.clear(self)
+        dict.update(self, src)  # C: the source is a plain node
+        dict.update(self, own)
+        unshared = set(_unshared_keys(src, self._lazy_cache))
+        unshared.difference_update(own)
+        mirror.clear()
+        mirror.update(src.__dict__)
+        for key in unshared:
+            mirror.pop(key, None)
+        mirror.update(own_mirror)
+        object.__setattr__(self, "_lazy_unshared", unshared)
+        for value in own.values():
+            if isinstance(value, _LazyCopyMixin):
+                value._lazy_fill()
+
+    def __contains__(self, key: Any) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        src = self._lazy_src
+        return src is not None and dict.__contains__(src, key)
 
     # ------------------------------------------------ copying on first use
     def _lazy_take(self, key: str) -> Any:
@@ -89,6 +158,7 @@ class _LazyCopyMixin(_MixinBase):
         return own
 
     def _lazy_take_all(self, deep: bool = False) -> None:
+        self._lazy_fill()
         for key in list(self._lazy_unshared):
             self._lazy_take(key)
         if deep:
@@ -98,6 +168,7 @@ class _LazyCopyMixin(_MixinBase):
 
     def _lazy_take_nodes(self) -> None:
         """Own every nested node of this level (what tree walks descend into)."""
+        self._lazy_fill()
         for key in list(self._lazy_unshared):
             if isinstance(dict.__getitem__(self, key), CfgNode):
                 self._lazy_take(key)
@@ -106,19 +177,29 @@ class _LazyCopyMixin(_MixinBase):
     def __getattr__(self, name: str) -> Any:
         # Reached for keys left out of the attribute mirror until first use
         # (dunder keys are items only, as in every CfgNode).
-        if name in self._lazy_unshared and name[:2] != "__":
-            return self._lazy_take(name)
+        if name[:2] != "__":
+            if name in self._lazy_unshared:
+                return self._lazy_take(name)
+            src = self._lazy_src
+            if src is not None and dict.__contains__(src, name) \
+                    and not dict.__contains__(self, name):
+                return self._lazy_pull(name)
         return super().__getattr__(name)
 
     def __getitem__(self, key: Any) -> Any:
-        if key in self._lazy_unshared:
-            return self._lazy_take(key)
-        return dict.__getitem__(self, key)
+        if dict.__contains__(self, key):
+            if key in self._lazy_unshared:
+                return self._lazy_take(key)
+            return dict.__getitem__(self, key)
+        src = self._lazy_src
+        if src is not None and dict.__contains__(src, key):
+            return self._lazy_pull(key)
+        return dict.__getitem__(self, key)  # __missing__: the node's own error
 
     def get(self, key: Any, default: Any = None) -> Any:
-        if key in self._lazy_unshared:
-            return self._lazy_take(key)
-        return dict.get(self, key, default)
+        if not self.__contains__(key):
+            return default
+        return self.__getitem__(key)
 
     def __iter__(self) -> Any:
         # Defined so that dict(copy), {**copy} and dict.update(copy) go through
@@ -207,18 +288,53 @@ class _LazyCopyMixin(_MixinBase):
 
 _CLASSES: Dict[Type[CfgNode], Type[CfgNode]] = {}
 
+#: What an overlay answers from its own keys and the source's without filling
+#: in the level; every other method of the class fills it first.
+_OVERLAY_SAFE = frozenset({
+    "__getattr__", "__getitem__", "get", "__contains__", "__setattr__", "__setitem__",
+    "__getattribute__", "__new__", "__init_subclass__", "__subclasshook__", "__class__",
+    "_store", "_set", "_prepare", "_check_mutable", "_path_of", "_lazy_pull", "_lazy_fill",
+})
+_METHODS = (types.FunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)
+
+
+def _filling(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    def filled_first(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._lazy_src is not None:
+            self._lazy_fill()
+        return method(self, *args, **kwargs)
+
+    filled_first.__name__ = filled_first.__qualname__ = name
+    filled_first.__doc__ = getattr(method, "__doc__", None)
+    return filled_first
+
 
 def _lazy_class(base: Type[CfgNode]) -> Type[CfgNode]:
     """The lazy-copy class for `base` (same name, so reprs and errors read the same)."""
     cls = _CLASSES.get(base)
     if cls is None:
-        namespace = {
-            "__slots__": ("_lazy_unshared", "_lazy_cache"),
+        namespace: Dict[str, Any] = {
+            "__slots__": ("_lazy_unshared", "_lazy_cache", "_lazy_src"),
             "__module__": base.__module__,
             "__qualname__": base.__qualname__,
             "_lazy_base": base,
         }
-        cls = type(base.__name__, (_LazyCopyMixin, base), namespace)
+        inner = type(base.__name__, (_LazyCopyMixin, base), dict(namespace))
+        # Every method but the overlay's own fills an overlay in first: a
+        # method of `base` or `dict` (and C code calling it) then sees the whole
+        # level, whatever it reads the storage with.
+        outer: Dict[str, Any] = {
+            "__slots__": (),
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+        }
+        for name in dir(inner):
+            if name in _OVERLAY_SAFE:
+                continue
+            raw = inspect.getattr_static(inner, name)
+            if isinstance(raw, _METHODS):
+                outer[name] = _filling(name, getattr(inner, name))
+        cls = type(base.__name__, (inner,), outer)
         _CLASSES[base] = cls
     return cls
 
@@ -227,18 +343,29 @@ def _make(source: CfgNode, cache: TemplateCache) -> CfgNode:
     base = source._lazy_base if isinstance(source, _LazyCopyMixin) else type(source)
     if isinstance(source, _LazyCopyMixin):
         source = _deepcopy(source)  # a copy of a copy: copy for real (rare)
-    unshared = _unshared_keys(source, cache)
-    copy = _lazy_class(base)()
-    object.__setattr__(copy, "_lazy_unshared", set(unshared))
+    cls = _lazy_class(base)
+    copy = cls.__new__(cls)
     object.__setattr__(copy, "_lazy_cache", cache)
     object.__setattr__(copy, "_key_path", source._key_path)
     set_state(copy, state_of(source))
+    object.__setattr__(copy, "_frozen", source._frozen)
+    if dict.__len__(source) >= OVERLAY_FROM:
+        object.__setattr__(copy, "_lazy_src", source)
+        # Never an empty storage over a non-empty source: C code that reads a
+        # dict's size first (json's encoder) would see none. One key whose
+        # copy costs nothing (a shareable value or a nested node) comes in now.
+        for key, value in dict.items(source):
+            if _shareable(value) or isinstance(value, CfgNode):
+                copy._lazy_pull(key)
+                return copy
+        object.__setattr__(copy, "_lazy_src", None)  # no such key: copy the level
+    unshared = _unshared_keys(source, cache)
+    object.__setattr__(copy, "_lazy_unshared", set(unshared))
     dict.update(copy, source)  # C: the source is a plain node
     mirror = copy.__dict__
     mirror.update(source.__dict__)
     for key in unshared:
         mirror.pop(key, None)  # first attribute access goes through __getattr__
-    object.__setattr__(copy, "_frozen", source._frozen)
     return copy
 
 

@@ -42,32 +42,36 @@ except ImportError:  # another interpreter: the public functions do the same
 _SIGINT = int(signal.SIGINT)
 
 
-@contextlib.contextmanager
-def deferred() -> Iterator[None]:
+class deferred:  # used as a function: ``with interrupts.deferred():``
     """Hold a Ctrl-C (SIGINT) that lands inside; raise it on the way out.
 
     Only the main thread handles signals; elsewhere this does nothing. A
-    handler other than Python's (ignored, default) is left alone.
+    handler other than Python's (ignored, default) is left alone. A class
+    rather than a generator: it runs around every job a runner or pool
+    submits, and a generator's context manager costs several times more.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = _raw.getsignal(_SIGINT)
-    if not callable(previous):
-        yield
-        return
-    held: List[Any] = []
 
-    def hold(signum: int, frame: Any) -> None:
-        held.append(frame)
+    __slots__ = ("_held", "_previous")
 
-    _raw.signal(_SIGINT, hold)
-    try:
-        yield
-    finally:
+    def __enter__(self) -> None:
+        self._previous: Any = None
+        if threading.get_ident() != threading.main_thread().ident:
+            return
+        previous = _raw.getsignal(_SIGINT)
+        if not callable(previous):
+            return
+        held: List[Any] = []
+        self._held = held
+        self._previous = previous
+        _raw.signal(_SIGINT, lambda signum, frame: held.append(frame))
+
+    def __exit__(self, *exc: Any) -> None:
+        previous = self._previous
+        if previous is None:
+            return
         _raw.signal(_SIGINT, previous)
-        if held:
-            previous(signal.SIGINT, held[0])
+        if self._held:
+            previous(signal.SIGINT, self._held[0])
 
 
 @contextlib.contextmanager

@@ -481,7 +481,7 @@ class Engine:
         try:
             job.sink.finish(error)
         finally:
-            job.finished.set()
+            job.mark_finished()
             if not state.in_flight():
                 self._transport_idle()
 

@@ -30,6 +30,9 @@ from .ordering import InputOrder
 
 __all__ = ["BufferedInput", "Chunk", "ItemError", "Job", "JobSink"]
 
+#: makes a job's ``finished`` event exactly once, whichever thread asks first
+_EVENT_LOCK = threading.Lock()
+
 if typing.TYPE_CHECKING:
     from ..insights import Recorder
 
@@ -163,9 +166,31 @@ class Job:
         #: nodes whose loss cost this job its workers' items (node -> DeathCause)
         self.lost_nodes: Dict[Any, DeathCause] = {}
         self.done = False
-        self.finished = threading.Event()  # set with done, for threads that wait
+        self._finished: Optional[threading.Event] = None  # made for a thread that waits
         self.error: Optional[BaseException] = None
         self.pull_cap = chunker.max_items
+
+    @property
+    def finished(self) -> threading.Event:
+        """threading.Event: set once the job is done, for threads that wait on it.
+
+        Made on first use (an ``Event`` costs more than the rest of a small
+        job's set-up); ``mark_finished`` sets it.
+        """
+        with _EVENT_LOCK:
+            event = self._finished
+            if event is None:
+                event = self._finished = threading.Event()
+                if self.done:
+                    event.set()
+        return event
+
+    def mark_finished(self) -> None:
+        """Set ``finished`` for whoever waits (``done`` is already True)."""
+        with _EVENT_LOCK:
+            event = self._finished
+        if event is not None:
+            event.set()
 
     # --------------------------------------------------------------- source
     def has_work(self) -> bool:

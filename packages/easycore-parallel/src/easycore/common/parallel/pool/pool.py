@@ -213,6 +213,7 @@ class Pool:
         self._jobs: weakref.WeakSet = weakref.WeakSet()
         self._readers = Readers()  # the threads that read lazy imap inputs
         self._pickle_code = self._options.backend != "thread"
+        self._codes: Dict[Any, bytes] = {}  # job functions pickled by reference (job_code)
 
     def _start_engine(self, spec: BackendSpec) -> None:
         """The back-end and the engine over it, through the one door; work goes
@@ -283,7 +284,7 @@ class Pool:
         check_chunksize(chunksize)
         timeout = self._options.timeout_for(task_timeout)
         job = self._engine.submit_job(
-            job_code(func, mode, pass_context, self._pickle_code), source, sink,
+            job_code(func, mode, pass_context, self._pickle_code, self._codes), source, sink,
             ordered=ordered, lazy=lazy, timeout=timeout, chunker=self._chunker(func),
             chunk_size=chunksize, targets=targets, window=window,
         )

@@ -9,7 +9,9 @@ how an item is passed to it: ``MAP`` (``f(x)``), ``STAR`` (``f(*x)``) or
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+import sys
+import types
+from typing import Any, Callable, Dict, Optional
 
 from ..engine.door import DevicePolicy
 from ..transport.pickling import dumps_code, loads_code
@@ -50,7 +52,7 @@ class PoolProgram(WorkerProgram):
             initializer(*initargs)
 
     def function(self, blob: Any, ctx: WorkerContext) -> Callable[[Any], Any]:
-        fn, mode, pass_context = load_code(blob)
+        fn, mode, pass_context = _load_job(blob)
         if pass_context:
             inner = fn
 
@@ -72,9 +74,15 @@ def load_code(blob: Any) -> Any:
     return loads_code(bytes(blob)) if isinstance(blob, (bytes, bytearray)) else blob
 
 
-def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool) -> Any:
+def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
+             cache: Optional[Dict[Any, bytes]] = None) -> Any:
     """A job's function as its workers read it: ``(func, mode, pass_context)``,
     pickled once (by value where it must be) for workers in other processes.
+
+    Args:
+        cache (dict or None): the bytes of functions pickled by reference,
+            kept across jobs (a pool's): they are the same every time, and a
+            small call (``apply``) no longer pickles its function each time.
 
     Raises:
         TypeError: ``func`` is not callable (the stdlib's words).
@@ -82,4 +90,53 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool) -> A
     if not callable(func):
         raise TypeError(f"{func!r} is not callable")
     blob = (func, mode, pass_context)
-    return dumps_code(blob) if by_value else blob
+    if not by_value:
+        return blob
+    if cache is None or not by_reference(func):
+        return dumps_code(blob)
+    code = cache.get(blob)
+    if code is None:
+        if len(cache) >= _CACHED:
+            cache.clear()
+        code = cache[blob] = dumps_code(blob)
+    return code
+
+
+#: job functions pickled by reference kept at most (a pool's bytes; a worker's functions)
+_CACHED = 64
+#: a worker's job functions read from bytes that name them by reference
+_LOADED: Dict[bytes, Any] = {}
+
+
+def by_reference(func: Any) -> bool:
+    """Whether pickle writes ``func`` as its module and name only.
+
+    A plain function at the top level of a module other than ``__main__``:
+    its pickle is the same bytes every time, and reading them gives back that
+    very object (while the module still holds it under that name). Anything
+    else (a lambda, a closure, a ``partial``, a bound method, code of
+    ``__main__``) may carry state by value and is pickled for every job.
+    """
+    if type(func) not in (types.FunctionType, types.BuiltinFunctionType):
+        return False
+    module = getattr(func, "__module__", None)
+    if module is None or module in ("__main__", "__mp_main__"):
+        return False
+    return getattr(sys.modules.get(module), func.__qualname__, None) is func
+
+
+def _load_job(blob: Any) -> Any:
+    """``load_code`` of a job's ``(func, mode, pass_context)``; the same bytes of a
+    function by reference are read once per worker (each ``apply`` is a new job)."""
+    if not isinstance(blob, (bytes, bytearray)):
+        return blob
+    key = bytes(blob)
+    code = _LOADED.get(key)
+    if code is not None and by_reference(code[0]):
+        return code
+    code = loads_code(key)
+    if by_reference(code[0]):
+        if len(_LOADED) >= _CACHED:
+            _LOADED.clear()
+        _LOADED[key] = code
+    return code
