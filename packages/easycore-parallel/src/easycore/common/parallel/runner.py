@@ -460,6 +460,11 @@ class BaseRunner:
         engine = self._engine
         return list(engine.backend.pids) if engine is not None else []
 
+    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
+        """Where each worker is now, as [`Pool.stacks`][easycore.common.parallel.Pool.stacks]
+        (``{worker: its stack as text}``, read without stopping it)."""
+        return door.stacks(self._engine, timeout)
+
     def activate(self) -> None:
         """Restart all processes if this runner is closed.
 

@@ -26,10 +26,12 @@ import faulthandler
 import os
 import re
 import signal
+import sys
 import sysconfig
 import tempfile
 import threading
 import time
+import types
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "install",
     "request",
     "parse",
+    "of_thread",
     "describe",
 ]
 
@@ -100,6 +103,12 @@ class Stack(NamedTuple):
             if not _is_library(frame.file):
                 return frame
         return None
+
+    def where(self) -> str:
+        """``"; it was in f (file:line)"``: the innermost frame of user code (else
+        the innermost of the main thread), as the end of an error's first line."""
+        frame = self.user_frame() or (self.main[0] if self.main else None)
+        return f"; it was in {frame}" if frame is not None else ""
 
     def __str__(self) -> str:
         lines: List[str] = []
@@ -192,11 +201,13 @@ def install(path: Optional[str]) -> bool:
         return False
     with contextlib.suppress(OSError):
         os.unlink(path)
-    f.write(f"{_MAIN_MARK}0x{threading.main_thread().ident or 0:016x}\n")
-    f.flush()
     global _installed
     _installed = f  # faulthandler keeps the descriptor, not the object
     faulthandler.register(SIGNAL, file=f, all_threads=True, chain=False)
+    # Written once the handler is in place: the caller signals only a worker
+    # whose file has it (the signal's default action ends a process).
+    f.write(f"{_MAIN_MARK}0x{threading.main_thread().ident or 0:016x}\n")
+    f.flush()
     return True
 
 
@@ -225,6 +236,10 @@ def request(
         try:
             dump._lock.acquire()
             start = dump.offset()
+            if start == 0:
+                # Not installed yet (the worker still boots): the signal's
+                # default action would kill it.
+                raise ValueError("no handler yet")
             os.kill(pid, SIGNAL)  # type: ignore[arg-type]
         except (OSError, ValueError):
             dump._lock.release()
@@ -296,9 +311,30 @@ def parse(text: str, main_ident: Optional[str] = None) -> Stack:
     return Stack(main + named)
 
 
+def of_thread(ident: Optional[int]) -> Optional[Stack]:
+    """The stack of one thread of this process (the thread back-end's workers).
+
+    Read from ``sys._current_frames()`` without stopping the thread; like a
+    dump, it keeps only function names, files and lines.
+
+    Args:
+        ident (int or None): the thread's ``ident``.
+
+    Returns:
+        Stack or None: that thread alone, as the "main thread" of its worker;
+        None if it is not running.
+    """
+    frame: Optional[types.FrameType] = sys._current_frames().get(ident) if ident else None
+    if frame is None:
+        return None
+    frames: List[Frame] = []
+    while frame is not None:
+        code = frame.f_code
+        frames.append(Frame(code.co_name, code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return Stack([("main thread", frames)])
+
+
 def describe(stack: Optional[Stack]) -> str:
     """One phrase for an error message: where the main thread was."""
-    if stack is None:
-        return ""
-    frame = stack.user_frame() or (stack.main[0] if stack.main else None)
-    return f"; it was in {frame}" if frame is not None else ""
+    return "" if stack is None else stack.where()

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
+from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
 from ..worker.protocol import WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot
@@ -170,6 +171,21 @@ class Backend(abc.ABC):
         """What ``worker`` last wrote to its [item slot][easycore.common.parallel.worker.slots]
         (which item runs, since when); None: this back-end keeps none."""
         return None
+
+    def stacks(self, workers: Optional[Iterable[int]] = None,
+               timeout: float = 1.0) -> Dict[int, Optional[Stack]]:
+        """Where each worker is now, read without stopping it (see
+        [`stacks`][easycore.common.parallel._os.stacks]).
+
+        Args:
+            workers (iterable of int or None): the slots to ask (None: all).
+            timeout (float): seconds to wait for all of them together.
+
+        Returns:
+            dict: ``{worker: Stack or None}`` (None: gone, not started far
+            enough, or a back-end that cannot tell; this default).
+        """
+        return {w: None for w in (range(len(self.devices)) if workers is None else workers)}
 
     @abc.abstractmethod
     def stop(self, timeout: Optional[float] = None) -> None:

@@ -13,7 +13,7 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Literal, Mapping, Optional, Union
 
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
@@ -35,8 +35,13 @@ __all__ = [
     "ReplaceWorker",
     "backend_for",
     "forked",
+    "stacks",
     "start",
 ]
+
+#: what ``stacks`` says of a live worker whose stack could not be read
+NO_STACK = ("(no stack: the worker did not answer in time, or its back-end cannot read "
+            "stacks; Ray's `ray stack` can)")
 
 
 def backend_for(backends: Mapping[str, Union[type, str]], options: WorkerOptions,
@@ -86,6 +91,30 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
         recorder.caller_pumps = caller_pumps
     engine.start(wait=wait)
     return engine
+
+
+def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:
+    """Where each live worker of ``engine`` is now: every client's ``stacks()``.
+
+    Read without stopping them (see [`stacks`][easycore.common.parallel._os.stacks]),
+    all at once, in ``timeout`` seconds at most.
+
+    Args:
+        engine (Engine or None): a client's engine (None: closed, no workers).
+        timeout (float): seconds to wait for every answer together.
+
+    Returns:
+        dict: ``{worker: its stack as text}``, every thread, innermost frame
+        first; ``NO_STACK`` for a worker that did not answer.
+    """
+    if engine is None:
+        return {}
+    state = engine.state
+    with state.lock:
+        live = [w.slot for w in state.workers if w.alive]
+    found = state.backend.stacks(live, timeout)
+    return {slot: str(found[slot]) if found.get(slot) is not None else NO_STACK
+            for slot in live}
 
 
 def forked(engine: Any) -> bool:

@@ -56,6 +56,7 @@ class WorkerState:
         "items_done",
         "jobs",
         "kill_reason",
+        "kill_stack",
         "last_at",
         "ready",
         "retiring",
@@ -74,6 +75,7 @@ class WorkerState:
         self.retiring = False
         self.last_at = 0.0  # when it last finished a chunk
         self.kill_reason: Optional[Tuple[str, Any]] = None
+        self.kill_stack: Any = None  # where it was when the engine killed it
         self.alive = True
         self.start_deaths = 0  # deaths in a row before the init hooks returned
 

@@ -42,7 +42,10 @@ that ends jobs only through the core's
 4. **Deadlines** (``task_timeout``): ``next_deadline`` tells the pump how
    long it may wait; ``check_deadlines`` kills a worker whose running item is
    past its job's timeout, with the kill reason ``("timeout", item)``, and
-   step 1 takes it from there once its exit is reported.
+   step 1 takes it from there once its exit is reported. Before the kill,
+   outside the engine lock, the worker's stack is read (``Backend.stacks``,
+   every overdue worker at once, ``stack_timeout`` seconds at most): its
+   ``TaskTimeoutError`` says where it was.
 
 Back-ends only start, kill and restart one worker; what a death means is
 decided here.
@@ -106,6 +109,8 @@ class Supervisor:
     #: deaths in a row of one slot's worker before its init hooks returned that
     #: end the engine (its start is what kills it); fewer are replaced
     start_deaths_limit = 3
+    #: seconds to wait for the stacks of workers about to be killed
+    stack_timeout = 1.0
 
     def __init__(self, state: EngineState, outcomes: Outcomes, policy: Policy) -> None:
         """
@@ -159,6 +164,8 @@ class Supervisor:
         why it was killed (None: it was not)."""
         w.alive, w.ready = False, False
         reason, w.kill_reason = w.kill_reason, None
+        if reason is None:
+            w.kill_stack = None
         chunks = [c for c in w.fifo if isinstance(c, Chunk)]  # not the places reserved
         w.fifo.clear()
         w.jobs.clear()
@@ -208,8 +215,9 @@ class Supervisor:
     def timeout_error(self, w: WorkerState, msg: WorkerExited, index: int,
                       job: Job) -> TaskTimeoutError:
         """The error of item ``index`` of ``job``, which overran its timeout on ``w``."""
+        stack, w.kill_stack = w.kill_stack, None
         return TaskTimeoutError(self.state.devices[w.slot], w.slot, msg.pid, index,
-                                job.timeout or 0)
+                                job.timeout or 0, stack)
 
     def requeue(self, job: Job, first: int, items: Optional[List[Any]], n: int) -> None:
         """Items a dead worker did not finish go back to their job, for other workers."""
@@ -301,9 +309,11 @@ class Supervisor:
         return best
 
     def check_deadlines(self) -> None:
-        """Kill every worker whose running task is past its job's timeout."""
+        """Kill every worker whose running task is past its job's timeout, after
+        reading where it is (its stack, for the ``TaskTimeoutError``)."""
         state = self.state
         now = time.monotonic()
+        overdue: List[WorkerState] = []
         with state.lock:
             for w in state.workers:
                 if w.kill_reason is not None or not w.alive:
@@ -317,7 +327,20 @@ class Supervisor:
                 limit = timeout * (1 if item is not None else max(1, head.n))
                 if now - started <= limit:
                     continue
-                w.kill_reason = ("timeout", item)
+                w.kill_reason = ("timeout", item)  # no more work for it from now on
+                overdue.append(w)
+        if not overdue:
+            return
+        # Outside the lock (up to stack_timeout): other threads submit meanwhile.
+        # This thread is the one that polls, so no result of theirs is read
+        # before the kill: a task that ends now still counts as overdue.
+        try:
+            found = state.backend.stacks([w.slot for w in overdue], self.stack_timeout)
+        except Exception:  # noqa: BLE001 -- a back-end's failure to read stacks must not
+            found = {}  # keep a stuck worker alive
+        with state.lock:
+            for w in overdue:
+                w.kill_stack = found.get(w.slot)
                 try:  # noqa: SIM105
                     state.backend.kill(w.slot)
                 except Exception:  # noqa: BLE001 -- whatever a back-end's kill raises (it may

@@ -492,6 +492,21 @@ class Pool:
         """list: the workers' process ids (replacements included)."""
         return list(self._backend.pids)
 
+    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
+        """Where each worker is now: the first thing to call when a run seems stuck.
+
+        Every live worker's Python stack (every thread, innermost frame
+        first: function, file, line), read without stopping it, even while it
+        runs C code. Never local variables or data.
+
+        Args:
+            timeout (float): seconds to wait for the answers (all at once).
+
+        Returns:
+            dict: ``{worker: its stack as text}``.
+        """
+        return door.stacks(self._engine, timeout)
+
     # ------------------------------------------------------------- lifecycle
     def insights(self, reset: bool = False) -> Insights:
         """Where the time went since the pool started (or the last reset).

@@ -1,0 +1,48 @@
+"""Functions that get stuck where a test can name them (importable by spawned workers)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from easycore.common.parallel import UnorderedRunner
+
+STUCK_FOR = 120  # far longer than any test waits: the test ends it first
+
+
+def wait_here(x, mark=None):
+    """Blocks in a wait (on a lock, GIL released); with ``mark``, says it got here."""
+    if mark is not None:
+        with open(f"{mark}.{os.getpid()}", "w"):
+            pass
+    threading.Event().wait(STUCK_FOR)
+    return x
+
+
+def spin_in_c(x):
+    """Runs C code that holds the GIL throughout."""
+    return sum(range(10**12))
+
+
+def stuck_on(x, bad, how=wait_here):
+    return how(x) if x == bad else x
+
+
+class StuckRunner(UnorderedRunner):
+    """Its producer gets stuck on item 1."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return wait_here(data) if data == 1 else data
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.out = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.out.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.out
