@@ -46,3 +46,38 @@ class StuckRunner(UnorderedRunner):
     @staticmethod
     def consumer_end(cfg):
         return cfg.out
+
+
+# ---------------------------------------------------------------- memory
+_held = []
+GROWTH = 40_000_000  # bytes each call keeps (touched: resident)
+
+
+def grow(x):
+    """Keeps 40 MB more for good; says which process ran it and what it then held."""
+    from easycore.common.parallel._os import memory
+
+    block = bytearray(GROWTH)
+    block[::4096] = b"x" * len(range(0, GROWTH, 4096))
+    _held.append(block)
+    return x, os.getpid(), memory.resident(os.getpid())
+
+
+class GrowingRunner(UnorderedRunner):
+    """Its producer keeps 40 MB more per item."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return grow(data)
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.out = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.out.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.out

@@ -79,7 +79,7 @@ class _ConsumerSink(JobSink):
         self.finished = True
 
 
-class BaseRunner:
+class BaseRunner(door.WorkerStacks):
     """A multi-process runner whose consumer receives data unordered.
 
     The runner starts one process per device for the producers and runs the
@@ -133,6 +133,7 @@ class BaseRunner:
         cpu_threads: ThreadsOption = "auto",
         task_timeout: Optional[float] = None,
         insights: bool = False,
+        max_worker_memory: Optional[Union[int, str]] = None,
         **backend_options: Any,
     ) -> None:
         """
@@ -175,20 +176,17 @@ class BaseRunner:
                 for results and reading the input): see
                 [`insights`][easycore.common.parallel.BaseRunner.insights]. Off
                 by default; on, it costs a few timer reads per chunk.
-            **backend_options: extra keyword arguments for the back-end class.
-                With ``backend="ray"``: ``address`` (str or None, default
-                None), passed to ``ray.init``: None connects to a running local
-                Ray or starts one, ``"auto"``, ``"host:port"`` or
-                ``"ray://host:port"`` join a cluster; ``ray_init_kwargs``
-                (dict), any other ``ray.init`` arguments (e.g. ``runtime_env``,
-                ``num_cpus``). Both are ignored when this process is already
-                connected to Ray; a Ray the runner started is shut down on close.
+            max_worker_memory (int or str or None): replace a worker whose resident
+                memory passed this (bytes, or ``"2 GB"``), as ``Pool``'s.
+            **backend_options: the back-end's keyword arguments: with ``backend="ray"``,
+                ``address`` and ``ray_init_kwargs``, as ``Pool``'s.
         """
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(
             backend=backend, start_method=start_method, task_timeout=task_timeout,
             queue_scale=queue_scale, cpu_threads=cpu_threads, progress=progress,
-            insights=insights, backend_options=backend_options,
+            insights=insights, max_worker_memory=max_worker_memory,
+            backend_options=backend_options,
         )
         options.check_backend(self.backends)
         self._devices = self.normalize_devices(devices)
@@ -459,11 +457,6 @@ class BaseRunner:
         """list: process ids of the workers (empty when closed)."""
         engine = self._engine
         return list(engine.backend.pids) if engine is not None else []
-
-    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
-        """Where each worker is now, as [`Pool.stacks`][easycore.common.parallel.Pool.stacks]
-        (``{worker: its stack as text}``, read without stopping it)."""
-        return door.stacks(self._engine, timeout)
 
     def activate(self) -> None:
         """Restart all processes if this runner is closed.

@@ -43,6 +43,7 @@ import abc
 import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
+from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
 from ..worker.protocol import WorkerFailed, WorkerReady
@@ -81,6 +82,8 @@ class Backend(abc.ABC):
     devices: List[str]
     #: the transport the engine encodes items and decodes results with
     transport: Any
+    #: whether ``memory`` reads the workers' memory (``max_worker_memory`` needs it)
+    measures_memory: bool = False
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> Backend:
@@ -170,6 +173,23 @@ class Backend(abc.ABC):
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
         """What ``worker`` last wrote to its [item slot][easycore.common.parallel.worker.slots]
         (which item runs, since when); None: this back-end keeps none."""
+        return None
+
+    def memory(self, worker: int, unique: bool = False) -> Optional[Reading]:
+        """What ``worker`` holds in memory now (and at its peak).
+
+        Args:
+            worker (int): the slot.
+            unique (bool): also its USS (costly: read it seldom).
+
+        Returns:
+            Reading or None: None: gone, or a back-end that cannot tell (this default).
+        """
+        return None
+
+    def resident(self, worker: int) -> Optional[int]:
+        """``worker``'s resident memory (RSS) now, in bytes, read cheaply (after
+        every chunk, for ``max_worker_memory``); None: cannot tell (this default)."""
         return None
 
     def stacks(self, workers: Optional[Iterable[int]] = None,

@@ -38,7 +38,8 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .._os import inherit, interrupts, lifeline, oom, stacks, threads
+from .._os import inherit, interrupts, lifeline, memory, oom, stacks, threads
+from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
 from ..options import check_options
@@ -180,6 +181,7 @@ class ProcessBackend(Backend):
     tick = 0.25
     #: seconds a worker gets to exit after SIGTERM before it is killed
     term_grace = 0.5
+    measures_memory = memory.AVAILABLE
 
     def __init__(
         self,
@@ -455,6 +457,14 @@ class ProcessBackend(Backend):
         if self._item_slots is None:
             return None
         return self._item_slots.read(worker)
+
+    def memory(self, worker: int, unique: bool = False) -> Optional[Reading]:
+        h = self._by_slot.get(worker)
+        return None if h is None or h.gone else memory.read(h.pid, unique)
+
+    def resident(self, worker: int) -> Optional[int]:
+        h = self._by_slot.get(worker)
+        return None if h is None or h.gone else memory.resident(h.pid)
 
     def stacks(self, workers: Optional[Iterable[int]] = None,
                timeout: float = 1.0) -> Dict[int, Optional[Stack]]:

@@ -381,6 +381,8 @@ class Engine:
             if recorder is not None:  # insights: one test per chunk when off
                 recorder.chunk_done(slot, msg.n_items, msg.seconds, msg.working,
                                     msg.nbytes + (chunk.in_bytes if chunk is not None else 0))
+            if recorder is not None or state.max_worker_memory is not None:
+                self.supervisor.check_memory(w)  # before after_chunk: it may retire it
             job = chunk.job if chunk is not None else state.jobs.get(msg.job)
             # No item_payload_done here: the worker releases an input segment
             # when its last view dies (in this message's feedback, or later if

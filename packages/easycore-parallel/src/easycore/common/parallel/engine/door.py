@@ -35,6 +35,7 @@ __all__ = [
     "ReplaceWorker",
     "backend_for",
     "forked",
+    "WorkerStacks",
     "stacks",
     "start",
 ]
@@ -73,7 +74,8 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
     Args:
         backend (Backend): an unstarted back-end (``backend_for``, or a
             runner's ``make_backend()``).
-        options (WorkerOptions): credits (``queue_scale``) and ``maxtasksperchild``.
+        options (WorkerOptions): credits (``queue_scale``), ``maxtasksperchild``
+            and ``max_worker_memory``.
         policy (Policy): what a failure costs: ``FailFast()`` (runners) or
             ``ReplaceWorker(options.max_deaths)`` (pools).
         wait (str): see [`Engine.start`][easycore.common.parallel.engine.core.Engine.start].
@@ -82,9 +84,21 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
 
     Returns:
         Engine: started; if the start raised, the back-end cleaned up after itself.
+
+    Raises:
+        ValueError: ``max_worker_memory`` with a back-end that cannot measure it.
     """
-    engine = Engine(backend, credits=options.credits, maxtasksperchild=options.maxtasksperchild,
-                    policy=policy)
+    limit = options.max_worker_memory
+    assert not isinstance(limit, str)  # WorkerOptions made it bytes
+    if limit is not None and not backend.measures_memory:
+        raise ValueError(
+            f"max_worker_memory needs worker processes whose memory this machine can read "
+            f"(backend='process' on Linux); backend={options.backend!r} cannot")
+    # With a memory limit a worker holds one chunk at a time: one over the
+    # limit is replaced before its next item, none queued behind it.
+    engine = Engine(backend, credits=1 if limit is not None else options.credits,
+                    maxtasksperchild=options.maxtasksperchild, policy=policy)
+    engine.state.max_worker_memory = limit
     engine.recorder = recorder  # before the start: start-up counts
     engine.caller_pumps = caller_pumps
     if recorder is not None:
@@ -115,6 +129,26 @@ def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:
     found = state.backend.stacks(live, timeout)
     return {slot: str(found[slot]) if found.get(slot) is not None else NO_STACK
             for slot in live}
+
+
+class WorkerStacks:
+    """The ``stacks()`` of the clients that hold an engine (``_engine``): Pool, runners."""
+
+    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
+        """Where each worker is now: the first thing to call when a run seems stuck.
+
+        Every live worker's Python stack (every thread, innermost frame
+        first: function, file, line), read without stopping it, even while it
+        runs C code that holds the GIL. Never local variables or data. Workers
+        still starting, and Ray actors, say they could not answer.
+
+        Args:
+            timeout (float): seconds to wait for the answers (all at once).
+
+        Returns:
+            dict: ``{worker: its stack as text}``.
+        """
+        return stacks(getattr(self, "_engine", None), timeout)
 
 
 def forked(engine: Any) -> bool:

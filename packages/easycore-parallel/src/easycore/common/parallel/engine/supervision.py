@@ -54,11 +54,13 @@ decided here.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from .._os.memory import format_bytes
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import ParallelError, TaskTimeoutError, WorkerError
 from ..worker.protocol import StopWorker, WorkerFailed
@@ -66,6 +68,8 @@ from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
 
 __all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor"]
+
+_log = logging.getLogger("easycore.common.parallel")
 
 
 class Policy:
@@ -111,6 +115,9 @@ class Supervisor:
     start_deaths_limit = 3
     #: seconds to wait for the stacks of workers about to be killed
     stack_timeout = 1.0
+    #: seconds between two readings of a worker's memory for insights (its USS
+    #: takes milliseconds to read)
+    memory_interval = 0.5
 
     def __init__(self, state: EngineState, outcomes: Outcomes, policy: Policy) -> None:
         """
@@ -246,6 +253,33 @@ class Supervisor:
             w.ready = False
             with contextlib.suppress(ChannelBroken):  # gone already: its exit is reported
                 state.backend.send(w.slot, StopWorker(state.transport.feedback(w.slot)))
+
+    def check_memory(self, w: WorkerState) -> None:
+        """A chunk of ``w`` came back (lock held): insights read its memory now and
+        then; past ``max_worker_memory`` it is retired, and replaced before it
+        runs another item (it holds one chunk at a time then: see ``door.start``)."""
+        state = self.state
+        recorder, limit = state.recorder, state.max_worker_memory
+        if recorder is not None:
+            now = time.monotonic()
+            if now >= w.memory_at:
+                w.memory_at = now + self.memory_interval
+                reading = state.backend.memory(w.slot, unique=True)
+                if reading is not None:
+                    recorder.memory(w.slot, reading.peak_rss, reading.uss)
+        if limit is None or w.retiring:
+            return
+        rss = state.backend.resident(w.slot)
+        if rss is None or rss <= limit:
+            return
+        w.retiring = True  # retire_if_due stops it once its chunk is back (now)
+        if recorder is not None:
+            recorder.memory_replaced(w.slot, rss)
+        _log.warning(
+            "worker %d (pid %s, device %r) holds %s of resident memory, over "
+            "max_worker_memory=%s: it is replaced before its next item",
+            w.slot, state.pid(w.slot), state.devices[w.slot], format_bytes(rss),
+            format_bytes(limit))
 
     def _plan_restart(self, w: WorkerState) -> None:
         """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""

@@ -92,7 +92,7 @@ def _coordinate(engine: Engine, stop: threading.Event) -> None:
             traceback.print_exc()
 
 
-class Pool:
+class Pool(door.WorkerStacks):
     """A process pool with ``multiprocessing.Pool``'s API, on easycore's engine.
 
     Examples:
@@ -134,6 +134,7 @@ class Pool:
         queue_scale: float = 3.0,
         max_deaths: int = 3,
         insights: bool = False,
+        max_worker_memory: Optional[Union[int, str]] = None,
         options: Optional[WorkerOptions] = None,
         **backend_options: Any,
     ) -> None:
@@ -166,6 +167,10 @@ class Pool:
             max_deaths (int): worker deaths one job may cause before it fails.
             insights (bool): count where the time goes, from the start (see
                 [`insights`][easycore.common.parallel.Pool.insights]); off by default.
+            max_worker_memory (int or str or None): bytes (or ``"2 GB"``): a
+                worker whose resident memory (RSS) passed it after a chunk is
+                replaced before its next one; no item fails or is lost. Each
+                worker then holds one chunk at a time. Process back-end, Linux.
             options (WorkerOptions or None): all of ``task_timeout``,
                 ``progress``, ``start_method``, ``backend``, ``cpu_threads``,
                 ``queue_scale``, ``max_deaths``, ``insights``, ``maxtasksperchild``
@@ -178,7 +183,8 @@ class Pool:
             "backend": backend, "start_method": start_method_of(context, start_method),
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
             "maxtasksperchild": maxtasksperchild, "cpu_threads": cpu_threads,
-            "progress": progress, "insights": insights})
+            "progress": progress, "insights": insights,
+            "max_worker_memory": max_worker_memory})
         devices = workers_devices(processes, devices)
         check_per_worker(worker_contexts, len(devices), initializer)
         self._policy = self.make_policy()
@@ -491,21 +497,6 @@ class Pool:
     def worker_pids(self) -> List[Optional[int]]:
         """list: the workers' process ids (replacements included)."""
         return list(self._backend.pids)
-
-    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
-        """Where each worker is now: the first thing to call when a run seems stuck.
-
-        Every live worker's Python stack (every thread, innermost frame
-        first: function, file, line), read without stopping it, even while it
-        runs C code. Never local variables or data.
-
-        Args:
-            timeout (float): seconds to wait for the answers (all at once).
-
-        Returns:
-            dict: ``{worker: its stack as text}``.
-        """
-        return door.stacks(self._engine, timeout)
 
     # ------------------------------------------------------------- lifecycle
     def insights(self, reset: bool = False) -> Insights:
