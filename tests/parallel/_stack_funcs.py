@@ -29,11 +29,11 @@ def stuck_on(x, bad, how=wait_here):
 
 
 class StuckRunner(UnorderedRunner):
-    """Its producer gets stuck on item 1."""
+    """Its producer gets stuck on item 1 (marking it, with ``cfg.mark``)."""
 
     @staticmethod
     def producer_work(device, cfg, data):
-        return wait_here(data) if data == 1 else data
+        return wait_here(data, cfg.get("mark")) if data == 1 else data
 
     @staticmethod
     def consumer_init(cfg):
@@ -81,3 +81,11 @@ class GrowingRunner(UnorderedRunner):
     @staticmethod
     def consumer_end(cfg):
         return cfg.out
+
+
+class StuckAtEnd(UnorderedRunner):
+    """Its ``producer_end`` never returns."""
+
+    @staticmethod
+    def producer_end(device, cfg):
+        wait_here(0)

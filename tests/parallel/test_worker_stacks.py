@@ -14,15 +14,23 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
 
 import pytest
-from _stack_funcs import StuckRunner, spin_in_c, stuck_on, wait_here
+from _stack_funcs import StuckAtEnd, StuckRunner, spin_in_c, stuck_on, wait_here
 from leaks import LAUNCHER_THREAD, check_leaks, forkserver_fd
 
-from easycore.common.parallel import BackgroundTask, JobQueue, Pool, TaskTimeoutError
+from easycore.common.parallel import (
+    BackgroundTask,
+    JobQueue,
+    Pool,
+    RunnerClosedError,
+    TaskTimeoutError,
+)
 from easycore.common.parallel._os import stacks
 
 pytestmark = [pytest.mark.timeout(180),
@@ -185,3 +193,60 @@ def test_background_task_and_job_queue_stacks(tmp_path, no_leaks):
     with BackgroundTask(wait_here, (0, mark), task_timeout=5.0) as task:
         got = _until_stuck(task, tmp_path, 2)
         assert list(got) == [0] and "wait_here" in got[0]
+
+
+# ------------------------------------------- workers that a stop has to kill
+def _wait_for_marks(mark_dir, n):
+    deadline = time.monotonic() + WAIT
+    while len(glob.glob(os.path.join(mark_dir, "m.*"))) < n:
+        assert time.monotonic() < deadline, "the workers never started the task"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_terminate_says_where_the_busy_workers_were(method, tmp_path, no_leaks):
+    pool = Pool(2, start_method=method, queue_scale=1)  # one item each
+    try:
+        assert len(set(pool.broadcast(os.getpid))) == 2  # both started
+        result = pool.map_async(functools.partial(wait_here, mark=str(tmp_path / "m")), [0, 1], 1)
+        _wait_for_marks(tmp_path, 2)
+    finally:
+        pool.terminate()
+    with pytest.raises(RunnerClosedError) as info:
+        result.get(WAIT)
+    text = str(info.value)
+    assert "worker 0 was in wait_here (" in text and "worker 1 was in wait_here (" in text
+
+
+def test_a_close_that_times_out_says_where_the_end_hook_was(no_leaks):
+    runner = StuckAtEnd(["cpu"])
+    with pytest.raises(TimeoutError, match=r"worker 0 was in wait_here \("):
+        runner.close(timeout=1.0)
+    runner.close()  # closed already
+
+
+@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="needs Python's own SIGINT handler in the test process")
+@pytest.mark.parametrize("client", ["runner", "pool"])
+def test_ctrl_c_says_where_the_busy_workers_were(client, tmp_path, no_leaks):
+    def ctrl_c():
+        _wait_for_marks(tmp_path, 1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=ctrl_c)
+    sender.start()
+    task = functools.partial(wait_here, mark=str(tmp_path / "m"))
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            if client == "pool":
+                with Pool(1) as pool:
+                    pool.map(task, [0], 1)
+            else:
+                with StuckRunner(["cpu"], {"mark": str(tmp_path / "m")}) as runner:
+                    runner([1], task_timeout=WAIT)
+    finally:
+        sender.join(WAIT)
+    found = info.value.worker_stacks
+    assert found[0].user_frame().function == "wait_here"
+    if sys.version_info >= (3, 11):
+        assert "worker 0 was in wait_here (" in "".join(info.value.__notes__)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
+from ._os import stacks as _stacks
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
 from .engine import door
@@ -534,8 +535,8 @@ class BaseRunner(door.WorkerStacks):
                 engine.request_close()  # the call sees it at its next step
                 wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
                 if not self._busy.acquire(timeout=wait):
-                    engine.abort()
-                    raise TimeoutError(f"the running call did not end within {timeout} s")
+                    where = _stacks.summary(engine.abort(where=True)) or "no stack read"
+                    raise TimeoutError(f"the running call did not end within {timeout} s: {where}")
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 engine.close(remaining)  # raises a producer_end error after cleaning up
@@ -625,10 +626,11 @@ class BaseRunner(door.WorkerStacks):
             if not engine.closing:
                 self._abort(engine)
             raise
-        except BaseException:
+        except BaseException as exc:
             if job is not None:
                 engine.cancel(job)
-            self._abort(engine)
+            # A Ctrl-C says where the busy workers were.
+            _stacks.note(exc, self._abort(engine, where=isinstance(exc, KeyboardInterrupt)))
             raise
         finally:
             if bar is not None:
@@ -650,10 +652,10 @@ class BaseRunner(door.WorkerStacks):
             self._abort(engine)
             raise
 
-    def _abort(self, engine: Engine) -> None:
+    def _abort(self, engine: Engine, where: bool = False) -> Dict[int, Any]:
         if self._engine is engine:
             self._engine = None
-        engine.abort()
+        return engine.abort(where)
 
     def __repr__(self) -> str:
         state = "active" if self.is_activate else "closed"

@@ -45,6 +45,8 @@ __all__ = [
     "parse",
     "of_thread",
     "describe",
+    "summary",
+    "note",
 ]
 
 #: The signal that asks a worker for its stacks: a real-time signal where the
@@ -338,3 +340,27 @@ def of_thread(ident: Optional[int]) -> Optional[Stack]:
 def describe(stack: Optional[Stack]) -> str:
     """One phrase for an error message: where the main thread was."""
     return "" if stack is None else stack.where()
+
+
+def summary(found: Dict[int, Optional[Stack]]) -> str:
+    """Where each worker was, in one line: ``"worker 0 was in f (file:line); ..."``.
+
+    Args:
+        found (dict): ``{worker: Stack or None}`` (``request``'s answer).
+
+    Returns:
+        str: "" when no stack was read.
+    """
+    return "; ".join(f"worker {w}{s.where().replace('; it', '', 1)}"
+                     for w, s in sorted(found.items()) if s is not None and s.where())
+
+
+def note(exc: BaseException, found: Dict[int, Optional[Stack]]) -> None:
+    """Add where the workers were to ``exc``'s traceback (a Ctrl-C that stopped
+    them): a note, on Python 3.11 and later; ``exc.worker_stacks`` everywhere."""
+    text = summary(found)
+    if not text:
+        return
+    exc.worker_stacks = dict(found)  # type: ignore[attr-defined]
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"easycore: the busy workers were stopped there: {text}")

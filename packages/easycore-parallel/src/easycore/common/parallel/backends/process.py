@@ -526,6 +526,12 @@ class ProcessBackend(Backend):
             wait_ended(self, lambda: any(not (h.gone or h.ended or h.failed)
                                          for h in self._by_slot.values()),
                        timeout, handle, errors)
+            late = [h.slot for h in self._by_slot.values() if not (h.gone or h.ended or h.failed)]
+            if late and errors and isinstance(errors[-1], TimeoutError):
+                # They are killed next: say where they were.
+                where = stacks.summary(self.stacks(late, 0.5))
+                if where:
+                    errors[-1] = TimeoutError(f"{errors[-1]}; {where}")
             # Ended workers exit by themselves; give them what is left of the time.
             for h in self._by_slot.values():
                 if not h.gone and h.started():

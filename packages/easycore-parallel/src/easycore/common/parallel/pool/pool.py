@@ -45,6 +45,7 @@ from typing import (
     Union,
 )
 
+from .._os import stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
 from ..engine import door
@@ -543,7 +544,8 @@ class Pool(door.WorkerStacks):
             # engine's locks: aborting, or joining it, would hang the exit. The
             # back-end's exit handler has already stopped the workers.
             return
-        self._engine.abort()
+        # Where busy workers were goes into their jobs' errors (and a Ctrl-C's note).
+        self._stopped_at = self._engine.abort(where=True)
         if threading.current_thread() is not self._coordinator:
             self._coordinator.join(5.0)
         self._readers.join(5.0)
@@ -572,6 +574,8 @@ class Pool(door.WorkerStacks):
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.terminate()  # as multiprocessing.Pool does
+        if isinstance(exc, KeyboardInterrupt):
+            stacks.note(exc, getattr(self, "_stopped_at", {}))
 
     def __del__(self) -> None:
         # A process forked from the owner (a user's os.fork, a fork-started
