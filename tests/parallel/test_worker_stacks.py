@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import signal
 import sys
@@ -32,6 +33,7 @@ from easycore.common.parallel import (
     TaskTimeoutError,
 )
 from easycore.common.parallel._os import stacks
+from easycore.common.parallel.insights import Insights
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not stacks.AVAILABLE, reason="needs POSIX signals")]
@@ -250,3 +252,23 @@ def test_ctrl_c_says_where_the_busy_workers_were(client, tmp_path, no_leaks):
     assert found[0].user_frame().function == "wait_here"
     if sys.version_info >= (3, 11):
         assert "worker 0 was in wait_here (" in "".join(info.value.__notes__)
+
+
+def test_insights_call_an_item_far_longer_than_the_others_stalled(tmp_path, no_leaks):
+    with Pool(2, insights=True) as pool:
+        assert pool.map(abs, range(-50, 0), 1)  # typical items: microseconds
+        assert pool.insights().stalled is None
+        pool.apply_async(wait_here, (0, str(tmp_path / "m")))
+        _wait_for_marks(tmp_path, 1)
+        deadline = time.monotonic() + WAIT
+        while (insights := pool.insights()).stalled is None:  # from 1 s on
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        stalled = insights.stalled
+        assert stalled["worker"] in (0, 1) and stalled["seconds"] >= 1.0
+        assert stalled["pid"] == pool.worker_pids[stalled["worker"]]
+        assert stalled["where"].startswith(f"wait_here ({HERE}:")
+        verdict = insights.verdict()
+        assert verdict.stage == "stalled" and "wait_here" in verdict.advice
+        assert "stacks()" in str(insights)
+        assert Insights.from_dict(json.loads(insights.to_json())).stalled == stalled

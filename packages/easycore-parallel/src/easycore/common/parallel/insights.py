@@ -131,6 +131,11 @@ class Insights:
         timeline (list[list]): spans for `plot`'s timeline, as the caller saw
             them: ``[worker, start, working, moving]`` (seconds from the start of
             the run; worker -1 is the caller's consumer), the first 20000.
+        stalled (dict or None): an item running far longer than the items
+            before it when the insights were taken (a `Pool`'s, a
+            `BackgroundTask`'s, a `JobQueue`'s): ``worker``, ``pid``,
+            ``seconds`` it has run, ``typical`` seconds of an item, and
+            ``where`` (the innermost frame of user code it is in, or "").
     """
 
     wall: float
@@ -145,6 +150,7 @@ class Insights:
     timeouts: int = 0
     retries: int = 0
     timeline: List[List[float]] = field(default_factory=list)
+    stalled: Optional[Dict[str, Any]] = None
 
     # ----------------------------------------------------------- the verdict
     def verdict(self) -> Verdict:
@@ -154,6 +160,8 @@ class Insights:
             Verdict: the stage, its share and advice.
         """
         wall = self.wall
+        if self.stalled is not None:
+            return self._stalled(self.stalled)
         if wall <= 0 or not self.workers or self.items == 0:
             return Verdict("none", 0.0, "nothing ran: no verdict")
         consumer = self.consuming / wall
@@ -202,6 +210,18 @@ class Insights:
             f"no stage is busy most of the time (workers {busy:.0%}, the caller {caller:.0%}): "
             "the run is short or waits on round trips; give it more items per call, or more "
             "work per item",
+        )
+
+    @staticmethod
+    def _stalled(stalled: Dict[str, Any]) -> Verdict:
+        ratio = stalled["seconds"] / max(stalled["typical"], 1e-9)
+        where = f" in {stalled['where']}" if stalled.get("where") else ""
+        return Verdict(
+            "stalled", ratio,
+            f"worker {stalled['worker']} (pid {stalled['pid']}) has run one item for "
+            f"{stalled['seconds']:.1f} s, {ratio:.0f}x a typical item "
+            f"({stalled['typical']:.3g} s); it is{where}: call stacks() to see where every "
+            "worker is, or set task_timeout",
         )
 
     @staticmethod

@@ -106,10 +106,14 @@ class Stack(NamedTuple):
                 return frame
         return None
 
+    def innermost(self) -> Optional[Frame]:
+        """The innermost frame of user code, else of the main thread (None: no frame)."""
+        return self.user_frame() or (self.main[0] if self.main else None)
+
     def where(self) -> str:
-        """``"; it was in f (file:line)"``: the innermost frame of user code (else
-        the innermost of the main thread), as the end of an error's first line."""
-        frame = self.user_frame() or (self.main[0] if self.main else None)
+        """``"; it was in f (file:line)"``: the innermost frame, as the end of an
+        error's first line."""
+        frame = self.innermost()
         return f"; it was in {frame}" if frame is not None else ""
 
     def __str__(self) -> str:

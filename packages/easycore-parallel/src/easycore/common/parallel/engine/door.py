@@ -23,7 +23,7 @@ from .core import Engine
 from .supervision import FailFast, Policy, ReplaceWorker
 
 if TYPE_CHECKING:
-    from ..insights import Recorder
+    from ..insights import Insights, Recorder
 
 __all__ = [
     "BACKENDS",
@@ -37,6 +37,7 @@ __all__ = [
     "forked",
     "WorkerStacks",
     "stacks",
+    "stalled",
     "start",
 ]
 
@@ -129,6 +130,40 @@ def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:
     found = state.backend.stacks(live, timeout)
     return {slot: str(found[slot]) if found.get(slot) is not None else NO_STACK
             for slot in live}
+
+
+#: an item running this many times a typical item's time (and a second at
+#: least) makes the insights' verdict "stalled"
+STALLED = 10.0
+
+
+def stalled(engine: Engine, insights: Insights) -> Insights:
+    """``insights`` with its ``stalled`` item, if one runs far longer than the items
+    so far: the worker, how long, and the function it is in (its stack is read).
+
+    Args:
+        engine (Engine): the client's engine.
+        insights (Insights): a snapshot of its recorder.
+
+    Returns:
+        Insights: the same object.
+    """
+    items = sum(w.items for w in insights.workers)
+    if items == 0:
+        return insights
+    typical = sum(w.working for w in insights.workers) / items
+    running = engine.supervisor.running_for()
+    if not running:
+        return insights
+    slot = max(running, key=running.__getitem__)
+    seconds = running[slot]
+    if seconds < max(1.0, STALLED * typical):
+        return insights
+    found = engine.backend.stacks([slot], 0.5).get(slot)
+    frame = None if found is None else found.innermost()
+    insights.stalled = {"worker": slot, "pid": engine.state.pid(slot), "seconds": seconds,
+                        "typical": typical, "where": str(frame) if frame is not None else ""}
+    return insights
 
 
 class WorkerStacks:

@@ -380,6 +380,18 @@ class Supervisor:
                 except Exception:  # noqa: BLE001 -- whatever a back-end's kill raises (it may
                     pass  # be gone already, or unable to kill), the pumping must go on
 
+    def running_for(self) -> Dict[int, float]:
+        """Seconds the item each busy worker runs now has been running (``insights``'
+        "stalled" verdict); the whole chunk's time where items are not tracked."""
+        now = time.monotonic()
+        out: Dict[int, float] = {}
+        with self.state.lock:
+            for w in self.state.workers:
+                head = w.fifo[0] if w.fifo else None
+                if isinstance(head, Chunk) and w.alive and not head.job.done:
+                    out[w.slot] = now - self._started_at(w, head)[0]
+        return out
+
     def _started_at(self, w: WorkerState, head: Chunk) -> Tuple[float, Optional[int]]:
         """When ``head``'s running item started, and which item it is (None: not known)."""
         prog = self.state.backend.item_slot(w.slot)

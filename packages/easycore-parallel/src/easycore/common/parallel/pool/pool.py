@@ -509,7 +509,9 @@ class Pool(door.WorkerStacks):
         ``AsyncResult`` (``apply``, ``map`` and their ``_async`` forms; not the
         ``imap`` iterators), ``reading_input`` the time reading lazy inputs
         (``imap`` of a generator). The start-up of the workers counts (the
-        constructor's and replacements').
+        constructor's and replacements'). An item running far longer than a
+        typical one makes the verdict "stalled", naming the function it is in
+        (``insights.stalled``).
 
         Args:
             reset (bool): start counting afresh after taking these.
@@ -523,7 +525,7 @@ class Pool(door.WorkerStacks):
         recorder = self._recorder
         if recorder is None:
             raise RuntimeError(f"{type(self).__name__} counts no insights: pass insights=True")
-        result = recorder.snapshot()
+        result = door.stalled(self._engine, recorder.snapshot())
         if reset:
             recorder.reset()
         return result
