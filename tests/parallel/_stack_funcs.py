@@ -89,3 +89,13 @@ class StuckAtEnd(UnorderedRunner):
     @staticmethod
     def producer_end(device, cfg):
         wait_here(0)
+
+
+class Heavy:
+    """An object that pickles to about 16 MB, with a method to map."""
+
+    def __init__(self):
+        self.blob = b"x" * (16 * 2**20)
+
+    def size(self, x):
+        return len(self.blob) + x
