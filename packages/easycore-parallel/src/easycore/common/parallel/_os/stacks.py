@@ -62,6 +62,10 @@ elif hasattr(signal, "SIGUSR2"):
 AVAILABLE = SIGNAL is not None and hasattr(faulthandler, "register")
 
 _MAIN_MARK = "easycore-main-thread "
+# Where a worker's own code starts: the frames outer than these are how it was
+# started (a forked worker also shows the caller's frames at the fork).
+_ENTRIES = {("process_main", os.path.join("worker", "loop.py")),
+            ("_run", os.path.join("backends", "thread.py"))}
 _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):$"
 )
@@ -310,6 +314,7 @@ def parse(text: str, main_ident: Optional[str] = None) -> Stack:
     named: List[Tuple[str, List[Frame]]] = []
     main: List[Tuple[str, List[Frame]]] = []
     for ident, tname, frames in threads:
+        frames = _from_entry(frames)
         if main_ident is not None and ident == main_ident:
             main.append(("main thread", frames))
         else:
@@ -338,7 +343,16 @@ def of_thread(ident: Optional[int]) -> Optional[Stack]:
         code = frame.f_code
         frames.append(Frame(code.co_name, code.co_filename, frame.f_lineno))
         frame = frame.f_back
-    return Stack([("main thread", frames)])
+    return Stack([("main thread", _from_entry(frames))])
+
+
+def _from_entry(frames: List[Frame]) -> List[Frame]:
+    """``frames`` (innermost first) up to the worker's entry point, if it is there."""
+    for k, f in enumerate(frames):
+        if any(f.function == fn and f.file.endswith(tail) and f.file.startswith(_EASYCORE)
+               for fn, tail in _ENTRIES):
+            return frames[: k + 1]
+    return frames
 
 
 def describe(stack: Optional[Stack]) -> str:
