@@ -195,7 +195,7 @@ class Backend(abc.ABC):
     def stacks(self, workers: Optional[Iterable[int]] = None,
                timeout: float = 1.0) -> Dict[int, Optional[Stack]]:
         """Where each worker is now, read without stopping it (see
-        [`stacks`][easycore.common.parallel._os.stacks]).
+        ``_os.stacks``).
 
         Args:
             workers (iterable of int or None): the slots to ask (None: all).

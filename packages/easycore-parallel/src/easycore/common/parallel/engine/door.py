@@ -111,7 +111,7 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
 def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:
     """Where each live worker of ``engine`` is now: every client's ``stacks()``.
 
-    Read without stopping them (see [`stacks`][easycore.common.parallel._os.stacks]),
+    Read without stopping them (see ``_os.stacks``),
     all at once, in ``timeout`` seconds at most.
 
     Args:

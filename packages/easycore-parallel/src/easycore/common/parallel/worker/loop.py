@@ -77,7 +77,7 @@ def process_main(
         tasks (Connection): read end of this worker's task pipe.
         results (Connection): write end of this worker's result pipe.
         stack_file (str or None): the caller's dump file: this worker's stacks
-            go there when it is asked (see [`stacks`][easycore.common.parallel._os.stacks]).
+            go there when it is asked (see ``_os.stacks``).
     """
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
