@@ -267,16 +267,31 @@ def request(
                     seen[0], seen[1] = size, 0
                 elif size > start:
                     seen[1] += 1
-                    if seen[1] >= 2 or now >= deadline:
-                        out[key] = parse(dump.read_from(start), _main_ident(dump))
-                        del pending[key]
-                        dump._lock.release()
+                    if seen[1] < 2 and now < deadline:
+                        continue
+                    stack = parse(dump.read_from(start), _main_ident(dump))
+                    if not _complete(stack, dump) and now < deadline:
+                        # The handler was descheduled mid-dump (it writes in
+                        # many small pieces): wait for the rest.
+                        seen[1] = 0
+                        continue
+                    out[key] = stack
+                    del pending[key]
+                    dump._lock.release()
     finally:
         for key, (dump, start, _) in pending.items():
             text = dump.read_from(start) if dump._fd is not None else ""
             out[key] = parse(text, _main_ident(dump)) if text.strip() else None
             dump._lock.release()
     return out
+
+
+def _complete(stack: Stack, dump: DumpFile) -> bool:
+    """Whether a dump looks whole: it holds the main thread (faulthandler writes it
+    last), or at least one thread where the main one is not known."""
+    if not stack.threads:
+        return False
+    return _main_ident(dump) is None or stack.threads[0][0] == "main thread"
 
 
 def _main_ident(dump: DumpFile) -> Optional[str]:
