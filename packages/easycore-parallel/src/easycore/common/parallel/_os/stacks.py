@@ -159,6 +159,7 @@ class DumpFile:
     def __init__(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix=f"easycore-stack-{os.getpid()}-")
         self._fd: Optional[int] = fd
+        self._owner = os.getpid()
         self._lock = threading.Lock()
 
     def offset(self) -> int:
@@ -181,8 +182,11 @@ class DumpFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            # A forked worker's inherited copy must not remove a sibling's file
+            # before that sibling opened it.
+            if os.getpid() == self._owner:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
 
     def __del__(self) -> None:  # the engine closes it; this is the safety net
         with contextlib.suppress(Exception):
