@@ -104,11 +104,13 @@ class Stack(NamedTuple):
 
     def user_frame(self) -> Optional[Frame]:
         """The innermost frame of the main thread that is neither easycore's nor the
-        standard library's: where the user's code was."""
-        for frame in self.main:
-            if not _is_library(frame.file):
+        standard library's, nor an installed package's (``site-packages``, such
+        as torch's) if there is one of the caller's own: where the user's code was."""
+        frames = [f for f in self.main if not _is_library(f.file)]
+        for frame in frames:
+            if not frame.file.startswith(_SITE):
                 return frame
-        return None
+        return frames[0] if frames else None
 
     def innermost(self) -> Optional[Frame]:
         """The innermost frame of user code, else of the main thread (None: no frame)."""
