@@ -7,6 +7,7 @@ a collective, to time out. The ranks' pids are then checked gone.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -80,8 +81,12 @@ def test_a_dead_rank_raises_worker_died_error(tmp_path, no_leaks):
 
 
 def test_a_stuck_rank_raises_timeout_error(tmp_path, no_leaks):
-    with pytest.raises(TimeoutError, match=r"spawn\(hang_on_rank_1\) did not finish within 3"):
+    with pytest.raises(TimeoutError, match=r"spawn\(hang_on_rank_1\) did not finish within 3") \
+            as info:
         spawn(hang_on_rank_1, 3, str(tmp_path), timeout=3)
+    # Where each rank was: the stuck one in the test's own function.
+    where = r"rank 1 \(device 'cpu', pid \d+\) in hang_on_rank_1 \(\S+_dist_helpers\.py:\d+\)"
+    assert re.search(where, str(info.value)), str(info.value)
     pids = read_pids(tmp_path)
     assert len(pids) == 3 and wait_gone(pids) == []
 

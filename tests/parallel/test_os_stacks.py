@@ -91,3 +91,17 @@ def test_parse_puts_the_main_thread_first_and_keeps_the_order_of_frames():
     assert str(got.user_frame()) == "inner (/x/user.py:7)"
     assert stacks.describe(got) == "; it was in inner (/x/user.py:7)"
     assert stacks.describe(None) == ""
+
+
+def test_a_forked_copy_of_the_dump_file_never_removes_its_name():
+    dump = stacks.DumpFile()
+    try:
+        pid = os.fork()
+        if pid == 0:  # a forked worker collecting its inherited copy
+            dump.close()
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert os.path.exists(dump.path)  # still there for its own worker to open
+    finally:
+        dump.close()
+    assert not os.path.exists(dump.path)

@@ -324,12 +324,20 @@ class NodesLostError(ParallelError):
 class TaskTimeoutError(ParallelError, TimeoutError):
     """A task ran longer than its ``task_timeout``; its worker was killed and replaced.
 
+    Before the worker was killed its Python stack was read (every thread; see
+    [`stacks`][easycore.common.parallel.Pool.stacks]): the message names the
+    innermost frame of your code and lists every frame, innermost first.
+
     Attributes:
         device (str): the worker's device.
         worker_index (int): position of the worker.
         pid (int or None): the killed worker's process id.
         item (int or None): index (in the input) of the item that overran.
         timeout (float): the limit, in seconds.
+        stack (Stack or None): where the worker was when it was killed
+            (``stack.threads``: ``(name, frames)``, the thread that ran the
+            task first; ``stack.user_frame()``: the innermost frame of your
+            code); None where it could not be read (Ray, Windows).
     """
 
     def __init__(
@@ -339,21 +347,33 @@ class TaskTimeoutError(ParallelError, TimeoutError):
         pid: Optional[int],
         item: Optional[int],
         timeout: float,
+        stack: Any = None,
     ) -> None:
         self.device = device
         self.worker_index = worker_index
         self.pid = pid
         self.item = item
         self.timeout = timeout
+        self.stack = stack
         what = f"item {item}" if item is not None else "a task"
+        where = stack.where() if stack is not None else ""
         super().__init__(
             f"{what} ran longer than task_timeout={timeout:g} s on device {device!r} "
-            f"(worker {worker_index}, pid {pid}); the worker was killed and replaced"
+            f"(worker {worker_index}, pid {pid}){where}; the worker was killed "
+            f"and replaced{stack_text(stack)}"
         )
 
     def __reduce__(self):
-        args = (self.device, self.worker_index, self.pid, self.item, self.timeout)
+        args = (self.device, self.worker_index, self.pid, self.item, self.timeout, self.stack)
         return (type(self), args)
+
+
+def stack_text(stack: Any) -> str:
+    """A captured stack as the end of an error message (every thread, innermost first)."""
+    if stack is None or not stack.threads:
+        return ""
+    return "\nIts stack when it was stopped:\n" + "\n".join(
+        "  " + line for line in str(stack).splitlines())
 
 
 # (typeshed does not list these two of multiprocessing.pool)

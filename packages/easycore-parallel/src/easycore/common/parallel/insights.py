@@ -57,6 +57,13 @@ class WorkerInsights:
         bytes (int): bytes it received and sent.
         deaths (int): times its process died (or was killed) and was replaced.
         timeouts (int): items it ran past the task timeout.
+        peak_rss (int or None): the most resident memory (RSS, bytes) its
+            process held (the largest of its replacements'), read after chunks
+            (Linux; None elsewhere, and for threads and Ray).
+        peak_uss (int or None): the most memory only its process held (USS,
+            bytes: what ending it gives back), read with ``peak_rss``.
+        memory_replacements (int): times it was replaced for passing
+            ``max_worker_memory``.
     """
 
     worker: int
@@ -70,6 +77,9 @@ class WorkerInsights:
     bytes: int = 0
     deaths: int = 0
     timeouts: int = 0
+    peak_rss: Optional[int] = None
+    peak_uss: Optional[int] = None
+    memory_replacements: int = 0
 
     @property
     def busy(self) -> float:
@@ -121,6 +131,11 @@ class Insights:
         timeline (list[list]): spans for `plot`'s timeline, as the caller saw
             them: ``[worker, start, working, moving]`` (seconds from the start of
             the run; worker -1 is the caller's consumer), the first 20000.
+        stalled (dict or None): an item running far longer than the items
+            before it when the insights were taken (a `Pool`'s, a
+            `BackgroundTask`'s, a `JobQueue`'s): ``worker``, ``pid``,
+            ``seconds`` it has run, ``typical`` seconds of an item, and
+            ``where`` (the innermost frame of user code it is in, or "").
     """
 
     wall: float
@@ -135,6 +150,7 @@ class Insights:
     timeouts: int = 0
     retries: int = 0
     timeline: List[List[float]] = field(default_factory=list)
+    stalled: Optional[Dict[str, Any]] = None
 
     # ----------------------------------------------------------- the verdict
     def verdict(self) -> Verdict:
@@ -144,6 +160,8 @@ class Insights:
             Verdict: the stage, its share and advice.
         """
         wall = self.wall
+        if self.stalled is not None:
+            return self._stalled(self.stalled)
         if wall <= 0 or not self.workers or self.items == 0:
             return Verdict("none", 0.0, "nothing ran: no verdict")
         consumer = self.consuming / wall
@@ -192,6 +210,18 @@ class Insights:
             f"no stage is busy most of the time (workers {busy:.0%}, the caller {caller:.0%}): "
             "the run is short or waits on round trips; give it more items per call, or more "
             "work per item",
+        )
+
+    @staticmethod
+    def _stalled(stalled: Dict[str, Any]) -> Verdict:
+        ratio = stalled["seconds"] / max(stalled["typical"], 1e-9)
+        where = f" in {stalled['where']}" if stalled.get("where") else ""
+        return Verdict(
+            "stalled", ratio,
+            f"worker {stalled['worker']} (pid {stalled['pid']}) has run one item for "
+            f"{stalled['seconds']:.1f} s, {ratio:.0f}x a typical item "
+            f"({stalled['typical']:.3g} s); it is{where}: call stacks() to see where every "
+            "worker is, or set task_timeout",
         )
 
     @staticmethod
@@ -295,6 +325,15 @@ class Insights:
             f"{self.consuming / wall:.0%}, moving {self.caller_moving / wall:.0%}, "
             f"waiting {self.waiting_for_results / wall:.0%}"
         )
+        memory = [w for w in self.workers if w.peak_rss is not None]
+        if memory:
+            rows = "; ".join(
+                f"{w.worker} RSS {(w.peak_rss or 0) / 1e6:.0f}"
+                + (f" USS {w.peak_uss / 1e6:.0f}" if w.peak_uss is not None else "")
+                + (f" ({w.memory_replacements} replaced)" if w.memory_replacements else "")
+                for w in memory)
+            lines += textwrap.wrap(f"peak memory, MB: {rows}", 77, initial_indent="  ",
+                                   subsequent_indent="    ")
         if self.chunk_sizes:
             sizes = sorted(self.chunk_sizes)
             lines.append(
@@ -434,6 +473,9 @@ class Recorder:
         self.bytes = [0] * n
         self.deaths = [0] * n
         self.timeouts = [0] * n
+        self.peak_rss: List[Optional[int]] = [None] * n
+        self.peak_uss: List[Optional[int]] = [None] * n
+        self.memory_replacements = [0] * n
         self.reading_input = 0.0
         self.consuming = 0.0
         self.waiting_for_results = 0.0
@@ -480,6 +522,17 @@ class Recorder:
         if since is not None:
             self.startup[slot] += time.perf_counter() - since
 
+    def memory(self, slot: int, peak_rss: int, uss: Optional[int]) -> None:
+        """A reading of ``slot``'s memory (bytes): its peaks so far are kept."""
+        self.peak_rss[slot] = max(peak_rss, self.peak_rss[slot] or 0)
+        if uss is not None:
+            self.peak_uss[slot] = max(uss, self.peak_uss[slot] or 0)
+
+    def memory_replaced(self, slot: int, rss: int) -> None:
+        """``slot``'s worker held ``rss`` bytes, over ``max_worker_memory``: replaced."""
+        self.memory_replacements[slot] += 1
+        self.peak_rss[slot] = max(rss, self.peak_rss[slot] or 0)
+
     def lost(self, slot: int, timeout: bool) -> None:
         if timeout:
             self.timeouts[slot] += 1
@@ -507,7 +560,8 @@ class Recorder:
             rows.append(WorkerInsights(
                 i, device, startup, working, moving,
                 max(0.0, wall - startup - working - moving), self.items[i], self.chunks[i],
-                self.bytes[i], self.deaths[i], self.timeouts[i],
+                self.bytes[i], self.deaths[i], self.timeouts[i], self.peak_rss[i],
+                self.peak_uss[i], self.memory_replacements[i],
             ))
         consuming = self.consuming
         if self.between_calls:
@@ -522,6 +576,8 @@ class Recorder:
     def live(self) -> str:
         """The bottleneck so far in a few words, for a progress bar (e.g. ``consumer 95%``)."""
         verdict = self.snapshot(timeline=False).verdict()
+        peak = max((m for m in self.peak_rss if m is not None), default=None)
+        largest = f", RSS {peak / 1e6:.0f} MB" if peak is not None else ""
         if verdict.stage == "straggler":
-            return f"straggler {verdict.share:.1f}x"
-        return f"{verdict.stage} {verdict.share:.0%}"
+            return f"straggler {verdict.share:.1f}x{largest}"
+        return f"{verdict.stage} {verdict.share:.0%}{largest}"

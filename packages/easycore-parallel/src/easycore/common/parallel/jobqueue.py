@@ -320,6 +320,21 @@ class JobQueue:
         # A job whose Future was cancelled raises CancelledError here, in its turn.
         return future.result()
 
+    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
+        """Where each worker is now: the first thing to call when a run seems stuck.
+
+        Every live worker's Python stack (every thread, innermost frame
+        first: function, file, line), read without stopping it, even while it
+        runs C code. Never local variables or data.
+
+        Args:
+            timeout (float): seconds to wait for the answers (all at once).
+
+        Returns:
+            dict: ``{worker: its stack as text}``.
+        """
+        return self._open_pool().stacks(timeout)
+
     def insights(self) -> Insights:
         """Where the time went since the queue started.
 

@@ -32,6 +32,7 @@ __all__ = [
     "WorkerOptions",
     "check_callable",
     "check_chunksize",
+    "check_memory_limit",
     "check_options",
     "check_positive_int",
     "check_queue_scale",
@@ -76,6 +77,44 @@ def check_task_timeout(value: Any) -> Optional[float]:
         ValueError: not None and not a positive finite number.
     """
     return check_seconds("task_timeout", value)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def check_memory_limit(value: Any) -> Optional[int]:
+    """Check a ``max_worker_memory``: bytes (an int), or a string like ``"2 GB"``.
+
+    Units: B, kB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
+    of 1024), in any case, with or without a space.
+
+    Args:
+        value (int or str or None): what the caller passed.
+
+    Returns:
+        int or None: the limit in bytes.
+
+    Raises:
+        ValueError: not a positive number of bytes, or an unknown unit.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+        unit = text[len(number):].strip() if number else text
+        try:
+            parsed = float(number) * _UNITS[unit]
+        except (KeyError, ValueError):
+            raise ValueError(
+                f"max_worker_memory must be bytes (an int) or a size like '2 GB' or '512 MiB', "
+                f"got {value!r}") from None
+        value = int(parsed)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_worker_memory must be a positive number of bytes, got {value!r}")
+    return value
 
 
 def check_queue_scale(value: Any) -> float:
@@ -175,6 +214,9 @@ class WorkerOptions:
             on Ray; one more fails it with ``NodesLostError``; None: any number). A lost
             node blames no item and counts against no ``max_deaths``.
         maxtasksperchild (int or None): replace a worker after this many items.
+        max_worker_memory (int or str or None): replace a worker whose resident
+            memory passed this many bytes after a chunk (``"2 GB"`` works; kept
+            as bytes).
         cpu_threads (int or str or None): each worker's thread budget
             (resolved by the client: ``"auto"`` depends on the number of workers).
         progress (bool or dict): a tqdm bar (a dict: its keyword arguments).
@@ -190,6 +232,7 @@ class WorkerOptions:
     max_deaths: int = 3
     max_node_losses: Optional[int] = 10
     maxtasksperchild: Optional[int] = None
+    max_worker_memory: Union[int, str, None] = None  #: bytes once checked
     cpu_threads: _Threads = "auto"
     progress: Any = False
     insights: bool = False
@@ -209,6 +252,7 @@ class WorkerOptions:
         ):
             # (the stdlib's message)
             raise ValueError("maxtasksperchild must be a positive int or None")
+        object.__setattr__(self, "max_worker_memory", check_memory_limit(self.max_worker_memory))
         # A copy: the caller's dict may change later; the object is frozen.
         object.__setattr__(self, "backend_options", dict(self.backend_options))
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
+from ._os import stacks as _stacks
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
 from .engine import door
@@ -79,7 +80,7 @@ class _ConsumerSink(JobSink):
         self.finished = True
 
 
-class BaseRunner:
+class BaseRunner(door.WorkerStacks):
     """A multi-process runner whose consumer receives data unordered.
 
     The runner starts one process per device for the producers and runs the
@@ -133,6 +134,7 @@ class BaseRunner:
         cpu_threads: ThreadsOption = "auto",
         task_timeout: Optional[float] = None,
         insights: bool = False,
+        max_worker_memory: Optional[Union[int, str]] = None,
         **backend_options: Any,
     ) -> None:
         """
@@ -175,20 +177,17 @@ class BaseRunner:
                 for results and reading the input): see
                 [`insights`][easycore.common.parallel.BaseRunner.insights]. Off
                 by default; on, it costs a few timer reads per chunk.
-            **backend_options: extra keyword arguments for the back-end class.
-                With ``backend="ray"``: ``address`` (str or None, default None) for
-                ``ray.init`` (None: a running local Ray, or a new one; ``"auto"``,
-                ``"host:port"``, ``"ray://host:port"``: a cluster); ``ray_init_kwargs``
-                (dict), other ``ray.init`` arguments (``runtime_env``, ``num_cpus``, ...),
-                both ignored in a process connected to Ray already (a Ray the runner
-                started is shut down on close); ``capacity_timeout``: see
-                [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend].
+            max_worker_memory (int or str or None): replace a worker whose resident
+                memory passed this (bytes, or "2 GB"), as Pool's.
+            **backend_options: the back-end's keyword arguments: with backend="ray",
+                address, ray_init_kwargs and capacity_timeout, as Pool's.
         """
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(
             backend=backend, start_method=start_method, task_timeout=task_timeout,
             queue_scale=queue_scale, cpu_threads=cpu_threads, progress=progress,
-            insights=insights, backend_options=backend_options,
+            insights=insights, max_worker_memory=max_worker_memory,
+            backend_options=backend_options,
         )
         options.check_backend(self.backends)
         self._devices = self.normalize_devices(devices)
@@ -536,8 +535,8 @@ class BaseRunner:
                 engine.request_close()  # the call sees it at its next step
                 wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
                 if not self._busy.acquire(timeout=wait):
-                    engine.abort()
-                    raise TimeoutError(f"the running call did not end within {timeout} s")
+                    where = _stacks.summary(engine.abort(where=True)) or "no stack read"
+                    raise TimeoutError(f"the running call did not end within {timeout} s: {where}")
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 engine.close(remaining)  # raises a producer_end error after cleaning up
@@ -627,10 +626,11 @@ class BaseRunner:
             if not engine.closing:
                 self._abort(engine)
             raise
-        except BaseException:
+        except BaseException as exc:
             if job is not None:
                 engine.cancel(job)
-            self._abort(engine)
+            # A Ctrl-C says where the busy workers were.
+            _stacks.note(exc, self._abort(engine, where=isinstance(exc, KeyboardInterrupt)))
             raise
         finally:
             if bar is not None:
@@ -652,10 +652,10 @@ class BaseRunner:
             self._abort(engine)
             raise
 
-    def _abort(self, engine: Engine) -> None:
+    def _abort(self, engine: Engine, where: bool = False) -> Dict[int, Any]:
         if self._engine is engine:
             self._engine = None
-        engine.abort()
+        return engine.abort(where)
 
     def __repr__(self) -> str:
         state = "active" if self.is_activate else "closed"

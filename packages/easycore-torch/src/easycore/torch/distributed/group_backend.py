@@ -25,7 +25,7 @@ replaced (the group would need forming again): ``restart`` refuses.
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from easycore.common.parallel import Backend, ParallelError, WorkerExited
 from easycore.common.parallel.extending import Engine, ItemSlot
@@ -146,6 +146,10 @@ class GroupBackend(Backend):
 
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
         return self._inner.item_slot(worker)
+
+    def stacks(self, workers: Optional[Iterable[int]] = None,
+               timeout: float = 1.0) -> Dict[int, Any]:
+        return self._inner.stacks(workers, timeout)
 
     @property
     def pids(self) -> List[Optional[int]]:

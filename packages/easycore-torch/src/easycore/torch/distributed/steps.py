@@ -126,9 +126,13 @@ def _pid(engine: Engine, rank: int) -> Optional[int]:
 
 def _timeout_error(engine: Engine, ranks: List[int], what: str,
                    timeout: Optional[float]) -> TimeoutError:
+    # Where each one is, read before the ranks are killed (half a second at most).
+    found = engine.backend.stacks(ranks, 0.5)
+    where = {r: s.innermost() for r, s in found.items() if s is not None}
     running = ", ".join(
         f"rank {r} (device {engine.devices[r]!r}"
         + (f", pid {_pid(engine, r)})" if _pid(engine, r) is not None else ")")
+        + (f" in {where[r]}" if where.get(r) is not None else "")
         for r in ranks
     )
     return TimeoutError(f"{what} did not finish within {timeout} s: still running: {running}")

@@ -26,10 +26,12 @@ import faulthandler
 import os
 import re
 import signal
+import sys
 import sysconfig
 import tempfile
 import threading
 import time
+import types
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 __all__ = [
@@ -41,7 +43,10 @@ __all__ = [
     "install",
     "request",
     "parse",
+    "of_thread",
     "describe",
+    "summary",
+    "note",
 ]
 
 #: The signal that asks a worker for its stacks: a real-time signal where the
@@ -57,6 +62,10 @@ elif hasattr(signal, "SIGUSR2"):
 AVAILABLE = SIGNAL is not None and hasattr(faulthandler, "register")
 
 _MAIN_MARK = "easycore-main-thread "
+# Where a worker's own code starts: the frames outer than these are how it was
+# started (a forked worker also shows the caller's frames at the fork).
+_ENTRIES = {("process_main", os.path.join("worker", "loop.py")),
+            ("_run", os.path.join("backends", "thread.py"))}
 _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):$"
 )
@@ -95,11 +104,23 @@ class Stack(NamedTuple):
 
     def user_frame(self) -> Optional[Frame]:
         """The innermost frame of the main thread that is neither easycore's nor the
-        standard library's: where the user's code was."""
-        for frame in self.main:
-            if not _is_library(frame.file):
+        standard library's, nor an installed package's (``site-packages``, such
+        as torch's) if there is one of the caller's own: where the user's code was."""
+        frames = [f for f in self.main if not _is_library(f.file)]
+        for frame in frames:
+            if not frame.file.startswith(_SITE):
                 return frame
-        return None
+        return frames[0] if frames else None
+
+    def innermost(self) -> Optional[Frame]:
+        """The innermost frame of user code, else of the main thread (None: no frame)."""
+        return self.user_frame() or (self.main[0] if self.main else None)
+
+    def where(self) -> str:
+        """``"; it was in f (file:line)"``: the innermost frame, as the end of an
+        error's first line."""
+        frame = self.innermost()
+        return f"; it was in {frame}" if frame is not None else ""
 
     def __str__(self) -> str:
         lines: List[str] = []
@@ -140,6 +161,7 @@ class DumpFile:
     def __init__(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix=f"easycore-stack-{os.getpid()}-")
         self._fd: Optional[int] = fd
+        self._owner = os.getpid()
         self._lock = threading.Lock()
 
     def offset(self) -> int:
@@ -162,8 +184,11 @@ class DumpFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            # A forked worker's inherited copy must not remove a sibling's file
+            # before that sibling opened it.
+            if os.getpid() == self._owner:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
 
     def __del__(self) -> None:  # the engine closes it; this is the safety net
         with contextlib.suppress(Exception):
@@ -192,11 +217,13 @@ def install(path: Optional[str]) -> bool:
         return False
     with contextlib.suppress(OSError):
         os.unlink(path)
-    f.write(f"{_MAIN_MARK}0x{threading.main_thread().ident or 0:016x}\n")
-    f.flush()
     global _installed
     _installed = f  # faulthandler keeps the descriptor, not the object
     faulthandler.register(SIGNAL, file=f, all_threads=True, chain=False)
+    # Written once the handler is in place: the caller signals only a worker
+    # whose file has it (the signal's default action ends a process).
+    f.write(f"{_MAIN_MARK}0x{threading.main_thread().ident or 0:016x}\n")
+    f.flush()
     return True
 
 
@@ -225,6 +252,10 @@ def request(
         try:
             dump._lock.acquire()
             start = dump.offset()
+            if start == 0:
+                # Not installed yet (the worker still boots): the signal's
+                # default action would kill it.
+                raise ValueError("no handler yet")
             os.kill(pid, SIGNAL)  # type: ignore[arg-type]
         except (OSError, ValueError):
             dump._lock.release()
@@ -242,16 +273,31 @@ def request(
                     seen[0], seen[1] = size, 0
                 elif size > start:
                     seen[1] += 1
-                    if seen[1] >= 2 or now >= deadline:
-                        out[key] = parse(dump.read_from(start), _main_ident(dump))
-                        del pending[key]
-                        dump._lock.release()
+                    if seen[1] < 2 and now < deadline:
+                        continue
+                    stack = parse(dump.read_from(start), _main_ident(dump))
+                    if not _complete(stack, dump) and now < deadline:
+                        # The handler was descheduled mid-dump (it writes in
+                        # many small pieces): wait for the rest.
+                        seen[1] = 0
+                        continue
+                    out[key] = stack
+                    del pending[key]
+                    dump._lock.release()
     finally:
         for key, (dump, start, _) in pending.items():
             text = dump.read_from(start) if dump._fd is not None else ""
             out[key] = parse(text, _main_ident(dump)) if text.strip() else None
             dump._lock.release()
     return out
+
+
+def _complete(stack: Stack, dump: DumpFile) -> bool:
+    """Whether a dump looks whole: it holds the main thread (faulthandler writes it
+    last), or at least one thread where the main one is not known."""
+    if not stack.threads:
+        return False
+    return _main_ident(dump) is None or stack.threads[0][0] == "main thread"
 
 
 def _main_ident(dump: DumpFile) -> Optional[str]:
@@ -289,6 +335,7 @@ def parse(text: str, main_ident: Optional[str] = None) -> Stack:
     named: List[Tuple[str, List[Frame]]] = []
     main: List[Tuple[str, List[Frame]]] = []
     for ident, tname, frames in threads:
+        frames = _from_entry(frames)
         if main_ident is not None and ident == main_ident:
             main.append(("main thread", frames))
         else:
@@ -296,9 +343,63 @@ def parse(text: str, main_ident: Optional[str] = None) -> Stack:
     return Stack(main + named)
 
 
+def of_thread(ident: Optional[int]) -> Optional[Stack]:
+    """The stack of one thread of this process (the thread back-end's workers).
+
+    Read from ``sys._current_frames()`` without stopping the thread; like a
+    dump, it keeps only function names, files and lines.
+
+    Args:
+        ident (int or None): the thread's ``ident``.
+
+    Returns:
+        Stack or None: that thread alone, as the "main thread" of its worker;
+        None if it is not running.
+    """
+    frame: Optional[types.FrameType] = sys._current_frames().get(ident) if ident else None
+    if frame is None:
+        return None
+    frames: List[Frame] = []
+    while frame is not None:
+        code = frame.f_code
+        frames.append(Frame(code.co_name, code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return Stack([("main thread", _from_entry(frames))])
+
+
+def _from_entry(frames: List[Frame]) -> List[Frame]:
+    """``frames`` (innermost first) up to the worker's entry point, if it is there."""
+    for k, f in enumerate(frames):
+        if any(f.function == fn and f.file.endswith(tail) and f.file.startswith(_EASYCORE)
+               for fn, tail in _ENTRIES):
+            return frames[: k + 1]
+    return frames
+
+
 def describe(stack: Optional[Stack]) -> str:
     """One phrase for an error message: where the main thread was."""
-    if stack is None:
-        return ""
-    frame = stack.user_frame() or (stack.main[0] if stack.main else None)
-    return f"; it was in {frame}" if frame is not None else ""
+    return "" if stack is None else stack.where()
+
+
+def summary(found: Dict[int, Optional[Stack]]) -> str:
+    """Where each worker was, in one line: ``"worker 0 was in f (file:line); ..."``.
+
+    Args:
+        found (dict): ``{worker: Stack or None}`` (``request``'s answer).
+
+    Returns:
+        str: "" when no stack was read.
+    """
+    return "; ".join(f"worker {w}{s.where().replace('; it', '', 1)}"
+                     for w, s in sorted(found.items()) if s is not None and s.where())
+
+
+def note(exc: BaseException, found: Dict[int, Optional[Stack]]) -> None:
+    """Add where the workers were to ``exc``'s traceback (a Ctrl-C that stopped
+    them): a note, on Python 3.11 and later; ``exc.worker_stacks`` everywhere."""
+    text = summary(found)
+    if not text:
+        return
+    exc.worker_stacks = dict(found)  # type: ignore[attr-defined]
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"easycore: the busy workers were stopped there: {text}")

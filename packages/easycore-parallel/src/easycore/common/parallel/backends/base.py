@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
+from .._os.memory import Reading
+from .._os.stacks import Stack
 from ..errors import DeathCause, WorkerDiedError, WorkerError
 from ..worker.protocol import WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot
@@ -94,6 +96,8 @@ class Backend(abc.ABC):
     devices: List[str]
     #: the transport the engine encodes items and decodes results with
     transport: Any
+    #: whether ``memory`` reads the workers' memory (``max_worker_memory`` needs it)
+    measures_memory: bool = False
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> Backend:
@@ -184,6 +188,38 @@ class Backend(abc.ABC):
         """What ``worker`` last wrote to its [item slot][easycore.common.parallel.worker.slots]
         (which item runs, since when); None: this back-end keeps none."""
         return None
+
+    def memory(self, worker: int, unique: bool = False) -> Optional[Reading]:
+        """What ``worker`` holds in memory now (and at its peak).
+
+        Args:
+            worker (int): the slot.
+            unique (bool): also its USS (costly: read it seldom).
+
+        Returns:
+            Reading or None: None: gone, or a back-end that cannot tell (this default).
+        """
+        return None
+
+    def resident(self, worker: int) -> Optional[int]:
+        """``worker``'s resident memory (RSS) now, in bytes, read cheaply (after
+        every chunk, for ``max_worker_memory``); None: cannot tell (this default)."""
+        return None
+
+    def stacks(self, workers: Optional[Iterable[int]] = None,
+               timeout: float = 1.0) -> Dict[int, Optional[Stack]]:
+        """Where each worker is now, read without stopping it (see
+        ``_os.stacks``).
+
+        Args:
+            workers (iterable of int or None): the slots to ask (None: all).
+            timeout (float): seconds to wait for all of them together.
+
+        Returns:
+            dict: ``{worker: Stack or None}`` (None: gone, not started far
+            enough, or a back-end that cannot tell; this default).
+        """
+        return {w: None for w in (range(len(self.devices)) if workers is None else workers)}
 
     @abc.abstractmethod
     def stop(self, timeout: Optional[float] = None) -> None:

@@ -36,9 +36,11 @@ import threading
 import time
 from multiprocessing import util
 from multiprocessing.context import BaseContext
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .._os import inherit, interrupts, lifeline, oom, threads
+from .._os import inherit, interrupts, lifeline, memory, oom, stacks, threads
+from .._os.memory import Reading
+from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
 from ..options import check_options
 from ..transport import shm
@@ -87,7 +89,8 @@ def _start_blocked(process: Any) -> None:
 class _Handle:
     """The caller's side of one worker process."""
 
-    def __init__(self, slot: int, device: str, process: Any, tasks: Any, results: Any) -> None:
+    def __init__(self, slot: int, device: str, process: Any, tasks: Any, results: Any,
+                 dump: Optional[stacks.DumpFile] = None) -> None:
         self.slot = slot
         self.device = device
         self.process = process
@@ -112,6 +115,8 @@ class _Handle:
         # Serialises sends with close(): a closed pipe's file descriptor number
         # may be reused, a write must never race it.
         self.lock = threading.Lock()
+        #: where its stacks are dumped when asked (None: no POSIX signals)
+        self.dump = dump
 
     def started(self) -> bool:
         return self.process.pid is not None
@@ -131,6 +136,8 @@ class _Handle:
                 with contextlib.suppress(OSError):
                     conn.close()
             self.out.clear()
+            if self.dump is not None:
+                self.dump.close()
 
 
 def _quietly(fn: Any, *args: Any) -> None:
@@ -174,6 +181,7 @@ class ProcessBackend(Backend):
     tick = 0.25
     #: seconds a worker gets to exit after SIGTERM before it is killed
     term_grace = 0.5
+    measures_memory = memory.AVAILABLE
 
     def __init__(
         self,
@@ -302,14 +310,15 @@ class ProcessBackend(Backend):
         inherited = self._method == "fork"
         if inherited and spec.threads is not None:
             threads.prepare_fork()  # once per caller: the workers inherit the scan
+        dump = stacks.DumpFile() if stacks.AVAILABLE else None
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=process_main,
             args=(spec_bytes if inherited else None, spec.threads, os.getpid(), self._method,
-                  task_r, res_w),
+                  task_r, res_w, dump.path if dump is not None else None),
             name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
             daemon=False,
         )
-        h = _Handle(slot, self.devices[slot], process, task_w, res_r)
+        h = _Handle(slot, self.devices[slot], process, task_w, res_r, dump)
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
@@ -453,6 +462,30 @@ class ProcessBackend(Backend):
             return None
         return self._item_slots.read(worker)
 
+    def memory(self, worker: int, unique: bool = False) -> Optional[Reading]:
+        h = self._by_slot.get(worker)
+        return None if h is None or h.gone else memory.read(h.pid, unique)
+
+    def resident(self, worker: int) -> Optional[int]:
+        h = self._by_slot.get(worker)
+        return None if h is None or h.gone else memory.resident(h.pid)
+
+    def stacks(self, workers: Optional[Iterable[int]] = None,
+               timeout: float = 1.0) -> Dict[int, Optional[Stack]]:
+        """Each worker's stacks, dumped by the worker's signal handler (every
+        worker at once, within ``timeout`` seconds in all)."""
+        slots = range(len(self.devices)) if workers is None else workers
+        targets = []
+        for w in slots:
+            h = self._by_slot.get(w)
+            if h is not None and h.pid and not (h.gone or h.closed) and h.dump is not None:
+                targets.append((w, h.pid, h.dump))
+        out: Dict[int, Optional[Stack]] = {w: None for w in slots}
+        if targets:
+            with contextlib.suppress(ValueError):  # a handle closed meanwhile: gone
+                out.update(stacks.request(targets, timeout))  # type: ignore[arg-type]
+        return out
+
     def kill(self, worker: int) -> None:
         h = self._by_slot[worker]
         h.expected_exit = True
@@ -497,6 +530,12 @@ class ProcessBackend(Backend):
             wait_ended(self, lambda: any(not (h.gone or h.ended or h.failed)
                                          for h in self._by_slot.values()),
                        timeout, handle, errors)
+            late = [h.slot for h in self._by_slot.values() if not (h.gone or h.ended or h.failed)]
+            if late and errors and isinstance(errors[-1], TimeoutError):
+                # They are killed next: say where they were.
+                where = stacks.summary(self.stacks(late, 0.5))
+                if where:
+                    errors[-1] = TimeoutError(f"{errors[-1]}; {where}")
             # Ended workers exit by themselves; give them what is left of the time.
             for h in self._by_slot.values():
                 if not h.gone and h.started():

@@ -24,8 +24,10 @@ import copy
 import os
 import queue
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from .._os import stacks
+from .._os.stacks import Stack
 from ..errors import WorkerError
 from ..options import check_options
 from ..transport.interface import DirectTransport
@@ -88,11 +90,18 @@ class ThreadBackend(Backend):
         cfg = copy.deepcopy(spec.cfg)
         ctx = WorkerContext(slot.index, self.devices[slot.index], cfg, context)
         executor = Executor(spec.program, ctx, self._item_slots)
-        slot.thread = threading.Thread(
-            target=self._run, args=(slot, token, slot.inbox, executor),
+        inbox = slot.inbox
+        thread = threading.Thread(
+            target=self._run, args=(slot, token, inbox, executor),
             name=f"easycore-worker-{slot.index}[{self.devices[slot.index]}]", daemon=True,
         )
-        slot.thread.start()
+        thread.start()
+        # Set once started: an abort meanwhile (a replacement's start races the
+        # pool's terminate) must never join a thread not started yet.
+        slot.thread = thread
+        if self._closed:  # aborted while it started: it goes too
+            slot.token = None
+            inbox.put(StopWorker())
 
     def _run(self, slot: _Slot, token: object, inbox: Any, executor: Executor) -> None:
         post = self._out.put
@@ -144,6 +153,16 @@ class ThreadBackend(Backend):
 
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
         return self._item_slots.read(worker)
+
+    def stacks(self, workers: Optional[Iterable[int]] = None,
+               timeout: float = 1.0) -> Dict[int, Optional[Stack]]:
+        """Each worker thread's stack, from ``sys._current_frames()``."""
+        out: Dict[int, Optional[Stack]] = {}
+        for w in range(len(self.devices)) if workers is None else workers:
+            slot = self._slots[w]
+            alive = slot.token is not None and slot.thread is not None
+            out[w] = stacks.of_thread(slot.thread.ident) if alive else None  # type: ignore[union-attr]
+        return out
 
     def kill(self, worker: int) -> None:
         slot = self._slots[worker]

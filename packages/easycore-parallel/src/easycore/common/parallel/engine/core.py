@@ -55,6 +55,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
+from .._os import stacks as _stacks
 from ..backends.base import Backend, BackendFailed, WorkerExited
 from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
 from ..options import check_task_timeout
@@ -63,7 +64,7 @@ from .chunking import AdaptiveChunker
 from .credits import Dispatcher
 from .job import ItemError, Job, JobSink
 from .ordering import deliver
-from .state import EngineState, WorkerState, pop_chunk
+from .state import RESERVED, EngineState, WorkerState, pop_chunk
 from .supervision import FailFast, Policy, ReplaceWorker, Supervisor
 
 __all__ = ["Engine", "ItemError", "Job", "JobSink"]
@@ -389,6 +390,8 @@ class Engine:
             if recorder is not None:  # insights: one test per chunk when off
                 recorder.chunk_done(slot, msg.n_items, msg.seconds, msg.working,
                                     msg.nbytes + (chunk.in_bytes if chunk is not None else 0))
+            if recorder is not None or state.max_worker_memory is not None:
+                self.supervisor.check_memory(w)  # before after_chunk: it may retire it
             job = chunk.job if chunk is not None else state.jobs.get(msg.job)
             # No item_payload_done here: the worker releases an input segment
             # when its last view dies (in this message's feedback, or later if
@@ -517,17 +520,50 @@ class Engine:
         self.state.closing = True
         self.state.backend.wakeup()
 
-    def abort(self) -> None:
-        """End everything now; never raises."""
+    def abort(self, where: bool = False) -> Dict[int, Any]:
+        """End everything now; never raises.
+
+        Args:
+            where (bool): first read where the busy workers are (every one at
+                once, ``abort_stack_timeout`` seconds at most): the jobs'
+                ``RunnerClosedError`` says it, and it is returned.
+
+        Returns:
+            dict: ``{worker: Stack}`` of the busy workers read (empty without ``where``).
+        """
         state = self.state
         state.closing = True
+        found: Dict[int, Any] = {}
+        if where:
+            found = self._busy_stacks()
+        message = "the workers were stopped"
+        if found and _stacks.summary(found):
+            message += f"; {_stacks.summary(found)}"
         try:
             with state.lock:
                 for job in list(state.jobs.values()):
                     try:  # noqa: SIM105
-                        self.fail(job, RunnerClosedError("the workers were stopped"))
+                        self.fail(job, RunnerClosedError(message))
                     except Exception:  # noqa: BLE001 -- a sink's error: abort never raises,
                         pass  # and the other jobs and the workers must still end
         except Exception:  # noqa: BLE001 -- abort never raises: whatever failed above,
             pass  # the workers must still end
         state.backend.abort()
+        return found
+
+    #: seconds ``abort(where=True)`` waits for the busy workers' stacks (a Ctrl-C
+    #: must stay prompt)
+    abort_stack_timeout = 0.5
+
+    def _busy_stacks(self) -> Dict[int, Any]:
+        state = self.state
+        try:
+            with state.lock:
+                busy = [w.slot for w in state.workers
+                        if w.alive and any(c is not RESERVED for c in w.fifo)]
+            if not busy:
+                return {}
+            found = state.backend.stacks(busy, self.abort_stack_timeout)
+        except Exception:  # noqa: BLE001 -- abort never raises: no stacks then
+            return {}
+        return {w: s for w, s in found.items() if s is not None}

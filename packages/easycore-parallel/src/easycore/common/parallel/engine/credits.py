@@ -236,6 +236,8 @@ class Dispatcher:
         w.fifo[idx] = chunk
         if state.recorder is not None:
             state.recorder.chunk_sent(len(items))
+            if isinstance(function, bytes):  # insights: what each worker is sent
+                state.recorder.bytes[slot] += len(function)
         message = RunChunk(job.id, chunk.seq, payload, function, forget,
                            transport.feedback(slot), self.mark(job, len(items)))
         with contextlib.suppress(ChannelBroken):

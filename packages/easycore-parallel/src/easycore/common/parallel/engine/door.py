@@ -13,7 +13,7 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Literal, Mapping, Optional, Union
 
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
@@ -23,7 +23,7 @@ from .core import Engine
 from .supervision import FailFast, Policy, ReplaceWorker
 
 if TYPE_CHECKING:
-    from ..insights import Recorder
+    from ..insights import Insights, Recorder
 
 __all__ = [
     "BACKENDS",
@@ -35,8 +35,15 @@ __all__ = [
     "ReplaceWorker",
     "backend_for",
     "forked",
+    "WorkerStacks",
+    "stacks",
+    "stalled",
     "start",
 ]
+
+#: what ``stacks`` says of a live worker whose stack could not be read
+NO_STACK = ("(no stack: the worker did not answer in time, or its back-end cannot read "
+            "stacks; Ray's `ray stack` can)")
 
 
 def backend_for(backends: Mapping[str, Union[type, str]], options: WorkerOptions,
@@ -68,7 +75,8 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
     Args:
         backend (Backend): an unstarted back-end (``backend_for``, or a
             runner's ``make_backend()``).
-        options (WorkerOptions): credits (``queue_scale``) and ``maxtasksperchild``.
+        options (WorkerOptions): credits (``queue_scale``), ``maxtasksperchild``
+            and ``max_worker_memory``.
         policy (Policy): what a failure costs: ``FailFast()`` (runners) or
             ``ReplaceWorker(options.max_deaths, options.max_node_losses)`` (pools).
         wait (str): see [`Engine.start`][easycore.common.parallel.engine.core.Engine.start].
@@ -77,15 +85,105 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
 
     Returns:
         Engine: started; if the start raised, the back-end cleaned up after itself.
+
+    Raises:
+        ValueError: ``max_worker_memory`` with a back-end that cannot measure it.
     """
-    engine = Engine(backend, credits=options.credits, maxtasksperchild=options.maxtasksperchild,
-                    policy=policy)
+    limit = options.max_worker_memory
+    assert not isinstance(limit, str)  # WorkerOptions made it bytes
+    if limit is not None and not backend.measures_memory:
+        raise ValueError(
+            f"max_worker_memory needs worker processes whose memory this machine can read "
+            f"(backend='process' on Linux); backend={options.backend!r} cannot")
+    # With a memory limit a worker holds one chunk at a time: one over the
+    # limit is replaced before its next item, none queued behind it.
+    engine = Engine(backend, credits=1 if limit is not None else options.credits,
+                    maxtasksperchild=options.maxtasksperchild, policy=policy)
+    engine.state.max_worker_memory = limit
     engine.recorder = recorder  # before the start: start-up counts
     engine.caller_pumps = caller_pumps
     if recorder is not None:
         recorder.caller_pumps = caller_pumps
     engine.start(wait=wait)
     return engine
+
+
+def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:
+    """Where each live worker of ``engine`` is now: every client's ``stacks()``.
+
+    Read without stopping them (see ``_os.stacks``),
+    all at once, in ``timeout`` seconds at most.
+
+    Args:
+        engine (Engine or None): a client's engine (None: closed, no workers).
+        timeout (float): seconds to wait for every answer together.
+
+    Returns:
+        dict: ``{worker: its stack as text}``, every thread, innermost frame
+        first; ``NO_STACK`` for a worker that did not answer.
+    """
+    if engine is None:
+        return {}
+    state = engine.state
+    with state.lock:
+        live = [w.slot for w in state.workers if w.alive]
+    found = state.backend.stacks(live, timeout)
+    return {slot: str(found[slot]) if found.get(slot) is not None else NO_STACK
+            for slot in live}
+
+
+#: an item running this many times a typical item's time (and a second at
+#: least) makes the insights' verdict "stalled"
+STALLED = 10.0
+
+
+def stalled(engine: Engine, insights: Insights) -> Insights:
+    """``insights`` with its ``stalled`` item, if one runs far longer than the items
+    so far: the worker, how long, and the function it is in (its stack is read).
+
+    Args:
+        engine (Engine): the client's engine.
+        insights (Insights): a snapshot of its recorder.
+
+    Returns:
+        Insights: the same object.
+    """
+    items = sum(w.items for w in insights.workers)
+    if items == 0:
+        return insights
+    typical = sum(w.working for w in insights.workers) / items
+    running = engine.supervisor.running_for()
+    if not running:
+        return insights
+    slot = max(running, key=running.__getitem__)
+    seconds = running[slot]
+    if seconds < max(1.0, STALLED * typical):
+        return insights
+    found = engine.backend.stacks([slot], 0.5).get(slot)
+    frame = None if found is None else found.innermost()
+    insights.stalled = {"worker": slot, "pid": engine.state.pid(slot), "seconds": seconds,
+                        "typical": typical, "where": str(frame) if frame is not None else ""}
+    return insights
+
+
+class WorkerStacks:
+    """The ``stacks()`` of the clients that hold an engine (``_engine``): Pool, runners."""
+
+    def stacks(self, timeout: float = 1.0) -> Dict[int, str]:
+        """Where each worker is now: the first thing to call when a run seems stuck.
+
+        Every live worker's Python stack (every thread, innermost frame
+        first: function, file, line), read without stopping it, even while it
+        runs C code that holds the GIL. Never local variables or data. Workers
+        still starting, and Ray actors, say they could not answer.
+
+        Args:
+            timeout (float): seconds to wait for the answers (all at once).
+
+        Returns:
+            dict: ``{worker: its stack as text}``.
+        """
+        return stacks(getattr(self, "_engine", None), timeout)
 
 
 def forked(engine: Any) -> bool:

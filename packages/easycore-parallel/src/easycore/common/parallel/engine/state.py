@@ -56,7 +56,9 @@ class WorkerState:
         "items_done",
         "jobs",
         "kill_reason",
+        "kill_stack",
         "last_at",
+        "memory_at",
         "ready",
         "retiring",
         "slot",
@@ -74,6 +76,8 @@ class WorkerState:
         self.retiring = False
         self.last_at = 0.0  # when it last finished a chunk
         self.kill_reason: Optional[Tuple[str, Any]] = None
+        self.kill_stack: Any = None  # where it was when the engine killed it
+        self.memory_at = 0.0  # when insights last read its memory
         self.alive = True
         self.start_deaths = 0  # deaths in a row before the init hooks returned
 
@@ -120,6 +124,8 @@ class EngineState:
         self.busy = [0.0] * len(backend.devices)
         #: insights: set by a client that asked for them (None: nothing is counted)
         self.recorder: Optional[Recorder] = None
+        #: bytes of resident memory past which a worker is replaced (None: no limit)
+        self.max_worker_memory: Optional[int] = None
 
     @property
     def devices(self) -> List[str]:

@@ -49,7 +49,10 @@ that ends jobs only through the core's
 4. **Deadlines** (``task_timeout``): ``next_deadline`` tells the pump how
    long it may wait; ``check_deadlines`` kills a worker whose running item is
    past its job's timeout, with the kill reason ``("timeout", item)``, and
-   step 1 takes it from there once its exit is reported.
+   step 1 takes it from there once its exit is reported. Before the kill,
+   outside the engine lock, the worker's stack is read (``Backend.stacks``,
+   every overdue worker at once, ``stack_timeout`` seconds at most): its
+   ``TaskTimeoutError`` says where it was.
 
 Back-ends only start, kill and restart one worker; what a death means is
 decided here.
@@ -58,11 +61,13 @@ decided here.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from .._os.memory import format_bytes
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerError
 from ..worker.protocol import StopWorker, WorkerFailed
@@ -70,6 +75,8 @@ from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
 
 __all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor", "taken_away"]
+
+_log = logging.getLogger("easycore.common.parallel")
 
 
 class Policy:
@@ -114,6 +121,11 @@ class Supervisor:
     #: deaths in a row of one slot's worker before its init hooks returned that
     #: end the engine (its start is what kills it); fewer are replaced
     start_deaths_limit = 3
+    #: seconds to wait for the stacks of workers about to be killed
+    stack_timeout = 1.0
+    #: seconds between two readings of a worker's memory for insights (its USS
+    #: takes milliseconds to read)
+    memory_interval = 0.5
 
     def __init__(self, state: EngineState, outcomes: Outcomes, policy: Policy) -> None:
         """
@@ -169,6 +181,8 @@ class Supervisor:
         why it was killed (None: it was not)."""
         w.alive, w.ready = False, False
         reason, w.kill_reason = w.kill_reason, None
+        if reason is None:
+            w.kill_stack = None
         chunks = [c for c in w.fifo if isinstance(c, Chunk)]  # not the places reserved
         w.fifo.clear()
         w.jobs.clear()
@@ -218,8 +232,9 @@ class Supervisor:
     def timeout_error(self, w: WorkerState, msg: WorkerExited, index: int,
                       job: Job) -> TaskTimeoutError:
         """The error of item ``index`` of ``job``, which overran its timeout on ``w``."""
+        stack, w.kill_stack = w.kill_stack, None
         return TaskTimeoutError(self.state.devices[w.slot], w.slot, msg.pid, index,
-                                job.timeout or 0)
+                                job.timeout or 0, stack)
 
     def requeue(self, job: Job, first: int, items: Optional[List[Any]], n: int) -> None:
         """Items a dead worker did not finish go back to their job, for other workers."""
@@ -248,6 +263,33 @@ class Supervisor:
             w.ready = False
             with contextlib.suppress(ChannelBroken):  # gone already: its exit is reported
                 state.backend.send(w.slot, StopWorker(state.transport.feedback(w.slot)))
+
+    def check_memory(self, w: WorkerState) -> None:
+        """A chunk of ``w`` came back (lock held): insights read its memory now and
+        then; past ``max_worker_memory`` it is retired, and replaced before it
+        runs another item (it holds one chunk at a time then: see ``door.start``)."""
+        state = self.state
+        recorder, limit = state.recorder, state.max_worker_memory
+        if recorder is not None:
+            now = time.monotonic()
+            if now >= w.memory_at:
+                w.memory_at = now + self.memory_interval
+                reading = state.backend.memory(w.slot, unique=True)
+                if reading is not None:
+                    recorder.memory(w.slot, reading.peak_rss, reading.uss)
+        if limit is None or w.retiring:
+            return
+        rss = state.backend.resident(w.slot)
+        if rss is None or rss <= limit:
+            return
+        w.retiring = True  # retire_if_due stops it once its chunk is back (now)
+        if recorder is not None:
+            recorder.memory_replaced(w.slot, rss)
+        _log.warning(
+            "worker %d (pid %s, device %r) holds %s of resident memory, over "
+            "max_worker_memory=%s: it is replaced before its next item",
+            w.slot, state.pid(w.slot), state.devices[w.slot], format_bytes(rss),
+            format_bytes(limit))
 
     def _plan_restart(self, w: WorkerState) -> None:
         """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""
@@ -311,9 +353,11 @@ class Supervisor:
         return best
 
     def check_deadlines(self) -> None:
-        """Kill every worker whose running task is past its job's timeout."""
+        """Kill every worker whose running task is past its job's timeout, after
+        reading where it is (its stack, for the ``TaskTimeoutError``)."""
         state = self.state
         now = time.monotonic()
+        overdue: List[WorkerState] = []
         with state.lock:
             for w in state.workers:
                 if w.kill_reason is not None or not w.alive:
@@ -327,11 +371,36 @@ class Supervisor:
                 limit = timeout * (1 if item is not None else max(1, head.n))
                 if now - started <= limit:
                     continue
-                w.kill_reason = ("timeout", item)
+                w.kill_reason = ("timeout", item)  # no more work for it from now on
+                overdue.append(w)
+        if not overdue:
+            return
+        # Outside the lock (up to stack_timeout): other threads submit meanwhile.
+        # This thread is the one that polls, so no result of theirs is read
+        # before the kill: a task that ends now still counts as overdue.
+        try:
+            found = state.backend.stacks([w.slot for w in overdue], self.stack_timeout)
+        except Exception:  # noqa: BLE001 -- a back-end's failure to read stacks must not
+            found = {}  # keep a stuck worker alive
+        with state.lock:
+            for w in overdue:
+                w.kill_stack = found.get(w.slot)
                 try:  # noqa: SIM105
                     state.backend.kill(w.slot)
                 except Exception:  # noqa: BLE001 -- whatever a back-end's kill raises (it may
                     pass  # be gone already, or unable to kill), the pumping must go on
+
+    def running_for(self) -> Dict[int, float]:
+        """Seconds the item each busy worker runs now has been running (``insights``'
+        "stalled" verdict); the whole chunk's time where items are not tracked."""
+        now = time.monotonic()
+        out: Dict[int, float] = {}
+        with self.state.lock:
+            for w in self.state.workers:
+                head = w.fifo[0] if w.fifo else None
+                if isinstance(head, Chunk) and w.alive and not head.job.done:
+                    out[w.slot] = now - self._started_at(w, head)[0]
+        return out
 
     def _started_at(self, w: WorkerState, head: Chunk) -> Tuple[float, Optional[int]]:
         """When ``head``'s running item started, and which item it is (None: not known)."""

@@ -45,6 +45,7 @@ from typing import (
     Union,
 )
 
+from .._os import stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
 from ..engine import door
@@ -92,7 +93,7 @@ def _coordinate(engine: Engine, stop: threading.Event) -> None:
             traceback.print_exc()
 
 
-class Pool:
+class Pool(door.WorkerStacks):
     """A process pool with ``multiprocessing.Pool``'s API, on easycore's engine.
 
     Examples:
@@ -135,6 +136,7 @@ class Pool:
         max_deaths: int = 3,
         max_node_losses: Optional[int] = 10,
         insights: bool = False,
+        max_worker_memory: Optional[Union[int, str]] = None,
         options: Optional[WorkerOptions] = None,
         **backend_options: Any,
     ) -> None:
@@ -173,6 +175,10 @@ class Pool:
                 None: any number.
             insights (bool): count where the time goes, from the start (see
                 [`insights`][easycore.common.parallel.Pool.insights]); off by default.
+            max_worker_memory (int or str or None): bytes (or ``"2 GB"``): a
+                worker whose resident memory (RSS) passed it after a chunk is
+                replaced before its next one; no item fails or is lost. Each
+                worker then holds one chunk at a time. Process back-end, Linux.
             options (WorkerOptions or None): all of ``task_timeout``,
                 ``progress``, ``start_method``, ``backend``, ``cpu_threads``,
                 ``queue_scale``, ``max_deaths``, ``max_node_losses``, ``insights``,
@@ -188,7 +194,8 @@ class Pool:
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
             "max_node_losses": max_node_losses,
             "maxtasksperchild": maxtasksperchild, "cpu_threads": cpu_threads,
-            "progress": progress, "insights": insights})
+            "progress": progress, "insights": insights,
+            "max_worker_memory": max_worker_memory})
         devices = workers_devices(processes, devices)
         check_per_worker(worker_contexts, len(devices), initializer)
         self._policy = self.make_policy()
@@ -514,7 +521,9 @@ class Pool:
         ``AsyncResult`` (``apply``, ``map`` and their ``_async`` forms; not the
         ``imap`` iterators), ``reading_input`` the time reading lazy inputs
         (``imap`` of a generator). The start-up of the workers counts (the
-        constructor's and replacements').
+        constructor's and replacements'). An item running far longer than a
+        typical one makes the verdict "stalled", naming the function it is in
+        (``insights.stalled``).
 
         Args:
             reset (bool): start counting afresh after taking these.
@@ -528,7 +537,7 @@ class Pool:
         recorder = self._recorder
         if recorder is None:
             raise RuntimeError(f"{type(self).__name__} counts no insights: pass insights=True")
-        result = recorder.snapshot()
+        result = door.stalled(self._engine, recorder.snapshot())
         if reset:
             recorder.reset()
         return result
@@ -549,7 +558,8 @@ class Pool:
             # engine's locks: aborting, or joining it, would hang the exit. The
             # back-end's exit handler has already stopped the workers.
             return
-        self._engine.abort()
+        # Where busy workers were goes into their jobs' errors (and a Ctrl-C's note).
+        self._stopped_at = self._engine.abort(where=True)
         if threading.current_thread() is not self._coordinator:
             self._coordinator.join(5.0)
         self._readers.join(5.0)
@@ -578,6 +588,8 @@ class Pool:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.terminate()  # as multiprocessing.Pool does
+        if isinstance(exc, KeyboardInterrupt):
+            stacks.note(exc, getattr(self, "_stopped_at", {}))
 
     def __del__(self) -> None:
         # A process forked from the owner (a user's os.fork, a fork-started

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
-from .._os import interrupts, lifeline, threads
+from .._os import interrupts, lifeline, stacks, threads
 from ..errors import ErrorReport
 from .executor import Executor, HookFailed, Terminated, WorkerContext, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
@@ -62,6 +62,7 @@ def process_main(
     start_method: str,
     tasks: Any,
     results: Any,
+    stack_file: Optional[str] = None,
 ) -> None:
     """Entry point of a worker process.
 
@@ -75,11 +76,15 @@ def process_main(
         start_method (str): how this process was started.
         tasks (Connection): read end of this worker's task pipe.
         results (Connection): write end of this worker's result pipe.
+        stack_file (str or None): the caller's dump file: this worker's stacks
+            go there when it is asked (see ``_os.stacks``).
     """
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     interrupts.unblock_in_worker()  # blocked by the caller across the start
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Before anything that may hang (unpickling the spec imports user code).
+    stacks.install(stack_file)
     sys.unraisablehook = _unraisable_hook(sys.unraisablehook)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
