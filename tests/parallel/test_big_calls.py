@@ -15,7 +15,7 @@ import pytest
 from _stack_funcs import Heavy
 
 from easycore.common.parallel import JobQueue, Pool
-from easycore.common.parallel.pool import program
+from easycore.common.parallel.transport import big_calls
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,7 +25,7 @@ SIZE = 16 * 2**20
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(program, "_warned", set())  # once per type: start afresh
+    monkeypatch.setattr(big_calls, "_warned", set())  # once per type: start afresh
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -52,3 +52,18 @@ def test_a_partial_and_a_job_queue_call_name_what_they_carry(fresh_warnings, no_
     with JobQueue(1) as jobs, pytest.warns(UserWarning, match=r"_stack_funcs\.Heavy"):
         jobs.put(Heavy().size, 0)
         assert jobs.get(timeout=WAIT) == SIZE
+
+
+@pytest.mark.parametrize("call", ["map", "imap", "apply"])
+def test_items_that_carry_a_big_object_warn_once_naming_its_type(call, fresh_warnings, no_leaks):
+    # The arguments' side of the rule: one chunk's items past BIG_CALL.
+    with Pool(1) as pool:
+        run = {"map": lambda items: pool.map(len, items, 1),
+               "imap": lambda items: list(pool.imap(len, items, 1)),
+               "apply": lambda items: [pool.apply(len, (items[0],))]}[call]
+        with pytest.warns(UserWarning, match=r"pickle to 16 MB .*builtins\.bytearray"):
+            assert run([bytearray(SIZE)]) == [SIZE]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per type, and small items never warn
+            assert run([bytearray(SIZE)]) == [SIZE]
+            assert pool.map(abs, [-1, -2]) == [1, 2]

@@ -25,6 +25,7 @@ from typing import Any, List, Optional
 
 from .._os import interrupts
 from ..backends.base import ChannelBroken
+from ..transport.big_calls import BIG_CALL, warn_if_big_items
 from ..worker.protocol import RunChunk
 from ..worker.slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 from .job import Chunk, Job
@@ -228,6 +229,8 @@ class Dispatcher:
                 raise
             self.outcomes.finish(job, wrap_encode_error(exc, state.devices[slot], slot, first))
             return
+        if chunk.in_bytes > BIG_CALL:  # said once per type (and not for the pickle's sake)
+            warn_if_big_items(items, first, chunk.in_bytes)
         chunk.payload = payload
         chunk.worker = slot
         chunk.sent_at = time.monotonic()

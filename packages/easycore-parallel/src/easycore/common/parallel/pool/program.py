@@ -9,24 +9,16 @@ how an item is passed to it: ``MAP`` (``f(x)``), ``STAR`` (``f(*x)``) or
 
 from __future__ import annotations
 
-import functools
 import sys
-import threading
 import types
-import warnings
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional
 
 from ..engine.door import DevicePolicy
+from ..transport.big_calls import warn_if_big_function
 from ..transport.pickling import dumps_code, loads_code
 from ..worker.executor import WorkerContext, WorkerProgram
 
-__all__ = ["APPLY", "BIG_CALL", "MAP", "STAR", "PoolProgram", "job_code", "load_code"]
-
-#: bytes past which a job's pickled function (a bound method's object, a
-#: partial's arguments) gets a warning: it is sent to every worker
-BIG_CALL = 10 * 2**20
-_warned: Set[str] = set()  # the types warned about, once per process
-_warned_lock = threading.Lock()
+__all__ = ["APPLY", "MAP", "STAR", "PoolProgram", "job_code", "load_code"]
 
 #: how a job's function takes an item: ``f(x)``, ``f(*x)``, ``f(*args, **kwds)``
 MAP, STAR, APPLY = "map", "star", "apply"
@@ -103,8 +95,7 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
         return blob
     if cache is None or not by_reference(func):
         code = dumps_code(blob)
-        if len(code) > BIG_CALL:
-            _warn_big(func, len(code))
+        warn_if_big_function(func, len(code))
         return code
     cached = cache.get(blob)
     if cached is None:
@@ -152,41 +143,3 @@ def _load_job(blob: Any) -> Any:
             _LOADED.clear()
         _LOADED[key] = code
     return code
-
-
-def _carried(func: Any) -> str:
-    """What a function drags along when pickled, named: a bound method's object,
-    a partial's arguments, a JobQueue call's function; else the function's type."""
-    inner = getattr(func, "fn", None)  # a JobQueue's call wrapper
-    if callable(inner) and type(func).__name__ == "_QueueCall":
-        return _carried(inner)
-    if isinstance(func, functools.partial):
-        parts = [*func.args, *func.keywords.values()]
-        if parts:
-            return "functools.partial with " + ", ".join(_type_name(p) for p in parts)
-        return _carried(func.func)
-    owner = getattr(func, "__self__", None)
-    if owner is not None and not isinstance(owner, (type, types.ModuleType)):
-        return _type_name(owner)
-    return _type_name(func)
-
-
-def _type_name(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def _warn_big(func: Any, size: int) -> None:
-    name = _carried(func)
-    with _warned_lock:
-        if name in _warned:
-            return
-        _warned.add(name)
-    warnings.warn(
-        f"the function of this call pickles to {size / 2**20:.0f} MB (it carries a "
-        f"{name} object), and every worker is sent a copy (a private one per worker, "
-        "also under fork). Keep big data out of the call: store a big sequence once in "
-        "a SharedList, give the object to the workers once (a BackgroundTask's target, "
-        "a runner's cfg, a Pool initializer that builds or loads it in each worker), "
-        "or pass a module-level function with small arguments. (Warned once per type.)",
-        UserWarning, stacklevel=5,
-    )
