@@ -12,7 +12,7 @@ with Pool(4, backend="ray") as pool:                        # a pool of actors
 
 Ray does the placement and the transport; this module only keeps the
 worker contract. Each device becomes an actor wrapping an
-[`Executor`][easycore.common.parallel.Executor] (the runner's
+[`WorkerHandler`][easycore.common.parallel.extending.WorkerHandler] (the runner's
 ``setup_worker``, then ``producer_init``, or the pool's ``initializer``, in
 it; its own copy of ``cfg``); a chunk is one actor task answering with the
 [`protocol`][easycore.common.parallel.worker.protocol]'s messages, and the
@@ -61,7 +61,7 @@ from .._os.lifeline import run_into
 from ..errors import ParallelError, WorkerDiedError, WorkerError
 from ..options import check_options
 from ..transport.interface import DirectTransport
-from ..worker.executor import Executor, PassThrough, WorkerContext
+from ..worker.executor import PassThrough, WorkerContext, WorkerHandler
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
 
@@ -116,14 +116,14 @@ class _Actor:
     """One worker; made a Ray actor class by
     [`RayBackend.start`][easycore.common.parallel.backends.ray.RayBackend]: it
     answers the protocol's messages with an
-    [`Executor`][easycore.common.parallel.worker.executor.Executor]."""
+    [`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
         self.n_threads = n_threads
         if n_threads is not None:
             _threads.limit_threads(n_threads)
-        self.executor = Executor(program, WorkerContext(index, device, cfg, context),
+        self.executor = WorkerHandler(program, WorkerContext(index, device, cfg, context),
                                  transport=_ObjectStore())
 
     def _keep_thread_env(self) -> None:

@@ -58,6 +58,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import ParallelError, TaskTimeoutError, WorkerError
+from ..logs import logger
 from ..worker.protocol import StopWorker, WorkerFailed
 from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
@@ -146,13 +147,18 @@ class Supervisor:
             if reason is None and msg.expected:
                 if w.retiring:
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
+                    logger.info("worker %d on device %r (pid %s) ran its maxtasksperchild "
+                                "tasks; starting a replacement", slot, state.devices[slot],
+                                msg.pid)
                 return
             what, at = reason if reason is not None else ("died", None)
             if state.recorder is not None:
                 state.recorder.lost(slot, what == "timeout")
             self.policy.lost(self, w, chunks, what, at, msg)
-            if state.broken is None:
+            replaced = state.broken is None
+            if replaced:
                 self._plan_restart(w)
+            _log_loss(state.devices[slot], slot, msg, what, replaced)
 
     def _take_back(self, w: WorkerState) -> Tuple[List[Chunk], Optional[Tuple[str, Any]]]:
         """Empty a gone worker's queue: its chunks (in the order it ran them) and
@@ -458,3 +464,15 @@ class ReplaceWorker(Policy):
                 sup.outcomes.deliver(job, failed_items[0], [None], failed)
             else:
                 sup.outcomes.deliver(job, running.first, [None] * running.n, failed)
+
+
+def _log_loss(device: str, slot: int, msg: WorkerExited, what: str, replaced: bool) -> None:
+    """Log a worker lost (``what``: "died", "timeout" or another kill reason)."""
+    then = "starting a replacement" if replaced else "not replaced (the engine is broken)"
+    if what == "timeout":
+        logger.warning("worker %d on device %r (pid %s) killed: a task ran longer than its "
+                       "task_timeout; %s", slot, device, msg.pid, then)
+    else:
+        logger.warning("worker %d on device %r (pid %s) %s (exit code %s); %s", slot, device,
+                       msg.pid, "died" if what == "died" else f"killed ({what})",
+                       msg.exitcode, then)
