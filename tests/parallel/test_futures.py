@@ -238,7 +238,7 @@ def test_no_stale_reference_to_a_submitted_bound_method(no_leaks):
         for submit in (executor.submit, pool.submit):
             owner = Owner()
             collected = threading.Event()
-            ref = weakref.ref(owner, lambda _: collected.set())
+            ref = weakref.ref(owner, lambda _, event=collected: event.set())
             submit(owner.method).result(WAIT)
             del owner
             # (the job is dropped once finished, just after its result is set)

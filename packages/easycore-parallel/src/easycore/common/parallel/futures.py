@@ -94,8 +94,7 @@ def broken_pool_error(error: BaseException, kinds: Tuple[type, ...] = (WorkerDie
                 "__module__": cls.__module__, "__qualname__": cls.__qualname__,
                 "__doc__": cls.__doc__})
     # A copy, not a cast: the pool's error object may be shared (a Pool's result).
-    func, args = error.__reduce__()[:2]
-    del func
+    args: Any = error.__reduce__()[1]
     converted = both(*args)
     converted.__dict__.update(error.__dict__)
     converted.__cause__ = error.__cause__
