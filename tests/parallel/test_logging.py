@@ -51,9 +51,8 @@ def test_a_dead_worker_is_logged_with_its_replacement(method, caplog, no_leaks):
 
 def test_a_timeout_is_logged(caplog, no_leaks):
     caplog.set_level(logging.INFO, logger=LOGGER_NAME)
-    with Pool(1) as pool:
-        with pytest.raises(TaskTimeoutError) as info:
-            pool.apply(time.sleep, (60,), task_timeout=0.5)
+    with Pool(1) as pool, pytest.raises(TaskTimeoutError) as info:
+        pool.apply(time.sleep, (60,), task_timeout=0.5)
     (record,) = records(caplog)
     assert f"pid {info.value.pid}" in record.getMessage()
     assert "ran longer than its task_timeout" in record.getMessage()
