@@ -42,9 +42,10 @@ PRIVATE = {
 #: is tested in test_futures.py)
 BETTER = {
     # FailingInitializerMixin (it also reads executor._broken)
-    "test_initializer@Failing": "the stdlib's executor breaks for good when an initializer "
-                                "raises; easycore's fails the futures with a WorkerError "
-                                "naming the initializer (and reads executor._broken)",
+    "test_initializer@Failing": "the stdlib's executor starts and breaks for good when an "
+                                "initializer raises; easycore's constructor raises the "
+                                "WorkerError naming it, a BrokenProcessPool too (the test "
+                                "also reads executor._broken)",
     "test_killed_child": "a killed worker breaks the stdlib's executor for good (every "
                          "pending future, every later submit); easycore fails only the task "
                          "it ran (a WorkerDiedError that is a BrokenProcessPool) and "
