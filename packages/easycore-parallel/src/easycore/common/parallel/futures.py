@@ -26,6 +26,7 @@ Where it differs from the stdlib, easycore's promise is the better one:
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import pickle
 import threading
 import time
@@ -163,6 +164,17 @@ def _at_exit() -> None:
     for thread in threads:
         thread.join()
 
+
+def _forget_in_child() -> None:
+    # A forked child (a fork-started worker, a user's os.fork) has copies of
+    # this process's executors, not their workers: its exit must not wait for them.
+    global _open
+    _open = weakref.WeakSet()
+    _draining.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 # Before the atexit handlers (the back-ends' stop the workers), as the stdlib's
 # executors register; a plain atexit handler where the interpreter has no such hook.
