@@ -42,8 +42,8 @@ def test_the_worker_seam_is_worker_handler_and_executor_is_concurrent_futures():
 
 
 def test_the_package_offers_what_a_user_calls():
-    for name in ("Pool", "Executor", "BaseRunner", "BackgroundTask", "JobQueue", "Queue", "WorkerContext",
-                 "WorkerDiedError", "ErrorReport", "Insights"):
+    for name in ("Pool", "Executor", "BaseRunner", "BackgroundTask", "JobQueue", "Queue",
+                 "WorkerContext", "WorkerDiedError", "ErrorReport", "Insights"):
         assert name in parallel.__all__, name
 
 
