@@ -10,6 +10,7 @@ check can fail).
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from _parallel_support import METHODS
@@ -72,7 +73,7 @@ def test_async_for_over_imap_lets_the_loop_run_between_results(method, unordered
     seen, results = asyncio.run(_with_heartbeat(consume))
     expected = [x * x for x in range(N)]
     assert (sorted(results) if unordered else results) == expected
-    assert all(b > a for a, b in zip(seen, seen[1:]))  # a tick between every two results
+    assert all(b > a for a, b in itertools.pairwise(seen))  # a tick between every two results
 
 
 def test_async_for_over_a_lazy_input_and_a_failing_task(no_leaks):
