@@ -80,7 +80,7 @@ def test_every_public_name_is_documented(module: str) -> None:
 #: never on the page a user reads to call easycore (docs/api/parallel.md).
 INTERNALS = {
     "Backend", "BackendSpec", "ChannelBroken", "WorkerExited", "DevicePolicy",
-    "ProcessBackend", "ThreadBackend", "RayBackend", "Executor",
+    "ProcessBackend", "ThreadBackend", "RayBackend", "WorkerHandler",
     "WorkerProgram", "RunnerProgram", "HookFailed", "Transport", "PickleTransport",
     "SharedMemoryTransport", "ErrorReport", "protocol", "core", "Engine", "Job",
     "JobSink", "AdaptiveChunker",

@@ -22,7 +22,7 @@ import easycore.common.parallel.extending as extending
 SRC = Path(parallel.__file__).parent
 
 SEAMS = ["Backend", "BackendSpec", "ChannelBroken", "WorkerExited", "DevicePolicy",
-         "ProcessBackend", "Executor", "WorkerProgram", "Transport", "PickleTransport",
+         "ProcessBackend", "WorkerProgram", "Transport", "PickleTransport",
          "SharedMemoryTransport"]
 
 
@@ -32,9 +32,18 @@ def test_a_seam_is_extendings_and_still_imports_from_the_package(name):
     assert getattr(parallel, name) is getattr(extending, name)
 
 
+def test_the_worker_seam_is_worker_handler_and_executor_is_concurrent_futures():
+    import concurrent.futures
+
+    assert "WorkerHandler" in extending.__all__ and "Executor" not in extending.__all__
+    assert issubclass(parallel.Executor, concurrent.futures.Executor)
+    with pytest.warns(DeprecationWarning, match="WorkerHandler"):
+        assert extending.Executor is extending.WorkerHandler  # the old name, deprecated
+
+
 def test_the_package_offers_what_a_user_calls():
-    for name in ("Pool", "BaseRunner", "BackgroundTask", "JobQueue", "Queue", "WorkerContext",
-                 "WorkerDiedError", "ErrorReport", "Insights"):
+    for name in ("Pool", "Executor", "BaseRunner", "BackgroundTask", "JobQueue", "Queue",
+                 "WorkerContext", "WorkerDiedError", "ErrorReport", "Insights"):
         assert name in parallel.__all__, name
 
 

@@ -1,4 +1,4 @@
-"""The one worker loop: ``Executor.start`` and ``Executor.handle`` answer the protocol's messages.
+"""The one worker loop: ``WorkerHandler.start`` and ``.handle`` answer the protocol's messages.
 
 In-process: every carrier (the worker process, the thread back-end, the Ray
 actor) hands messages to this class, so what it answers is what every back-end
@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from easycore.common.parallel import Executor, PickleTransport, WorkerContext, WorkerProgram
+from easycore.common.parallel import PickleTransport, WorkerContext, WorkerProgram
+from easycore.common.parallel.extending import WorkerHandler
 from easycore.common.parallel.worker.protocol import (
     ChunkDone,
     RunChunk,
@@ -70,7 +71,7 @@ def _chunk(job=1, seq=0, items=(1, 2, 3), function=b"f", mark=MARK_NONE, forget=
 
 
 def _executor(program=None, slots=None, transport=None, index=0):
-    return Executor(program or Squares(), WorkerContext(index, "cpu", None, None), slots,
+    return WorkerHandler(program or Squares(), WorkerContext(index, "cpu", None, None), slots,
                     transport)
 
 

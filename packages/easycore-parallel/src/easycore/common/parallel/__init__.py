@@ -9,7 +9,8 @@ Two ways in, on one engine:
 * **a pool**: [`Pool`][easycore.common.parallel.Pool] has the API of
   ``multiprocessing.Pool`` (change the import), plus per-task timeouts,
   workers replaced when they die, ``submit``, ``broadcast`` and per-worker
-  contexts.
+  contexts; [`Executor`][easycore.common.parallel.Executor] is
+  ``concurrent.futures.ProcessPoolExecutor``'s API on the same engine.
 
 Errors name the device, worker and item at fault
 ([`WorkerError`][easycore.common.parallel.WorkerError],
@@ -73,6 +74,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .futures import Executor
 from .insights import Insights, Verdict, WorkerInsights
 from .jobqueue import JobQueue
 from .pool import AsyncResult, IMapIterator, MapResult, Pool
@@ -82,12 +84,12 @@ from .shared_list import SharedList
 from .transport.interface import PickleTransport as PickleTransport
 from .transport.interface import Transport as Transport
 from .transport.shared_memory import SharedMemoryTransport as SharedMemoryTransport
-from .worker.executor import Executor as Executor
 from .worker.executor import WorkerContext
 from .worker.executor import WorkerProgram as WorkerProgram
 
 __all__ = [
     "Pool",
+    "Executor",
     "AsyncResult",
     "MapResult",
     "IMapIterator",

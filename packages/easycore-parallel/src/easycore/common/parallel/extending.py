@@ -14,6 +14,9 @@ page says what each name is for. Importing this module does not import Ray:
 `RayBackend` imports it when it starts.
 """
 
+import warnings
+from typing import Any
+
 from ._os.threads import budget as thread_budget
 from .backends.base import Backend, BackendSpec, ChannelBroken, WorkerExited
 from .backends.policy import DevicePolicy, default_start_method
@@ -29,7 +32,7 @@ from .services.server import ServiceHost
 from .transport.interface import DirectTransport, PickleTransport, Transport
 from .transport.pickling import dumps_code, loads_code, names_main, reduce_main
 from .transport.shared_memory import SharedMemoryTransport
-from .worker.executor import Executor, HookFailed, RunnerProgram, Terminated, WorkerProgram
+from .worker.executor import HookFailed, RunnerProgram, Terminated, WorkerHandler, WorkerProgram
 
 # The protocol's messages by direction, as the Extending page's table lists them.
 from .worker.protocol import RunChunk, StopWorker  # caller to worker
@@ -47,7 +50,7 @@ __all__ = [
     "WorkerExited",
     "ChannelBroken",
     "WorkerProgram",
-    "Executor",
+    "WorkerHandler",
     "Transport",
     "PickleTransport",
     "SharedMemoryTransport",
@@ -86,3 +89,14 @@ __all__ = [
     "RandomStreams",
     "ServiceHost",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # 0.5.0's first pages named the worker's message handler ``Executor``; that
+    # name is now ``concurrent.futures``' (``easycore.common.parallel.Executor``).
+    if name == "Executor":
+        warnings.warn("easycore.common.parallel.extending.Executor is deprecated: it is "
+                      "WorkerHandler now (easycore.common.parallel.Executor is the "
+                      "concurrent.futures executor)", DeprecationWarning, stacklevel=2)
+        return WorkerHandler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

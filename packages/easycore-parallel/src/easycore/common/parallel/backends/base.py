@@ -8,7 +8,7 @@ workers live is replaceable: [`ProcessBackend`][easycore.common.parallel.Process
 (one Ray actor per device).
 
 Every worker slot ``0 .. len(devices) - 1`` runs one
-[`Executor`][easycore.common.parallel.worker.executor.Executor] at a time; the
+[`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler] at a time; the
 messages are those of [`protocol`][easycore.common.parallel.worker.protocol].
 All methods are called in the caller's process:
 
@@ -90,7 +90,8 @@ class BackendFailed(NamedTuple):
 
 
 class Backend(abc.ABC):
-    """Runs [`Executor`][easycore.common.parallel.worker.executor.Executor]s on a set of devices."""
+    """Runs [`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler]s on
+    a set of devices."""
 
     #: devices, one worker each, in order
     devices: List[str]

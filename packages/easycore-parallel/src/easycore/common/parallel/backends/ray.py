@@ -12,7 +12,7 @@ with Pool(4, backend="ray") as pool:                        # a pool of actors
 
 Ray does the placement and the transport; this module only keeps the
 worker contract. Each device becomes an actor wrapping an
-[`Executor`][easycore.common.parallel.Executor] (the runner's
+[`WorkerHandler`][easycore.common.parallel.extending.WorkerHandler] (the runner's
 ``setup_worker``, then ``producer_init``, or the pool's ``initializer``, in
 it; its own copy of ``cfg``); a chunk is one actor task answering with the
 [`protocol`][easycore.common.parallel.worker.protocol]'s messages, and the

@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Tuple
 
 from .._os import threads as _threads
 from ..errors import ErrorReport
-from ..worker.executor import Executor, PassThrough, WorkerContext
+from ..worker.executor import PassThrough, WorkerContext, WorkerHandler
 
 __all__ = ["RayWorker", "init_failed_report"]
 
@@ -27,8 +27,8 @@ class RayWorker:
         self.n_threads = n_threads
         if n_threads is not None:
             _threads.limit_threads(n_threads)
-        self.executor = Executor(program, WorkerContext(index, device, cfg, context),
-                                 transport=_ObjectStore())
+        self.executor = WorkerHandler(program, WorkerContext(index, device, cfg, context),
+                                       transport=_ObjectStore())
 
     def _keep_thread_env(self) -> None:
         # Older Ray releases (2.9 and 2.10 among them) set OMP_NUM_THREADS to the

@@ -31,7 +31,7 @@ from .._os.stacks import Stack
 from ..errors import WorkerError
 from ..options import check_options
 from ..transport.interface import DirectTransport
-from ..worker.executor import Executor, WorkerContext
+from ..worker.executor import WorkerContext, WorkerHandler
 from ..worker.protocol import RunChunk, StopWorker, WorkerFailed
 from ..worker.slots import ItemSlot, ItemSlots
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
@@ -89,7 +89,7 @@ class ThreadBackend(Backend):
         context = spec.contexts[slot.index] if spec.contexts is not None else None
         cfg = copy.deepcopy(spec.cfg)
         ctx = WorkerContext(slot.index, self.devices[slot.index], cfg, context)
-        executor = Executor(spec.program, ctx, self._item_slots)
+        executor = WorkerHandler(spec.program, ctx, self._item_slots)
         inbox = slot.inbox
         thread = threading.Thread(
             target=self._run, args=(slot, token, inbox, executor),
@@ -103,7 +103,7 @@ class ThreadBackend(Backend):
             slot.token = None
             inbox.put(StopWorker())
 
-    def _run(self, slot: _Slot, token: object, inbox: Any, executor: Executor) -> None:
+    def _run(self, slot: _Slot, token: object, inbox: Any, executor: WorkerHandler) -> None:
         post = self._out.put
         index = slot.index
         ready = executor.start()

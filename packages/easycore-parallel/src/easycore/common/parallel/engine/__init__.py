@@ -11,7 +11,7 @@ The data flow (the caller's process on the left, the workers on the right):
 
  client               Engine (core.py), its parts over one EngineState (state.py)
  runner, Pool,    +------------+  Job   +-----------------+ RunChunk +---------+
- BackgroundTask,=>| submit_job |=======>| Dispatcher      |=========>| Backend |=> Executor
+ BackgroundTask,=>| submit_job |=======>| Dispatcher      |=========>| Backend |=> WorkerHandler
  JobQueue         +------------+   lazy | (credits.py):   | items by | process |   runs the
    ^                       input ======>| reserve, take,  | the      | thread  |   chunk's
    |                       (feed)       | encode, send    | Transport| ray     |   items

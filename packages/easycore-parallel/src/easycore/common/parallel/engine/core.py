@@ -408,8 +408,9 @@ class Engine:
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
             try:
                 results = state.transport.decode_results(slot, msg.results)
-            except Exception as exc:  # noqa: BLE001 -- the user's results (any unpickling
-                # error of theirs): reported as the job's error, with its cause
+            except BaseException as exc:  # noqa: BLE001 -- the user's results (any unpickling
+                # error of theirs, SystemExit too: raised here it would stop the
+                # pumping thread and hang the job): the job's error, with its cause
                 err = ParallelError(
                     f"results of worker {slot} on device {state.devices[slot]!r} could not be "
                     f"decoded in the caller: {type(exc).__name__}: {exc}"

@@ -60,6 +60,7 @@ class WorkerState:
         "last_at",
         "memory_at",
         "ready",
+        "retired_for",
         "retiring",
         "slot",
         "start_deaths",
@@ -74,6 +75,7 @@ class WorkerState:
         self.forget: List[int] = []
         self.items_done = 0
         self.retiring = False
+        self.retired_for = "maxtasksperchild"  # or "max_worker_memory": for the log
         self.last_at = 0.0  # when it last finished a chunk
         self.kill_reason: Optional[Tuple[str, Any]] = None
         self.kill_stack: Any = None  # where it was when the engine killed it

@@ -61,7 +61,6 @@ decided here.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections import deque
@@ -70,13 +69,13 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from .._os.memory import format_bytes
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerError
+from ..logs import logger
 from ..worker.protocol import StopWorker, WorkerFailed
 from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
 
 __all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor", "taken_away"]
 
-_log = logging.getLogger("easycore.common.parallel")
 
 
 class Policy:
@@ -167,14 +166,19 @@ class Supervisor:
                 return
             if reason is None and msg.expected:
                 if w.retiring:
+                    logger.info("worker %d on device %r (pid %s) retired (%s); starting a "
+                                "replacement", slot, state.devices[slot], msg.pid,
+                                w.retired_for)
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
                 return
             what, at = reason if reason is not None else ("lost" if lost else "died", None)
             if state.recorder is not None:
                 state.recorder.lost(slot, what == "timeout")
             self.policy.lost(self, w, chunks, what, at, msg)
-            if state.broken is None:
+            replaced = state.broken is None
+            if replaced:
                 self._plan_restart(w)
+            _log_loss(state.devices[slot], slot, msg, what, replaced)
 
     def _take_back(self, w: WorkerState) -> Tuple[List[Chunk], Optional[Tuple[str, Any]]]:
         """Empty a gone worker's queue: its chunks (in the order it ran them) and
@@ -283,9 +287,10 @@ class Supervisor:
         if rss is None or rss <= limit:
             return
         w.retiring = True  # retire_if_due stops it once its chunk is back (now)
+        w.retired_for = "max_worker_memory"
         if recorder is not None:
             recorder.memory_replaced(w.slot, rss)
-        _log.warning(
+        logger.warning(
             "worker %d (pid %s, device %r) holds %s of resident memory, over "
             "max_worker_memory=%s: it is replaced before its next item",
             w.slot, state.pid(w.slot), state.devices[w.slot], format_bytes(rss),
@@ -293,7 +298,7 @@ class Supervisor:
 
     def _plan_restart(self, w: WorkerState) -> None:
         """Queue ``w``'s slot for a fresh worker (lock held; see ``start_replacements``)."""
-        w.retiring = False
+        w.retiring, w.retired_for = False, "maxtasksperchild"
         w.items_done = 0  # the replacement's own count (maxtasksperchild)
         if self.state.recorder is not None:
             self.state.recorder.restarting(w.slot)
@@ -579,3 +584,15 @@ class ReplaceWorker(Policy):
             job.lost_nodes.setdefault(key, cause)
             if limit is not None and len(job.lost_nodes) > limit:
                 sup.outcomes.fail(job, NodesLostError(job.lost_nodes, limit))
+
+
+def _log_loss(device: str, slot: int, msg: WorkerExited, what: str, replaced: bool) -> None:
+    """Log a worker lost (``what``: "died", "timeout" or another kill reason)."""
+    then = "starting a replacement" if replaced else "not replaced (the engine is broken)"
+    if what == "timeout":
+        logger.warning("worker %d on device %r (pid %s) killed: a task ran longer than its "
+                       "task_timeout; %s", slot, device, msg.pid, then)
+    else:
+        logger.warning("worker %d on device %r (pid %s) %s (exit code %s); %s", slot, device,
+                       msg.pid, "died" if what == "died" else f"killed ({what})",
+                       msg.exitcode, then)

@@ -30,6 +30,7 @@ import contextlib
 import os
 import sys
 import threading
+import types
 import warnings
 import weakref
 from typing import (
@@ -39,10 +40,14 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     Optional,
+    ParamSpec,
     Sequence,
+    TypeVar,
     Union,
+    overload,
 )
 
 from .._os import stacks
@@ -56,6 +61,7 @@ from ..engine.job import Job, JobSink
 from ..insights import Insights, Recorder
 from ..options import WorkerOptions, check_chunksize
 from ..progress import Progress, ProgressOption
+from ..worker.executor import WorkerContext
 from .arguments import (
     check_per_worker,
     checked_devices,
@@ -80,6 +86,13 @@ from .results import (
 )
 
 __all__ = ["Pool"]
+
+# Typed as typeshed types multiprocessing.Pool and concurrent.futures: a result
+# is what the function returns (T), an item what it takes (S); with
+# pass_context=True the function takes the WorkerContext first.
+S = TypeVar("S")
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _coordinate(engine: Engine, stop: threading.Event) -> None:
@@ -268,11 +281,15 @@ class Pool(door.WorkerStacks):
 
     # ------------------------------------------------------------ job making
     def _chunker(self, func: Callable) -> AdaptiveChunker:
-        key: Any = func
-        try:
-            hash(key)
-        except TypeError:
-            key = id(func)
+        # Keyed by what does not hold the caller's objects: a bound method's
+        # function, not its instance (submit(obj.method) must not keep obj
+        # alive, as CPython's test_no_stale_references checks); other callable
+        # objects by id (a reused id only shares a chunk-size estimate).
+        key: Any = getattr(func, "__func__", func)
+        if not (isinstance(key, (types.FunctionType, type)) or (
+                isinstance(key, types.BuiltinFunctionType)  # len, not [].append
+                and isinstance(key.__self__, (types.ModuleType, type(None))))):
+            key = (type(func), id(func))
         with self._lock:
             chunker = self._chunkers.get(key)
             if chunker is None:
@@ -313,9 +330,9 @@ class Pool(door.WorkerStacks):
         return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
 
     # ------------------------------------------------------- the stdlib's API
-    def apply(self, func: Callable, args: Sequence[Any] = (),
+    def apply(self, func: Callable[..., T], args: Sequence[Any] = (),
               kwds: Optional[Mapping[str, Any]] = None, *,
-              task_timeout: Optional[float] = None, pass_context: bool = False) -> Any:
+              task_timeout: Optional[float] = None, pass_context: bool = False) -> T:
         """``func(*args, **kwds)`` in a worker; blocks until it returns.
 
         Args:
@@ -332,37 +349,53 @@ class Pool(door.WorkerStacks):
         return self._wait(self.apply_async(func, args, kwds, task_timeout=task_timeout,
                                            pass_context=pass_context))
 
-    def apply_async(self, func: Callable, args: Sequence[Any] = (),
+    def apply_async(self, func: Callable[..., T], args: Sequence[Any] = (),
                     kwds: Optional[Mapping[str, Any]] = None,
-                    callback: Optional[Callable[[Any], Any]] = None,
+                    callback: Optional[Callable[[T], Any]] = None,
                     error_callback: Optional[Callable[[BaseException], Any]] = None, *,
                     task_timeout: Optional[float] = None,
-                    pass_context: bool = False) -> AsyncResult:
+                    pass_context: bool = False) -> AsyncResult[T]:
         """``apply`` without waiting; see the stdlib for ``callback`` and ``error_callback``.
 
         Returns:
             AsyncResult:
         """
-        result = ApplyResult(callback, error_callback, self._recorder)
+        result: ApplyResult[T] = ApplyResult(callback, error_callback, self._recorder)
         item = (tuple(args), dict(kwds or {}))
         result._job = self._submit(func, APPLY, [item], ApplySink(result), ordered=False,
                                    lazy=False, chunksize=1, task_timeout=task_timeout,
                                    pass_context=pass_context)
         return result
 
-    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[P, T], /, *args: P.args,
+               **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
         """``fn(*args, **kwargs)`` in a worker, as a ``concurrent.futures.Future``.
 
         Returns:
             concurrent.futures.Future:
         """
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._submit(fn, APPLY, [(args, kwargs)], FutureSink(future), ordered=False,
-                     lazy=False, chunksize=1, task_timeout=None, pass_context=False)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._submit_call(fn, args, kwargs, FutureSink(future))
         return future
 
-    def map(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None, *,
-            task_timeout: Optional[float] = None, pass_context: bool = False) -> List[Any]:
+    def _submit_call(self, fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     sink: FutureSink) -> None:
+        # ``submit``'s job, filling ``sink``'s future (``Executor`` brings its own sink).
+        self._submit(fn, APPLY, [(args, kwargs)], sink, ordered=False, lazy=False,
+                     chunksize=1, task_timeout=None, pass_context=False)
+
+    @overload
+    def map(self, func: Callable[[S], T], iterable: Iterable[S], chunksize: Optional[int] = None,
+            *, task_timeout: Optional[float] = None,
+            pass_context: Literal[False] = False) -> List[T]: ...
+    @overload
+    def map(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+            chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+            pass_context: Literal[True]) -> List[T]: ...
+
+    def map(self, func: Callable[..., T], iterable: Iterable[Any],
+            chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+            pass_context: bool = False) -> List[T]:
         """``[func(x) for x in iterable]`` across the workers, in order.
 
         Args:
@@ -375,21 +408,38 @@ class Pool(door.WorkerStacks):
         Returns:
             list:
         """
-        return self._wait(self.map_async(func, iterable, chunksize, task_timeout=task_timeout,
-                                         pass_context=pass_context))
+        return self._wait(self._map_async(func, MAP, iterable, chunksize, None, None,
+                                          task_timeout, pass_context))
 
-    def starmap(self, func: Callable, iterable: Iterable[Iterable], chunksize: Optional[int] = None,
-                *, task_timeout: Optional[float] = None, pass_context: bool = False) -> List[Any]:
+    def starmap(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+                pass_context: bool = False) -> List[T]:
         """``[func(*args) for args in iterable]`` across the workers, in order."""
         return self._wait(self.starmap_async(func, iterable, chunksize,
                                              task_timeout=task_timeout,
                                              pass_context=pass_context))
 
-    def map_async(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None,
-                  callback: Optional[Callable[[Any], Any]] = None,
+    @overload
+    def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
+                  chunksize: Optional[int] = None,
+                  callback: Optional[Callable[[List[T]], Any]] = None,
                   error_callback: Optional[Callable[[BaseException], Any]] = None, *,
                   task_timeout: Optional[float] = None,
-                  pass_context: bool = False) -> MapResult:
+                  pass_context: Literal[False] = False) -> MapResult[T]: ...
+    @overload
+    def map_async(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                  chunksize: Optional[int] = None,
+                  callback: Optional[Callable[[List[T]], Any]] = None,
+                  error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                  task_timeout: Optional[float] = None,
+                  pass_context: Literal[True]) -> MapResult[T]: ...
+
+    def map_async(self, func: Callable[..., T], iterable: Iterable[Any],
+                  chunksize: Optional[int] = None,
+                  callback: Optional[Callable[[List[T]], Any]] = None,
+                  error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                  task_timeout: Optional[float] = None,
+                  pass_context: bool = False) -> MapResult[T]:
         """``map`` without waiting.
 
         Returns:
@@ -398,12 +448,12 @@ class Pool(door.WorkerStacks):
         return self._map_async(func, MAP, iterable, chunksize, callback, error_callback,
                                task_timeout, pass_context)
 
-    def starmap_async(self, func: Callable, iterable: Iterable[Iterable],
+    def starmap_async(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None,
-                      callback: Optional[Callable[[Any], Any]] = None,
+                      callback: Optional[Callable[[List[T]], Any]] = None,
                       error_callback: Optional[Callable[[BaseException], Any]] = None, *,
                       task_timeout: Optional[float] = None,
-                      pass_context: bool = False) -> MapResult:
+                      pass_context: bool = False) -> MapResult[T]:
         """``starmap`` without waiting.
 
         Returns:
@@ -415,9 +465,9 @@ class Pool(door.WorkerStacks):
     def _map_async(self, func: Callable, mode: str, iterable: Iterable,
                    chunksize: Optional[int], callback: Optional[Callable],
                    error_callback: Optional[Callable], task_timeout: Optional[float],
-                   pass_context: bool) -> MapResult:
+                   pass_context: bool) -> MapResult[Any]:
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
-        result = MapResult(callback, error_callback, self._recorder)
+        result: MapResult[Any] = MapResult(callback, error_callback, self._recorder)
         sink = MapSink(result, len(items), self._engine, self._progress_bar(len(items), func))
         job = self._submit(func, mode, items, sink, ordered=False, lazy=False,
                            chunksize=chunksize, task_timeout=task_timeout,
@@ -426,8 +476,18 @@ class Pool(door.WorkerStacks):
         result._job = job
         return result
 
-    def imap(self, func: Callable, iterable: Iterable, chunksize: Optional[int] = None, *,
-             task_timeout: Optional[float] = None, pass_context: bool = False) -> IMapIterator:
+    @overload
+    def imap(self, func: Callable[[S], T], iterable: Iterable[S], chunksize: Optional[int] = None,
+             *, task_timeout: Optional[float] = None,
+             pass_context: Literal[False] = False) -> IMapIterator[T]: ...
+    @overload
+    def imap(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+             chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+             pass_context: Literal[True]) -> IMapIterator[T]: ...
+
+    def imap(self, func: Callable[..., T], iterable: Iterable[Any],
+             chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+             pass_context: bool = False) -> IMapIterator[T]:
         """Lazy ``map``: an iterator of results in input order.
 
         A lazy input (not a list, tuple or range) is read by a thread of its
@@ -443,10 +503,21 @@ class Pool(door.WorkerStacks):
         """
         return self._imap(func, iterable, chunksize, True, task_timeout, pass_context)
 
-    def imap_unordered(self, func: Callable, iterable: Iterable,
+    @overload
+    def imap_unordered(self, func: Callable[[S], T], iterable: Iterable[S],
                        chunksize: Optional[int] = None, *,
                        task_timeout: Optional[float] = None,
-                       pass_context: bool = False) -> IMapIterator:
+                       pass_context: Literal[False] = False) -> IMapIterator[T]: ...
+    @overload
+    def imap_unordered(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                       chunksize: Optional[int] = None, *,
+                       task_timeout: Optional[float] = None,
+                       pass_context: Literal[True]) -> IMapIterator[T]: ...
+
+    def imap_unordered(self, func: Callable[..., T], iterable: Iterable[Any],
+                       chunksize: Optional[int] = None, *,
+                       task_timeout: Optional[float] = None,
+                       pass_context: bool = False) -> IMapIterator[T]:
         """Like ``imap``, results in the order they finish.
 
         Returns:
@@ -455,9 +526,11 @@ class Pool(door.WorkerStacks):
         return self._imap(func, iterable, chunksize, False, task_timeout, pass_context)
 
     def _imap(self, func: Callable, iterable: Iterable, chunksize: Optional[int], ordered: bool,
-              task_timeout: Optional[float], pass_context: bool) -> IMapIterator:
+              task_timeout: Optional[float], pass_context: bool,
+              mode: str = MAP) -> IMapIterator:
+        # (``mode``: STAR for ``Executor.map``, whose items are argument tuples)
         iterator = IMapIterator if ordered else IMapUnorderedIterator
-        it = iterator(self._engine, self._check_owner)
+        it: IMapIterator[Any] = iterator(self._engine, self._check_owner)
         lazy = not isinstance(iterable, (list, tuple, range))
         source: Any = iterable
         window = None
@@ -468,7 +541,7 @@ class Pool(door.WorkerStacks):
             window = 2 * (self._engine.credits + 1) * len(self._devices) * (
                 chunksize or AdaptiveChunker().max_items)
         bar = self._progress_bar(None if lazy else len(iterable), func)  # type: ignore[arg-type]
-        job = self._submit(func, MAP, source, IMapSink(it._state, bar), ordered=ordered,
+        job = self._submit(func, mode, source, IMapSink(it._state, bar), ordered=ordered,
                            lazy=lazy, chunksize=chunksize, task_timeout=task_timeout,
                            pass_context=pass_context, window=window)
         it._job, it._lazy = job, lazy
@@ -478,8 +551,8 @@ class Pool(door.WorkerStacks):
         return it
 
     # ------------------------------------------------------------ the extras
-    def broadcast(self, fn: Callable, *args: Any, task_timeout: Optional[float] = None,
-                  pass_context: bool = False) -> List[Any]:
+    def broadcast(self, fn: Callable[..., T], *args: Any, task_timeout: Optional[float] = None,
+                  pass_context: bool = False) -> List[T]:
         """Run ``fn(*args)`` once on every worker; their results in worker order.
 
         Args:
@@ -492,7 +565,7 @@ class Pool(door.WorkerStacks):
             list: one result per worker.
         """
         n = len(self._devices)
-        result = MapResult()
+        result: MapResult[T] = MapResult()
         sink = MapSink(result, n, self._engine, Progress(False, None, ""))
         job = self._submit(fn, STAR, [tuple(args)] * n, sink, ordered=False, lazy=False,
                            chunksize=1, task_timeout=task_timeout, pass_context=pass_context,

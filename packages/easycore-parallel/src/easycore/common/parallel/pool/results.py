@@ -12,6 +12,7 @@ does; a task's exception is raised as the stdlib raises it (``raise_item``).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import multiprocessing
@@ -19,13 +20,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Generator, Generic, List, Optional, Tuple, TypeVar
 
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import RemoteTraceback, ResultEncodingError, WorkerError
 from ..insights import Recorder
 from ..progress import Progress
+from . import awaiting
 from .reader import ReadAhead
 
 __all__ = [
@@ -79,7 +81,10 @@ def task_exception(error: ItemError) -> BaseException:
     raise AssertionError("unreachable")
 
 
-class AsyncResult:
+T = TypeVar("T")
+
+
+class AsyncResult(Generic[T]):
     """The result of ``apply_async`` (and the base of ``map_async``'s); the stdlib's API."""
 
     def __init__(self, callback: Optional[Callable] = None,
@@ -92,6 +97,7 @@ class AsyncResult:
         self._error_callback = error_callback
         self._job: Optional[Job] = None
         self._recorder = recorder  # insights: callbacks are the caller's stage
+        self._wakeups: List[Callable[[], None]] = []  # awaiting event loops
 
     def ready(self) -> bool:
         """Whether the call has completed."""
@@ -107,7 +113,7 @@ class AsyncResult:
         """Wait until the result is available or ``timeout`` seconds pass."""
         self._event.wait(timeout)
 
-    def get(self, timeout: Optional[float] = None) -> Any:
+    def get(self, timeout: Optional[float] = None) -> T:
         """The result; re-raises the task's exception.
 
         Args:
@@ -128,6 +134,18 @@ class AsyncResult:
         if self._error is not None:
             raise self._error
         return self._value
+
+    def __await__(self) -> Generator[Any, None, T]:
+        """``await result``: its value (or the task's exception) without blocking the
+        event loop; the loop runs other tasks meanwhile."""
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> T:
+        if not self.ready():
+            await awaiting.until(self._wakeups, self.ready)
+        else:
+            await asyncio.sleep(0)  # one turn of the loop, as for a result not there yet
+        return self.get(0)
 
     # engine side
     def _set(self, value: Any, error: Optional[BaseException]) -> None:
@@ -153,9 +171,10 @@ class AsyncResult:
             if recorder is not None:
                 recorder.consumed(t0)
             self._event.set()
+            awaiting.wake(self._wakeups)
 
 
-class ApplyResult(AsyncResult):
+class ApplyResult(AsyncResult[T]):
     """The stdlib's name for the result of ``apply_async``."""
 
 
@@ -176,7 +195,7 @@ class ApplySink(JobSink):
             self.result._set(None, error)
 
 
-class MapResult(AsyncResult):
+class MapResult(AsyncResult[List[T]]):
     """The result of ``map_async`` / ``starmap_async``: a list in input order."""
 
 
@@ -222,9 +241,10 @@ class IMapState:
         self.error: Optional[BaseException] = None
         self.done = False
         self.input: Optional[ReadAhead] = None
+        self.wakeups: List[Callable[[], None]] = []  # awaiting event loops
 
 
-class IMapIterator:
+class IMapIterator(Generic[T]):
     """Iterates over ``imap`` / ``imap_unordered`` results; ``next(timeout)`` as the stdlib's.
 
     An iterator its caller dropped (collected) cancels its job: nothing more of
@@ -246,10 +266,10 @@ class IMapIterator:
         self._lazy = False
         self._consumed = 0
 
-    def __iter__(self) -> IMapIterator:
+    def __iter__(self) -> IMapIterator[T]:
         return self
 
-    def next(self, timeout: Optional[float] = None) -> Any:
+    def next(self, timeout: Optional[float] = None) -> T:
         """The next result; re-raises its task's exception.
 
         Args:
@@ -289,18 +309,8 @@ class IMapIterator:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no result within {timeout} s")
-                if (source is not None and job is not None and not job.done
-                        and source.stalled(engine.linger)):
-                    # The reader is stuck in the input (it may wait for the
-                    # very result this caller waits for: a feedback loop):
-                    # what it read goes out now. Runs no user code.
-                    state.cond.release()
-                    try:
-                        source.feed(engine, job, state.cond, wait=False)
-                    finally:
-                        state.cond.acquire()
-                    if self._items or state.done:
-                        continue
+                if self._feed_stalled(release=True) and (self._items or state.done):
+                    continue
                 wait = engine.linger if source is not None and job else 0.5
                 state.cond.wait(wait if remaining is None else min(wait, remaining))
             value, error = self._items.popleft()
@@ -311,6 +321,52 @@ class IMapIterator:
         return value
 
     __next__ = next  # noqa: A003 - next(timeout) is the stdlib's method
+
+    def _feed_stalled(self, release: bool) -> bool:
+        """If the reader is stuck in the input (it may wait for the very result this
+        caller waits for: a feedback loop), send what it read now; runs no user code.
+        ``release``: the caller holds the state's lock (it is released meanwhile).
+
+        Returns:
+            bool: whether it was stuck.
+        """
+        state, source, job, engine = self._state, self._state.input, self._job, self._engine
+        if source is None or job is None or job.done or not source.stalled(engine.linger):
+            return False
+        if release:
+            state.cond.release()
+        try:
+            source.feed(engine, job, state.cond, wait=False)
+        finally:
+            if release:
+                state.cond.acquire()
+        return True
+
+    def __aiter__(self) -> IMapIterator[T]:
+        """``async for result in pool.imap(...)``: results without blocking the event loop."""
+        return self
+
+    async def __anext__(self) -> T:
+        """The next result, awaited: the loop runs other tasks until it is there, and
+        at least once per result (a burst of results does not hold the loop).
+
+        Raises:
+            StopAsyncIteration: no results left.
+        """
+        state = self._state
+        if self._items or state.done:
+            await asyncio.sleep(0)
+        while not (self._items or state.done):
+            if self._lazy:
+                self._move_window()  # the read-ahead goes on while this waits
+            ready = await awaiting.until(state.wakeups, lambda: bool(self._items or state.done),
+                                         self._engine.linger if state.input is not None else None)
+            if not ready:
+                self._feed_stalled(release=False)
+        try:
+            return self.next()  # there: it does not block
+        except StopIteration:
+            raise StopAsyncIteration from None
 
     def _move_window(self) -> None:
         # The read-ahead goes on as results are consumed (in batches: cheap).
@@ -329,7 +385,7 @@ class IMapIterator:
             self._engine.cancel(self._job)
 
 
-class IMapUnorderedIterator(IMapIterator):
+class IMapUnorderedIterator(IMapIterator[T]):
     """The stdlib's name for the iterator of ``imap_unordered``."""
 
 
@@ -360,6 +416,7 @@ class IMapSink(JobSink):
             else:
                 state.items.extend((r, None) for r in results)
             state.cond.notify_all()
+            awaiting.wake(state.wakeups)
         self.progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
@@ -373,6 +430,7 @@ class IMapSink(JobSink):
             if error is not None:
                 state.error = error
             state.cond.notify_all()
+            awaiting.wake(state.wakeups)
 
 
 class FutureSink(JobSink):
@@ -389,7 +447,7 @@ class FutureSink(JobSink):
         if self.future.done():
             return
         if failed:
-            self.future.set_exception(task_exception(failed[0]))
+            self.future.set_exception(self.exception_for(task_exception(failed[0])))
         else:
             self.future.set_result(results[0])
 
@@ -398,4 +456,9 @@ class FutureSink(JobSink):
         if error is None or future.done():
             return
         if future.running() or future.set_running_or_notify_cancel():
-            future.set_exception(error)
+            future.set_exception(self.exception_for(error))
+
+    def exception_for(self, error: BaseException) -> BaseException:
+        """The exception the future is given for ``error`` (a seam: ``Executor``'s
+        makes a dead worker a ``BrokenProcessPool`` too)."""
+        return error

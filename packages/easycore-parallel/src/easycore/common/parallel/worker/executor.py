@@ -7,7 +7,7 @@ is built) and then chunks of *jobs*:
   interface; [`RunnerProgram`][easycore.common.parallel.worker.executor.RunnerProgram]
   runs a runner's producer hooks (``setup_worker`` and ``producer_init``,
   ``producer_work`` per item, ``producer_end``). ``Pool`` brings its own.
-* [`Executor`][easycore.common.parallel.worker.executor.Executor] answers the
+* [`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler] answers the
   [`protocol`][easycore.common.parallel.worker.protocol]'s messages for one device:
   ``start()`` runs the init hooks (``WorkerReady``), ``handle(message)``
   answers a ``RunChunk`` (``ChunkDone``) or a ``StopWorker`` (``WorkerEnded``),
@@ -41,10 +41,11 @@ from .protocol import (
 )
 from .slots import MARK_INDEX, MARK_NONE, ItemSlots
 
-__all__ = ["Executor", "HookFailed", "PassThrough", "RunnerProgram", "Terminated",
+__all__ = ["WorkerHandler", "HookFailed", "PassThrough", "RunnerProgram", "Terminated",
            "WorkerContext", "WorkerProgram", "reported"]
 
-#: what [`Executor.handle`][easycore.common.parallel.worker.executor.Executor.handle] answers
+#: what [`WorkerHandler.handle`][easycore.common.parallel.worker.executor.WorkerHandler.handle]
+#: answers
 Reply = Union[ChunkDone, WorkerFailed, WorkerEnded]
 
 
@@ -174,7 +175,7 @@ class PassThrough:
         return None
 
 
-class Executor:
+class WorkerHandler:
     """Answers one worker's messages: its program's hooks and its jobs' chunks."""
 
     def __init__(

@@ -4,7 +4,7 @@
 point of a worker process. It reads [`protocol`][easycore.common.parallel.worker.protocol]
 messages from its task pipe in the main thread (no relay thread between the
 pipe and the work), hands each to its
-[`Executor`][easycore.common.parallel.worker.executor.Executor], and sends the answer
+[`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler], and sends the answer
 back on its result pipe. What is the process's own: the
 [`WorkerSpec`][easycore.common.parallel.worker.loop.WorkerSpec] it is sent (its
 program, cfg, transport and item slots), the pipes, and its signals.
@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from .._os import interrupts, lifeline, stacks, threads
 from ..errors import ErrorReport
-from .executor import Executor, HookFailed, Terminated, WorkerContext, WorkerProgram, reported
+from .executor import HookFailed, Terminated, WorkerContext, WorkerHandler, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
 from .slots import ItemSlots
 
@@ -173,7 +173,7 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
             return
 
 
-def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> Executor:
+def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> WorkerHandler:
     """The executor that the pickled ``WorkerSpec`` describes, its transport bound."""
     try:
         spec: WorkerSpec = pickle.loads(spec_bytes)
@@ -185,7 +185,7 @@ def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> Executor:
         threads.limit_threads(n_threads)  # what a fork inherited already loaded
     transport = spec.transport
 
-    def receive_cfg() -> Executor:
+    def receive_cfg() -> WorkerHandler:
         transport.bind_worker(spec.slot)
         cfg = transport.decode_cfg(spec.cfg)
         slots = None
@@ -194,7 +194,7 @@ def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> Executor:
 
             slots = ItemSlots(shm.open_existing(spec.item_slots, ItemSlots.nbytes(spec.slot + 1)))
         ctx = WorkerContext(spec.slot, spec.device, cfg, spec.context)
-        return Executor(spec.program, ctx, slots, transport)
+        return WorkerHandler(spec.program, ctx, slots, transport)
 
     return reported("receiving cfg", receive_cfg)
 
