@@ -30,8 +30,10 @@ import queue
 import signal
 import sys
 import threading
-from concurrent.futures import Future
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional
+
+if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher thread is needed
+    from concurrent.futures import Future
 
 __all__ = [
     "arm_parent_death_signal",
@@ -179,6 +181,8 @@ def start_process(start: Callable[[], Any]) -> Any:
                 name="easycore-launcher",
                 daemon=True,
             ).start()
+    from concurrent.futures import Future
+
     future: Future = Future()
     _launcher_queue.put((lambda: _start_hiding_phantom_main(start), future))
     return future.result()

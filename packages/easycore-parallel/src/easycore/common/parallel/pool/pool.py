@@ -25,7 +25,6 @@ handler does. What the calls return is in ``results``, ``imap``'s reader in
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 import sys
@@ -33,6 +32,7 @@ import threading
 import warnings
 import weakref
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -52,7 +52,6 @@ from ..engine.chunking import AdaptiveChunker
 from ..engine.core import Engine
 from ..engine.door import BackendSpec, DevicePolicy
 from ..engine.job import Job, JobSink
-from ..insights import Insights, Recorder
 from ..options import WorkerOptions, check_chunksize
 from ..progress import Progress, ProgressOption
 from .arguments import (
@@ -77,6 +76,11 @@ from .results import (
     MapSink,
     cancel_abandoned,
 )
+
+if TYPE_CHECKING:  # imported when used: insights when asked for, futures by submit
+    import concurrent.futures
+
+    from ..insights import Insights, Recorder
 
 __all__ = ["Pool"]
 
@@ -209,7 +213,11 @@ class Pool:
         to the first worker ready, the others join as they are."""
         options = self._options
         self._backend = door.backend_for(self.backends, options, spec)
-        self._recorder: Optional[Recorder] = Recorder(self._devices) if options.insights else None
+        self._recorder: Optional[Recorder] = None
+        if options.insights:
+            from ..insights import Recorder
+
+            self._recorder = Recorder(self._devices)
         self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths),
                                   wait="first", recorder=self._recorder)
 
@@ -337,6 +345,8 @@ class Pool:
         Returns:
             concurrent.futures.Future:
         """
+        import concurrent.futures
+
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._submit(fn, APPLY, [(args, kwargs)], FutureSink(future), ordered=False,
                      lazy=False, chunksize=1, task_timeout=None, pass_context=False)

@@ -12,21 +12,24 @@ does; a task's exception is raised as the stdlib raises it (``raise_item``).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import multiprocessing
 import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import RemoteTraceback, ResultEncodingError, WorkerError
-from ..insights import Recorder
 from ..progress import Progress
 from .reader import ReadAhead
+
+if TYPE_CHECKING:  # insights are imported when asked for; futures by submit
+    import concurrent.futures
+
+    from ..insights import Recorder
 
 __all__ = [
     "ApplyResult",
