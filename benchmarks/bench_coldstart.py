@@ -45,7 +45,8 @@ from _harness import Contender, flush, machine_line, parse_args, print_rows, tak
 ITEMS = 200
 WORKERS = 2
 EXPECTED = sum(x * x for x in range(ITEMS))
-STDLIB, POOL, RUNNER = "multiprocessing.Pool", "easycore Pool", "easycore runner (class in a module)"
+STDLIB, POOL = "multiprocessing.Pool", "easycore Pool"
+RUNNER = "easycore runner (class in a module)"
 #: contender -> the time it may take, as a multiple of the peer's
 GOALS = {POOL: 1.3, RUNNER: 1.5}
 
@@ -125,7 +126,8 @@ def script_runner(directory: str, script: str, method: str, env: dict):
                              cwd=directory, env=env, capture_output=True, text=True,
                              timeout=120)
         if out.returncode != 0:
-            raise AssertionError(f"{script} {method} exited {out.returncode}:\n{out.stderr[-3000:]}")
+            raise AssertionError(f"{script} {method} exited {out.returncode}:\n"
+                                 f"{out.stderr[-3000:]}")
         return int(out.stdout.split()[-1])
 
     return run
