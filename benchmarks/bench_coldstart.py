@@ -25,9 +25,13 @@ Also printed: how many modules ``import easycore.common.parallel`` loads
 (beyond the bare interpreter's), and how many of the heavy ones it must not
 load (``tests/parallel/test_import_cost.py`` holds the list).
 
+``--before DIR`` adds the two easycore contenders again, run from another
+checkout's sources (``DIR/packages/*/src`` first on ``PYTHONPATH``): a change's
+before and after in the same run.
+
 Run: ``scripts/bench coldstart`` or ``python benchmarks/bench_coldstart.py
-[--quick] [--rounds N] [--only fork,spawn]`` (~1 min with ``--quick`` on a
-2-core machine).
+[--quick] [--rounds N] [--only fork,spawn] [--before DIR]`` (~1 min with
+``--quick`` on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -133,6 +137,14 @@ def script_runner(directory: str, script: str, method: str, env: dict):
     return run
 
 
+def before_env(env: dict, checkout: str) -> dict:
+    """``env`` with ``checkout``'s package sources first on ``PYTHONPATH``."""
+    packages = os.path.join(os.path.abspath(checkout), "packages")
+    sources = sorted(os.path.join(packages, d, "src") for d in os.listdir(packages)
+                     if os.path.isdir(os.path.join(packages, d, "src")))
+    return dict(env, PYTHONPATH=os.pathsep.join([*sources, env.get("PYTHONPATH", "")]))
+
+
 def import_counts(env: dict) -> str:
     tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parallel")
     if not os.path.exists(os.path.join(tests, "test_import_cost.py")):
@@ -148,7 +160,9 @@ def import_counts(env: dict) -> str:
 
 
 def main() -> int:
-    args = parse_args(__doc__)
+    args = parse_args(__doc__, lambda p: p.add_argument(
+        "--before", default=None, metavar="DIR",
+        help="also run the easycore scripts from this checkout's sources, for comparison"))
     rounds = args.rounds or (3 if args.quick else 5)
     methods = [m for m in ("fork", "forkserver", "spawn")
                if m in multiprocessing.get_all_start_methods()]
@@ -162,6 +176,8 @@ def main() -> int:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # scripts run as installed, compiled code does
     print(import_counts(env))
+    if args.before:
+        print(import_counts(before_env(env, args.before)).replace("  import", "  before: import"))
     start = time.perf_counter()
     goals = []
     with tempfile.TemporaryDirectory(prefix="bench-coldstart-") as directory:
@@ -174,6 +190,14 @@ def main() -> int:
                 for name, script in ((STDLIB, "stdlib_pool.py"), (POOL, "easycore_pool.py"),
                                      (RUNNER, "easycore_runner.py"))
             ]
+            if args.before:
+                old = before_env(env, args.before)
+                contenders += [
+                    Contender(f"{name} (before)", script_runner(directory, script, method, old),
+                              _expect_sum)
+                    for name, script in ((POOL, "easycore_pool.py"),
+                                         (RUNNER, "easycore_runner.py"))
+                ]
             results = take_turns(contenders, rounds)  # the warm-up run compiles each script
             print_rows(f"start method {method}: one script, start to exit", results, STDLIB,
                        1, "script", per_call=True)
