@@ -21,9 +21,10 @@ the table prints the peer's best over each contender's (0.77x is 1.3x the
 time). The scripts are compiled by an untimed first run of each, as an
 installed package would be.
 
-Also printed: how many modules ``import easycore.common.parallel`` loads
-(beyond the bare interpreter's), and how many of the heavy ones it must not
-load (``tests/parallel/test_import_cost.py`` holds the list).
+Also printed: how many modules ``from easycore.common.parallel import Pool,
+UnorderedRunner`` loads (beyond the bare interpreter's), and how many of the
+heavy ones that a cold start must not load
+(``tests/parallel/test_import_cost.py``'s ``HEAVY``).
 
 ``--before DIR`` adds the two easycore contenders again, run from another
 checkout's sources (``DIR/packages/*/src`` first on ``PYTHONPATH``): a change's
@@ -117,10 +118,11 @@ HEAVY_PROBE = """
 import sys
 before = set(sys.modules)
 import easycore.common.parallel
-sys.path.insert(0, {tests!r})
-from test_import_cost import HEAVY
+from easycore.common.parallel import Pool, UnorderedRunner
 loaded = set(sys.modules) - before
-print(len(loaded), sum(1 for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY))
+sys.path.insert(0, {tests!r})
+from test_import_cost import heavy_in
+print(len(loaded), len(heavy_in(loaded)))
 """
 
 
@@ -148,15 +150,17 @@ def before_env(env: dict, checkout: str) -> dict:
 def import_counts(env: dict) -> str:
     tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parallel")
     if not os.path.exists(os.path.join(tests, "test_import_cost.py")):
-        code = "import sys; b = set(sys.modules); import easycore.common.parallel; " \
-               "print(len(set(sys.modules) - b), '?')"
+        code = ("import sys; b = set(sys.modules); import easycore.common.parallel; "
+                "from easycore.common.parallel import Pool, UnorderedRunner; "
+                "print(len(set(sys.modules) - b), '?')")
     else:
         code = HEAVY_PROBE.format(tests=os.path.abspath(tests))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     total, heavy = out.stdout.split()
-    return (f"  import easycore.common.parallel loads {total} modules beyond the interpreter's "
-            f"own, {heavy} of them heavy (tests/parallel/test_import_cost.py: HEAVY)")
+    return (f"  from easycore.common.parallel import Pool, UnorderedRunner: {total} modules "
+            f"beyond the interpreter's own, {heavy} of them heavy "
+            f"(tests/parallel/test_import_cost.py: HEAVY)")
 
 
 def main() -> int:
@@ -177,7 +181,7 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # scripts run as installed, compiled code does
     print(import_counts(env))
     if args.before:
-        print(import_counts(before_env(env, args.before)).replace("  import", "  before: import"))
+        print(import_counts(before_env(env, args.before)).replace("  from", "  before: from"))
     start = time.perf_counter()
     goals = []
     with tempfile.TemporaryDirectory(prefix="bench-coldstart-") as directory:
