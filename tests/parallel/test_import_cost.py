@@ -6,17 +6,22 @@ with ``spawn`` or ``forkserver`` pays again (it imports the script). So
 public name is imported on first use), ``Pool`` and the runners load the
 engine but not the heavy modules (``HEAVY``: optional dependencies, the
 standard library's slow imports, and easycore's parts a first call does not
-need), and a pool's first ``map`` loads none of them either. Each check runs
-in a fresh interpreter (``-I``-like: nothing of this test session is loaded).
+need), and a pool's first ``map`` loads none of them either; a worker
+started with ``spawn`` or ``forkserver`` imports only what it runs (its loop
+and program, not the caller's pool and engine). Each check runs in a fresh
+interpreter (nothing of this test session is loaded).
 ``benchmarks/bench_coldstart.py`` prints the counts and the times.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import List, Optional
 
 import pytest
 
@@ -42,18 +47,32 @@ def heavy_in(modules) -> list:
     return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
 
 
-def loaded_by(code: str) -> dict:
-    """Run ``code`` in a fresh interpreter; what it loaded beyond the interpreter's own."""
-    probe = textwrap.dedent("""
+#: the caller's parts: a worker runs none of them
+CALLER_ONLY = (
+    "easycore.common.parallel.engine", "easycore.common.parallel.pool.pool",
+    "easycore.common.parallel.pool.results", "easycore.common.parallel.backends.process",
+    "easycore.common.parallel.runner",
+)
+
+
+def probe(code: str, cwd: Optional[str] = None) -> List[list]:
+    """Run ``code`` in a fresh interpreter: the JSON lines it printed, then what it
+    loaded beyond the interpreter's own."""
+    script = textwrap.dedent("""
         import json, sys
         _before = set(sys.modules)
         {code}
         print(json.dumps(sorted(set(sys.modules) - _before)))
     """).replace("{code}", textwrap.dedent(code).strip())
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=90)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=90, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()]
+
+
+def loaded_by(code: str) -> list:
+    """What ``code`` loads in a fresh interpreter, beyond the interpreter's own."""
+    return probe(code)[-1]
 
 
 def test_importing_the_package_loads_none_of_its_parts():
@@ -78,6 +97,23 @@ def test_a_pools_first_map_and_close_load_no_heavy_module():
             assert pool.map(abs, range(-50, 50)) == [abs(x) for x in range(-50, 50)]
     """)
     assert heavy_in(loaded) == []
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
+                                    if m in multiprocessing.get_all_start_methods()])
+def test_a_fresh_worker_imports_only_what_it_runs(method):
+    # The task's module imports nothing of easycore: what the worker has is
+    # what its own start imported (its loop, the program, policy, transport).
+    worker, loaded = probe(f"""
+        from easycore.common.parallel import Pool
+        from _import_probe import worker_modules
+        with Pool(1, start_method={method!r}) as pool:
+            print(json.dumps(pool.apply(worker_modules)))
+    """, cwd=str(Path(__file__).parent))
+    assert "easycore.common.parallel.pool.pool" in loaded  # the caller's, not the worker's
+    assert "easycore.common.parallel.worker.loop" in worker
+    assert heavy_in(worker) == []
+    assert [m for m in worker if any(m == c or m.startswith(c + ".") for c in CALLER_ONLY)] == []
 
 
 def test_insights_are_imported_when_asked_for():

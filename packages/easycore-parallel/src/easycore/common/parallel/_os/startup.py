@@ -37,11 +37,14 @@ __all__ = ["EXIT_NO_GUARD", "MainGuardError", "check_main_guard", "warm_forkserv
 #: a worker's exit code for "the main script started workers while a worker imported it"
 EXIT_NO_GUARD = 87
 
-#: what a worker runs whatever its program: imported by a warm forkserver
+#: what a worker imports to run a pool's or a runner's program (its loop, the
+#: programs, the device policy and transport it unpickles, its ``cfg``'s class):
+#: imported once by a warm forkserver
 WORKER_MODULES = (
     "easycore.common.parallel.worker.loop",
-    "easycore.common.parallel.backends.process",
     "easycore.common.parallel.pool.program",
+    "easycore.common.parallel.backends.policy",
+    "easycore.common.config",
 )
 
 _FIX = ('put the code that starts them under `if __name__ == "__main__":` (a worker '

@@ -9,11 +9,13 @@ how an item is passed to it: ``MAP`` (``f(x)``), ``STAR`` (``f(*x)``) or
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
-from ..engine.door import DevicePolicy
 from ..transport.pickling import dumps_code, loads_code
 from ..worker.executor import WorkerContext, WorkerProgram
+
+if TYPE_CHECKING:  # a worker unpickles this module: it needs none of the caller's engine
+    from ..engine.door import DevicePolicy
 
 __all__ = ["APPLY", "MAP", "STAR", "PoolProgram", "job_code", "load_code"]
 
