@@ -566,6 +566,7 @@ class Pool:
             job.finished.wait()
         self._readers.join(None)
         self._stop.set()
+        self._backend.wakeup()  # the coordinator's poll returns now, not at its next tick
         self._coordinator.join()
         self._state = "TERMINATED"
         self._engine.close(timeout)
