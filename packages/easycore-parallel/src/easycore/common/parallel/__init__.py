@@ -50,8 +50,9 @@ Examples:
     ```
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import exports
 from ._version import __version__
 
 # Every name below is imported on first use (PEP 562): a script that needs only
@@ -144,19 +145,4 @@ __all__ = [
     "__version__",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: the first access imports the defining module; the name is then
-    # cached in this module's namespace, so later accesses are plain lookups.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = exports(__name__, _LAZY)

@@ -15,7 +15,9 @@ Every name that ``easycore.common.parallel.pool`` offered as one module is
 still imported from here.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
 
 # Each name is imported on first use (PEP 562): a worker unpickling its
 # ``PoolProgram`` imports ``program`` alone, not the caller's pool and engine.
@@ -52,17 +54,4 @@ __all__ = [
     "pool_options",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = exports(__name__, _LAZY)
