@@ -23,6 +23,9 @@ LABELS = {
     "torch": "PyTorch",
     "cuda": "a CUDA GPU",
     "ray": "Ray",
+    "ray-nodes": "Ray",
+    "joblib": "joblib",
+    "mpire": "mpire",
     "cluster": "a Ray cluster",
     "network": "internet access",
 }

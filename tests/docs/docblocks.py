@@ -75,6 +75,13 @@ def _have_cuda() -> bool:
 REQUIREMENTS = {
     "torch": (lambda: _have_module("torch"), "PyTorch is not installed"),
     "ray": (lambda: _have_module("ray"), "Ray is not installed"),
+    # A page's example that starts a local cluster of several nodes (slow) runs as a
+    # script of its own, not with the page's other Ray examples.
+    "ray-nodes": (lambda: _have_module("ray"), "Ray is not installed"),
+    # the peers of the "Coming from" pages: their side runs where they are installed
+    # (the bench environment), so the page shows both giving the same answer
+    "joblib": (lambda: _have_module("joblib"), "joblib is not installed"),
+    "mpire": (lambda: _have_module("mpire"), "mpire is not installed"),
     "cuda": (_have_cuda, "no CUDA GPU"),
     "cluster": (
         lambda: bool(os.environ.get("EASYCORE_DOCS_CLUSTER")),

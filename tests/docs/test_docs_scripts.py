@@ -1,7 +1,8 @@
 """What the documentation says `scripts/test` runs is what it runs (issue 34, item 27).
 
-The steps are read from the script itself (its `echo "==> ..."` lines), so a step added
-there fails this test until every page that describes the whole run names it.
+The steps are read from the script itself (its `step "NAME" ...` lines, and the names it
+builds in `name="..."`), so a step added there fails this test until every page that
+describes the whole run names it.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ PAGES = ["README.md", "docs/index.md", "docs/installation.md", "scripts/README.m
 
 def steps() -> list[str]:
     script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
-    found = re.findall(r'echo "==> ([^"]+)"', script)
-    names = []
-    for line in found:
+    found = re.findall(r'^\s*(?:step "([^"$][^"]*)"|name="([^"$][^"]*)")', script, re.M)
+    names: list[str] = []
+    for line in (a or b for a, b in found):
         name = next((step for step in WORDS if line.startswith(step)), None)
         assert name is not None, f"scripts/test has a step this test does not know: {line!r}"
-        names.append(name)
+        if name not in names:
+            names.append(name)
     return names
 
 

@@ -97,3 +97,15 @@ def first(x, _extra):
 def busy(x):
     """An item of a few microseconds."""
     return sum(range(1500)) + x
+
+
+def exit_once_on(x, bad, folder):
+    """Record that ``x`` ran; the first run of an item in ``bad`` (an int, or a tuple)
+    kills its worker (later ones return)."""
+    with open(Path(folder) / f"ran-{os.getpid()}", "a") as f:
+        f.write(f"{x}\n")
+    marker = Path(folder) / f"died-{x}"
+    if x in (bad if isinstance(bad, tuple) else (bad,)) and not marker.exists():
+        marker.touch()
+        os._exit(9)
+    return x * x

@@ -116,3 +116,13 @@ class Slow(_Collect, OrderedRunner):
     def producer_work(device, cfg, data):
         time.sleep(0.02)
         return data
+
+
+class Gated(_Collect, OrderedRunner):
+    """Items from ``cfg.after`` on wait at the gate in ``cfg.folder`` (see ``_ray_elastic``)."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        from _ray_elastic import Gate, held
+
+        return held(data, Gate(cfg.folder), cfg.after)[0]

@@ -1,7 +1,8 @@
 """A real Ray for the tests, started as rarely as possible, on loopback only.
 
 Ray is started by module-scoped fixtures (one local instance, one two-node
-cluster), never at import, so only one Ray is up in this process at a time.
+cluster, one cluster whose nodes come and go), never at import, so only one Ray
+is up in this process at a time.
 Every Ray process gets this folder on ``PYTHONPATH`` (:func:`_ray_support.ray_env`)
 and ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which makes Ray's processes use
 127.0.0.1 instead of the machine's outward address.
@@ -21,7 +22,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from _ray_support import LOCAL_INIT, LOOPBACK, ray_env  # noqa: E402
+from _ray_support import LOCAL_INIT, LOOPBACK, ElasticCluster, ray_env  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +60,22 @@ def two_nodes():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def elastic():
+    """A cluster on loopback whose nodes the tests remove and add (see ``ElasticCluster``)."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    cluster = ElasticCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def nodes(elastic):
+    """The elastic cluster with its two worker nodes up and their 3 CPUs free."""
+    elastic.ensure_nodes()
+    return elastic

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from easycore.common.parallel.backends import ray as ray_backend
+from easycore.common.parallel.backends import ray_session as ray_backend
 
 pytestmark = pytest.mark.ray
 

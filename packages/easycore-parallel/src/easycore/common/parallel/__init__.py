@@ -71,7 +71,8 @@ _LAZY = {
     "Insights": ".insights", "WorkerInsights": ".insights", "Verdict": ".insights",
     "WorkerContext": ".worker.executor",
     "ParallelError": ".errors", "RunnerClosedError": ".errors", "WorkerError": ".errors",
-    "WorkerDiedError": ".errors", "TaskTimeoutError": ".errors", "RemoteTraceback": ".errors",
+    "WorkerDiedError": ".errors", "NodesLostError": ".errors", "TaskTimeoutError": ".errors",
+    "RemoteTraceback": ".errors",
     "ResultEncodingError": ".errors", "ErrorReport": ".errors",
     # The seams' base classes are `extending`'s (docs/extending.md lists them):
     # pages before issue 35 taught extensions to import them from here, and
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
     from .background import BackgroundStats, BackgroundTask
     from .errors import (
         ErrorReport,
+        NodesLostError,
         ParallelError,
         RemoteTraceback,
         ResultEncodingError,
@@ -138,6 +140,7 @@ __all__ = [
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "NodesLostError",
     "TaskTimeoutError",
     "RemoteTraceback",
     "ResultEncodingError",

@@ -334,7 +334,10 @@ class BackgroundTask:
     is replaced; after ``max_deaths`` deaths (3 by default) since the last
     ``reset`` every ``get`` raises it, until ``reset``. A call past
     ``task_timeout`` fails with [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError]
-    and its worker is replaced.
+    and its worker is replaced. On Ray, a lost node fails no call: the calls its
+    workers had run again elsewhere (``seed`` makes them draw the same), up to
+    ``max_node_losses`` nodes since the last ``reset`` (then
+    [`NodesLostError`][easycore.common.parallel.NodesLostError]).
     """
 
     #: the pool class the workers run in (easycore-torch brings its own)
@@ -387,7 +390,8 @@ class BackgroundTask:
             backend (str): "process", "thread" (no pickling; no ``seed``) or "ray".
             **options: more [`Pool`][easycore.common.parallel.Pool] options:
                 ``devices``, ``cfg``, ``cpu_threads``, ``max_deaths``, and for
-                ``backend="ray"`` ``address`` and ``ray_init_kwargs``.
+                ``backend="ray"`` ``max_node_losses``, ``address``,
+                ``ray_init_kwargs`` and ``capacity_timeout``.
 
         Raises:
             TypeError: ``target`` or ``initializer`` is not callable.

@@ -22,13 +22,15 @@ import multiprocessing.pool
 import pickle
 import signal
 import traceback
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
     "ParallelError",
     "RunnerClosedError",
     "WorkerError",
     "WorkerDiedError",
+    "DeathCause",
+    "NodesLostError",
     "TaskTimeoutError",
     "ErrorReport",
     "RemoteTraceback",
@@ -243,6 +245,82 @@ class WorkerDiedError(ParallelError):
                              self.oom_kills))
 
 
+class DeathCause(NamedTuple):
+    """Why a worker's process or actor is gone, as far as its back-end can tell.
+
+    Carried by the back-end's report of the death and by the errors that name it
+    ([`RayWorkerDiedError`][easycore.common.parallel.backends.ray.RayWorkerDiedError],
+    [`NodesLostError`][easycore.common.parallel.NodesLostError], a Ray service's
+    ``ServiceDiedError``). What it decides: a death that is
+    [`infrastructure`][easycore.common.parallel.errors.DeathCause.infrastructure]
+    blames no item and counts against no ``max_deaths``; pools run the items it had
+    again elsewhere.
+
+    Attributes:
+        kind (str): ``"node lost"`` (the worker's node died, was preempted or could no
+            longer be reached), ``"killed"`` (killed from outside, e.g. ``ray.kill`` by
+            another process) or ``"worker died"`` (its own process ended: a crash,
+            ``os._exit``, a signal such as the out-of-memory killer's).
+        detail (str): what the back-end said about it, in a few words.
+        node_id (str or None): the node the worker ran on, where known.
+        node_ip (str or None): that node's address, where known.
+    """
+
+    kind: str
+    detail: str = ""
+    node_id: Optional[str] = None
+    node_ip: Optional[str] = None
+
+    @property
+    def infrastructure(self) -> bool:
+        """bool: the worker was taken away (its node lost, or killed from outside): the
+        item it ran is not at fault."""
+        return self.kind != "worker died"
+
+    def describe(self) -> str:
+        """The cause in words, e.g. ``"its node 5a1f... at 10.0.0.7 was lost (preempted)"``.
+
+        Returns:
+            str:
+        """
+        node = f"node {self.node_id} at {self.node_ip}"
+        detail = f" ({self.detail})" if self.detail else ""
+        if self.kind == "node lost":
+            return f"its {node} was lost{detail}"
+        if self.kind == "killed":
+            return f"it was killed from outside{detail}, on {node}"
+        return f"its process died{detail}, on {node}"
+
+
+class NodesLostError(ParallelError):
+    """A job lost workers on more nodes than ``max_node_losses`` allows.
+
+    A lost node blames no item: the items its workers had run again on the other
+    workers. A job whose nodes keep dying fails with this error once it lost workers on
+    one node more than its ``max_node_losses`` (see
+    [`Pool`][easycore.common.parallel.Pool]).
+
+    Attributes:
+        nodes (dict): node id -> the [`DeathCause`][easycore.common.parallel.errors.DeathCause]
+            of its loss, in the order they were lost.
+        limit (int): the ``max_node_losses`` that was passed.
+    """
+
+    def __init__(self, nodes: Dict[Optional[str], DeathCause], limit: int) -> None:
+        self.nodes = dict(nodes)
+        self.limit = limit
+        lines = "".join(f"\n  node {c.node_id} at {c.node_ip}: {c.kind}"
+                        + (f" ({c.detail})" if c.detail else "") for c in self.nodes.values())
+        super().__init__(
+            f"the job lost workers on {len(self.nodes)} nodes, more than max_node_losses="
+            f"{limit} allows (each lost node's items ran again elsewhere; none was at fault). "
+            f"Nodes lost:{lines}"
+        )
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.nodes, self.limit))
+
+
 class TaskTimeoutError(ParallelError, TimeoutError):
     """A task ran longer than its ``task_timeout``; its worker was killed and replaced.
 
@@ -383,6 +461,9 @@ class ServiceDiedError(WorkerDiedError):
         exitcode (int or None): its exit code where known (the owner's handle
             may know it; other clients do not).
         reason (str): what was seen, e.g. "its connection closed".
+        cause (DeathCause or None): on Ray, why its actor is gone, as data: a lost node
+            (``cause.kind == "node lost"``, with the node), a kill from outside, or its
+            own process; a service's state is gone with it either way.
     """
 
     def __init__(
@@ -392,18 +473,22 @@ class ServiceDiedError(WorkerDiedError):
         pid: Optional[int],
         exitcode: Optional[int] = None,
         reason: str = "",
+        cause: Optional[DeathCause] = None,
     ) -> None:
         self.service = service
         self.device, self.worker_index, self.pid, self.exitcode = device, 0, pid, exitcode
-        self.reason = reason
+        self.reason, self.cause = reason, cause
+        what = (f"was lost: {cause.describe()}; no call was at fault"
+                if cause is not None and cause.infrastructure else "died unexpectedly")
         ParallelError.__init__(
             self,
-            f"{service} on device {device!r} (pid {pid}) died unexpectedly"
+            f"{service} on device {device!r} (pid {pid}) {what}"
             + (f": {reason}" if reason else ""),
         )
 
     def __reduce__(self):
-        return (type(self), (self.service, self.device, self.pid, self.exitcode, self.reason))
+        return (type(self), (self.service, self.device, self.pid, self.exitcode, self.reason,
+                             self.cause))
 
 
 # ------------------------------------------------------------------ Queue

@@ -11,7 +11,8 @@ when it must (lambdas). Failures are those of
 raised raises [`WorkerError`][easycore.common.parallel.WorkerError] from
 its ``get`` (its own exception as the ``__cause__``), a dead worker fails
 its job with [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError]
-and is replaced.
+and is replaced. On Ray a lost node fails no job: the jobs its workers had
+run again elsewhere (see ``max_node_losses``).
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ class JobQueue:
             start_method (str or None): "fork", "spawn" or "forkserver".
             backend (str): "process", "thread" (no ``seed``) or "ray".
             **options: more [`Pool`][easycore.common.parallel.Pool] options
-                (``devices``, ``cpu_threads``, ``max_deaths``, ``address``, ...);
+                (``devices``, ``cpu_threads``, ``max_deaths``, ``max_node_losses``,
+                ``address``, ``capacity_timeout``, ...);
                 ``queue_scale`` is 1 here: a worker holds one job at a time, so
                 no job waits behind a slow one while another worker is free.
         """

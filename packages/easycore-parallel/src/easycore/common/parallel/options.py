@@ -35,11 +35,32 @@ __all__ = [
     "check_options",
     "check_positive_int",
     "check_queue_scale",
+    "check_seconds",
     "check_task_timeout",
 ]
 
 #: ``cpu_threads``: ``"auto"``, an int, or None (see ``threads.budget``)
 _Threads = Union[int, str, None]
+
+
+def check_seconds(name: str, value: Any) -> Optional[float]:
+    """Check a duration option: None (no limit) or a positive finite number of seconds.
+
+    Args:
+        name (str): the option, for the message.
+        value (float or None):
+
+    Returns:
+        float or None: ``value``.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    if value is not None and not (
+        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return value
 
 
 def check_task_timeout(value: Any) -> Optional[float]:
@@ -54,11 +75,7 @@ def check_task_timeout(value: Any) -> Optional[float]:
     Raises:
         ValueError: not None and not a positive finite number.
     """
-    if value is not None and not (
-        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    ):
-        raise ValueError(f"task_timeout must be a positive number of seconds, got {value!r}")
-    return value
+    return check_seconds("task_timeout", value)
 
 
 def check_queue_scale(value: Any) -> float:
@@ -154,6 +171,9 @@ class WorkerOptions:
         queue_scale (float): chunks each worker holds at once (``ceil``).
         max_deaths (int): worker deaths one job may cause before it fails
             (pools; a runner fails at the first).
+        max_node_losses (int or None): lost nodes one job may see and carry on (pools
+            on Ray; one more fails it with ``NodesLostError``; None: any number). A lost
+            node blames no item and counts against no ``max_deaths``.
         maxtasksperchild (int or None): replace a worker after this many items.
         cpu_threads (int or str or None): each worker's thread budget
             (resolved by the client: ``"auto"`` depends on the number of workers).
@@ -168,6 +188,7 @@ class WorkerOptions:
     task_timeout: Optional[float] = None
     queue_scale: float = 3.0
     max_deaths: int = 3
+    max_node_losses: Optional[int] = 10
     maxtasksperchild: Optional[int] = None
     cpu_threads: _Threads = "auto"
     progress: Any = False
@@ -182,6 +203,7 @@ class WorkerOptions:
         check_task_timeout(self.task_timeout)
         check_queue_scale(self.queue_scale)
         check_positive_int("max_deaths", self.max_deaths)
+        check_positive_int("max_node_losses", self.max_node_losses, allow_none=True, minimum=0)
         if self.maxtasksperchild is not None and (
             not isinstance(self.maxtasksperchild, int) or self.maxtasksperchild < 1
         ):

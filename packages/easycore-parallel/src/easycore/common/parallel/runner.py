@@ -178,13 +178,13 @@ class BaseRunner:
                 [`insights`][easycore.common.parallel.BaseRunner.insights]. Off
                 by default; on, it costs a few timer reads per chunk.
             **backend_options: extra keyword arguments for the back-end class.
-                With ``backend="ray"``: ``address`` (str or None, default
-                None), passed to ``ray.init``: None connects to a running local
-                Ray or starts one, ``"auto"``, ``"host:port"`` or
-                ``"ray://host:port"`` join a cluster; ``ray_init_kwargs``
-                (dict), any other ``ray.init`` arguments (e.g. ``runtime_env``,
-                ``num_cpus``). Both are ignored when this process is already
-                connected to Ray; a Ray the runner started is shut down on close.
+                With ``backend="ray"``: ``address`` (str or None, default None) for
+                ``ray.init`` (None: a running local Ray, or a new one; ``"auto"``,
+                ``"host:port"``, ``"ray://host:port"``: a cluster); ``ray_init_kwargs``
+                (dict), other ``ray.init`` arguments (``runtime_env``, ``num_cpus``, ...),
+                both ignored in a process connected to Ray already (a Ray the runner
+                started is shut down on close); ``capacity_timeout``: see
+                [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend].
         """
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(

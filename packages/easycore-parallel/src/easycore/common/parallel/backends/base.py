@@ -25,7 +25,10 @@ All methods are called in the caller's process:
   if the worker is gone. Thread-safe.
 * ``poll(timeout)``: wait up to ``timeout`` seconds for messages; return
   ``(worker, message)`` pairs, where message is a protocol message or a
-  [`WorkerExited`][easycore.common.parallel.backends.base.WorkerExited]. May return
+  [`WorkerExited`][easycore.common.parallel.backends.base.WorkerExited] (with the
+  [`DeathCause`][easycore.common.parallel.errors.DeathCause] where the back-end
+  knows it), or a [`BackendFailed`][easycore.common.parallel.backends.base.BackendFailed]
+  that ends the engine. May return
   early and empty (on ``wakeup``, or so that a waiting thread gets back to
   Python code and Ctrl-C is handled). One thread polls at a time.
 * ``wakeup()``: make a blocked ``poll`` return; thread-safe.
@@ -43,7 +46,7 @@ import abc
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
-from ..errors import WorkerDiedError, WorkerError
+from ..errors import DeathCause, WorkerDiedError, WorkerError
 from ..worker.protocol import WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot
 
@@ -52,6 +55,7 @@ __all__ = [
     "BackendSpec",
     "ChannelBroken",
     "WorkerExited",
+    "BackendFailed",
     "startup_error",
     "wait_ended",
     "wait_ready",
@@ -71,6 +75,16 @@ class WorkerExited(NamedTuple):
     expected: bool
     #: what the back-end knows about the cause (Ray's message, say)
     reason: str = ""
+    #: why it is gone, where the back-end can tell (Ray: a lost node, a kill from
+    #: outside, or its own process); None: its own process, as far as is known
+    cause: Optional[DeathCause] = None
+
+
+class BackendFailed(NamedTuple):
+    """Reported by ``poll``: the back-end cannot go on (Ray: no node had room for any
+    worker within ``capacity_timeout``); the engine ends with ``error``."""
+
+    error: BaseException
 
 
 class Backend(abc.ABC):
@@ -223,10 +237,13 @@ def startup_error(backend: Backend, slot: int, message: Any,
         return WorkerError.from_report(message.report, backend.devices[slot], slot, pid)
     if isinstance(message, WorkerExited) and not message.expected:
         return backend.death_error(slot, message)
+    if isinstance(message, BackendFailed):
+        return message.error
     return None
 
 
-def wait_ready(backend: Backend, waiting: Set[int], pid: Callable[[int], Optional[int]]) -> None:
+def wait_ready(backend: Backend, waiting: Set[int], pid: Callable[[int], Optional[int]],
+               restart: Optional[Callable[[int], None]] = None) -> None:
     """Poll ``backend`` until every worker in ``waiting`` reported ``WorkerReady``.
 
     The start-up loop of the back-ends that wait for all their workers; a
@@ -236,6 +253,10 @@ def wait_ready(backend: Backend, waiting: Set[int], pid: Callable[[int], Optiona
         backend (Backend): a back-end whose workers are starting.
         waiting (set of int): the workers still to report; emptied as they do.
         pid (callable): ``pid(worker)``: its process id, for the errors.
+        restart (callable or None): ``restart(worker)`` starts again a worker
+            taken away while it started (its ``DeathCause`` is infrastructure:
+            Ray's node lost; another node may have room). None: such a death
+            fails the start as any other does.
     """
     while waiting:
         # A whole batch is handled each time: a failure that came with the
@@ -243,6 +264,10 @@ def wait_ready(backend: Backend, waiting: Set[int], pid: Callable[[int], Optiona
         for slot, message in backend.poll(None):
             if isinstance(message, WorkerReady):
                 waiting.discard(slot)
+                continue
+            if (restart is not None and isinstance(message, WorkerExited)
+                    and message.cause is not None and message.cause.infrastructure):
+                restart(slot)
                 continue
             error = startup_error(backend, slot, message, pid(slot))
             if error is not None:

@@ -30,6 +30,17 @@ cannot fit raises [`ParallelError`][easycore.common.parallel.ParallelError]
 instead of waiting forever (a local Ray has ``os.cpu_count()`` CPUs unless
 ``ray_init_kwargs={"num_cpus": n}`` says otherwise).
 
+Lost nodes: an actor's death is read into a
+[`DeathCause`][easycore.common.parallel.errors.DeathCause]
+([`ray_losses`][easycore.common.parallel.backends.ray_losses]) that travels with
+its ``WorkerExited``; the engine decides what it costs (a lost node blames no item).
+An actor Ray cannot reach (``ActorUnavailableError``) is asked where it is until
+Ray decides (its node's health checks): dead, or reachable again (then ended
+here: its calls were lost); after ``unreachable_timeout`` without a verdict it
+is ended here as lost too. Replacements ask Ray for no particular node, so
+they go wherever there is room now, a node that joined since included; the
+``capacity_timeout`` bounds the wait (see ``RayBackend``).
+
 Results come back through Ray's object store: large NumPy arrays (and CPU
 tensors) arrive as read-only views of it, without a copy; copy one to
 modify it. The runner's ``make_transport`` seam is not used here.
@@ -37,284 +48,59 @@ modify it. The runner's ``make_transport`` seam is not used here.
 Ray itself: if this process is already connected to Ray, that connection is
 used as it is (``address`` and ``ray_init_kwargs`` are ignored) and left up
 on close. Otherwise the runner calls ``ray.init(address=address,
-**ray_init_kwargs)`` and shuts Ray down when the last runner using it closes.
+**ray_init_kwargs)`` and shuts Ray down when the last runner using it closes
+([`ray_session`][easycore.common.parallel.backends.ray_session]).
 A Ray the runner starts itself is a node at 127.0.0.1 without a dashboard
 unless ``ray_init_kwargs`` says otherwise. Ray itself (2.60 and before) still
 binds its GCS, raylet and worker servers to every interface whatever the node
 address, and has no option to prevent it: the runner then warns once, naming
 the ports (``RuntimeWarning``), so that you can firewall them.
-Ray is an optional extra and is imported only here, on first use.
+Ray is an optional extra and is imported only on first use.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from .._os import threads as _threads
-from .._os.lifeline import run_into
-from ..errors import ParallelError, WorkerDiedError, WorkerError
-from ..options import check_options
+from ..errors import DeathCause, ErrorReport, ParallelError, WorkerError
+from ..options import check_options, check_seconds
 from ..transport.interface import DirectTransport
-from ..worker.executor import Executor, PassThrough, WorkerContext
 from ..worker.protocol import RunChunk, StopWorker, WorkerEnded, WorkerFailed
-from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
+from .base import (
+    Backend,
+    BackendFailed,
+    BackendSpec,
+    ChannelBroken,
+    WorkerExited,
+    wait_ended,
+    wait_ready,
+)
+from .ray_actor import RayWorker, init_failed_report
+from .ray_losses import RayCapacityError, RayWorkerDiedError, death_cause, out_of_room
+from .ray_session import (  # the session helpers' documented home until 0.5
+    acquire_ray,
+    bounded_query,
+    exposed_ports,
+    import_ray,
+    is_cuda,
+    release_ray,
+)
 
-__all__ = ["RayBackend", "RayWorkerDiedError"]
-
-_INSTALL = "pip install 'easycore-parallel[ray]' (or 'easycore[ray]')"
-
-
-def is_cuda(device: str) -> bool:
-    """Whether ``device`` names a GPU (``"cuda"`` or ``"cuda:N"``): it then asks Ray for one."""
-    return device == "cuda" or device.startswith("cuda:")
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ``ImportError`` that says which extra installs it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(f"backend='ray' needs Ray, an optional extra: {_INSTALL}") from exc
-    return ray
-
-
-class RayWorkerDiedError(WorkerDiedError):
-    """A worker actor died (its process or its node); names device and node.
-
-    Attributes:
-        node_id (str or None): the Ray node the actor ran on.
-        node_ip (str or None): that node's address.
-        reason (str): what Ray said.
-    """
-
-    def __init__(
-        self, device: str, worker_index: int, pid: Optional[int], node_id: Optional[str],
-        node_ip: Optional[str], reason: str, items: Optional[List[int]] = None,
-    ) -> None:
-        self.device, self.worker_index, self.pid, self.exitcode = device, worker_index, pid, None
-        self.items, self.oom_kills = items, None
-        self.node_id, self.node_ip, self.reason = node_id, node_ip, reason
-        ParallelError.__init__(
-            self,
-            f"worker {worker_index} on device {device!r} (Ray actor, pid {pid}, node "
-            f"{node_id} at {node_ip}) died unexpectedly.\n\nRay: {reason.strip()}",
-        )
-
-    def __reduce__(self):
-        args = (self.device, self.worker_index, self.pid, self.node_id, self.node_ip,
-                self.reason, self.items)
-        return (type(self), args)
+__all__ = ["RayBackend", "RayCapacityError", "RayWorkerDiedError", "acquire_ray",
+           "death_cause", "exposed_ports", "import_ray", "is_cuda", "release_ray"]
 
 
-class _Actor:
-    """One worker; made a Ray actor class by
-    [`RayBackend.start`][easycore.common.parallel.backends.ray.RayBackend]: it
-    answers the protocol's messages with an
-    [`Executor`][easycore.common.parallel.worker.executor.Executor]."""
+class _Call(NamedTuple):
+    """What a pending Ray call was for."""
 
-    def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
-                 n_threads: Optional[int]) -> None:
-        self.n_threads = n_threads
-        if n_threads is not None:
-            _threads.limit_threads(n_threads)
-        self.executor = Executor(program, WorkerContext(index, device, cfg, context),
-                                 transport=_ObjectStore())
-
-    def _keep_thread_env(self) -> None:
-        # Older Ray releases (2.9 and 2.10 among them) set OMP_NUM_THREADS to the
-        # actor's num_cpus before every task, actor tasks included, and removed
-        # it afterwards (newer ones do so for plain tasks only): set again, per
-        # call, what __init__ set, so the hooks see the budget under every
-        # admitted Ray.
-        if self.n_threads is not None:
-            _threads.set_thread_env(self.n_threads)
-
-    def where(self) -> tuple:
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return os.getpid(), ctx.get_node_id(), ray.util.get_node_ip_address()
-
-    def start(self) -> Any:
-        self._keep_thread_env()
-        return self.executor.start()
-
-    def handle(self, message: Any) -> Any:
-        self._keep_thread_env()
-        return self.executor.handle(message)
-
-
-class _ObjectStore(PassThrough):
-    """The actor's half of the transport: Ray's object store moves the results."""
-
-    def encode_results(self, results: List[Any]) -> Tuple[Any, int]:
-        # For the chunker only: the bytes of top-level arrays and tensors.
-        return results, sum(getattr(r, "nbytes", 0) or 0 for r in results
-                            if not isinstance(r, int))
-
-
-# The Ray this module started, shared by every runner that finds it running:
-# shut down when the last of them closes, never when someone else started it.
-_session_lock = threading.Lock()
-_session: Dict[str, Any] = {"job": None, "users": 0}
-
-
-def acquire_ray(ray: Any, address: Optional[str], init_kwargs: Mapping[str, Any]) -> bool:
-    """Join the Ray session shared by easycore's back-ends and services, starting it if none runs.
-
-    Shared with `easycore.common.parallel.services` (its Ray-hosted services), so that
-    one session serves both and the last user shuts it down.
-
-    Args:
-        ray (module): the ``ray`` module (from
-            [`import_ray`][easycore.common.parallel.backends.ray.import_ray]).
-        address (str or None): the cluster to join; None starts a local Ray on loopback.
-        init_kwargs (Mapping): more keyword arguments for ``ray.init``.
-
-    Returns:
-        bool: True when this call counts as a user of easycore's session (pair it with
-        [`release_ray`][easycore.common.parallel.backends.ray.release_ray]); False when the
-        caller's own Ray runs, which is used and left up.
-    """
-    with _session_lock:
-        if not ray.is_initialized():
-            kwargs = _local_defaults(address, init_kwargs)
-            ray.init(address=address, **kwargs)
-            _session.update(job=ray.get_runtime_context().get_job_id(), users=0)
-            if kwargs.get("_node_ip_address") == "127.0.0.1":
-                _warn_if_exposed()
-        elif ray.get_runtime_context().get_job_id() != _session["job"]:
-            return False  # the caller's own Ray: use it, leave it up
-        _session["users"] += 1
-        return True
-
-
-def exposed_ports(root_pid: Optional[int] = None) -> List[int]:
-    """TCP ports that processes below ``root_pid`` listen on on every interface.
-
-    Args:
-        root_pid (int or None): default this process.
-
-    Returns:
-        list[int]: ports bound to 0.0.0.0 or ``::`` by the process or its
-        descendants; empty where the platform does not tell.
-    """
-    import psutil
-
-    from .._os.lifeline import descendants
-
-    root = root_pid or os.getpid()
-    try:
-        procs = [psutil.Process(root), *descendants(root)]
-    except psutil.Error:
-        return []
-    ports = set()
-    for proc in procs:
-        # psutil 6 renamed connections() to net_connections()
-        listing = getattr(proc, "net_connections", None) or proc.connections
-        try:
-            conns = listing(kind="tcp")
-        except (psutil.Error, OSError):
-            continue
-        for conn in conns:
-            local = conn.laddr
-            if conn.status == psutil.CONN_LISTEN and local and local.ip in ("0.0.0.0", "::"):
-                ports.add(local.port)
-    return sorted(ports)
-
-
-def _warn_if_exposed() -> None:
-    """Ray asked for 127.0.0.1 may still listen everywhere: say so, once, with the ports."""
-    import warnings
-
-    ports = exposed_ports()
-    if ports:
-        warnings.warn(
-            f"the Ray that easycore started was asked to stay on 127.0.0.1, but Ray "
-            f"{import_ray().__version__} binds its GCS, raylet and worker servers to every "
-            f"network interface (TCP ports {', '.join(map(str, ports))}); Ray has no option "
-            f"to prevent it. On a machine reachable from untrusted networks, firewall those "
-            f"ports, or start Ray yourself inside a trusted network and pass address=",
-            RuntimeWarning,
-            stacklevel=_first_caller_outside_easycore(),
-        )
-
-
-def _first_caller_outside_easycore() -> int:
-    """The ``stacklevel`` that points a warning at the user's line, not easycore's.
-
-    Runners, pools and services reach Ray through call chains of different depths,
-    so no fixed number fits; this counts the frames (from the caller of
-    ``warnings.warn``) that live in easycore's own files. Python 3.12's
-    ``skip_file_prefixes`` does the same but 3.9-3.11 lack it.
-    """
-    import sys
-    from types import FrameType
-
-    import easycore
-
-    prefixes = tuple(os.path.join(os.path.abspath(p), "") for p in easycore.__path__)
-    frame: Optional[FrameType] = sys._getframe(1)  # the function that calls warnings.warn
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(prefixes):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def _local_defaults(address: Optional[str], init_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """Keep a Ray that the runner starts itself on loopback, with no dashboard.
-
-    Nothing easycore starts may listen on a non-loopback address by default;
-    pass ``ray_init_kwargs={"_node_ip_address": ...}`` to open it up. When
-    ``address`` names a cluster, or one is already running on this machine,
-    Ray is only joined and the options are left as given.
-    """
-    kwargs = dict(init_kwargs)
-    starts_new = (
-        address is None
-        and not os.environ.get("RAY_ADDRESS")
-        and not os.path.exists(os.path.join(tempfile.gettempdir(), "ray", "ray_current_cluster"))
-    )
-    if starts_new:
-        kwargs.setdefault("_node_ip_address", "127.0.0.1")
-        kwargs.setdefault("include_dashboard", False)
-    return kwargs
-
-
-def release_ray(ray: Any) -> None:
-    """Leave the session joined by ``acquire_ray``; the last one out stops easycore's Ray."""
-    with _session_lock:
-        _session["users"] -= 1
-        if _session["users"] <= 0 and ray.is_initialized():
-            if ray.get_runtime_context().get_job_id() == _session["job"]:
-                ray.shutdown()
-            _session.update(job=None, users=0)
-
-
-def _bounded(ask: Any, timeout: float, what: str) -> Any:
-    """``ask()``, or a ``ParallelError`` when it has not answered in ``timeout`` s.
-
-    Ray's state queries wait without a deadline in C++ (where no signal
-    reaches them) for a GCS that may never answer; the waiting thread is a
-    daemon left behind.
-    """
-    future: Future = Future()
-    threading.Thread(target=run_into, args=(future, ask), name="easycore-ray-query",
-                     daemon=True).start()
-    if not wait_futures([future], timeout).done:
-        raise ParallelError(
-            f"Ray's GCS did not answer {what} within {timeout:g} s: the Ray session is not "
-            f"healthy (see its logs, under the session folder, by default "
-            f"/tmp/ray/session_latest/logs); no actor was started"
-        )
-    return future.result()
+    slot: int
+    gen: int  # the slot's actor when it was made: replies of a replaced one are dropped
+    kind: str  # "where", "start", "chunk", "stop" or "probe"
+    job: Any = None
+    seq: Any = None
+    order: int = 0  # calls of one actor run in this order
 
 
 class RayBackend(Backend):
@@ -326,10 +112,14 @@ class RayBackend(Backend):
     kill_timeout = 5.0
     #: seconds to wait for Ray's GCS to say what the cluster has
     resources_timeout = 30.0
+    #: seconds an actor Ray cannot reach may wait for Ray's verdict (its node's
+    #: health checks, 15 to 30 s by default) before easycore ends it as lost
+    unreachable_timeout = 120.0
 
     def __init__(
         self, spec: BackendSpec, address: Optional[str] = None,
         ray_init_kwargs: Optional[Mapping[str, Any]] = None,
+        capacity_timeout: Optional[float] = 300.0,
     ) -> None:
         """
         Args:
@@ -338,23 +128,37 @@ class RayBackend(Backend):
                 local Ray or starts one, ``"auto"``, ``"host:port"`` or
                 ``"ray://host:port"`` join a cluster.
             ray_init_kwargs (dict or None): any other ``ray.init`` arguments.
+            capacity_timeout (float or None): seconds a worker may wait for a node
+                with room for it: at start every worker must be placed within it;
+                later, while no worker runs, a replacement must be (while others
+                run it waits, and takes a node that joins). Past it:
+                [`RayCapacityError`][easycore.common.parallel.backends.ray_losses.RayCapacityError].
+                None: wait for ever.
         """
         self._ray = import_ray()
         init_kwargs = dict(ray_init_kwargs or {})
         if "address" in init_kwargs:
             raise ValueError("pass address=..., not ray_init_kwargs['address']")
+        self.capacity_timeout = check_seconds("capacity_timeout", capacity_timeout)
         self.devices = list(spec.devices)
         self.transport = DirectTransport()
-        self._spec = spec
-        self._address = address
-        self._init_kwargs = init_kwargs
-        self._actors: List[Any] = [None] * len(self.devices)
-        self._where: List[Optional[tuple]] = [None] * len(self.devices)
-        self._where_refs: List[Any] = [None] * len(self.devices)
-        self._pending: Dict[Any, Tuple[int, Any, Any]] = {}  # ref -> (worker, job, seq)
+        self._spec, self._address, self._init_kwargs = spec, address, init_kwargs
+        n = len(self.devices)
+        self._actors: List[Any] = [None] * n
+        self._gen = [0] * n  # which actor of the slot is current
+        self._where: List[Optional[tuple]] = [None] * n  # (pid, node id, node ip)
+        self._where_refs: List[Any] = [None] * n
+        self._pending: Dict[Any, _Call] = {}
+        self._order = 0  # of the calls made
         self._dead: set = set()  # slots whose death was reported
         self._killed: set = set()  # slots we killed: their exit is expected
         self._ending: set = set()  # slots asked to end
+        self._doubt: Dict[int, float] = {}  # unreachable slots (since), awaiting Ray's verdict
+        self._unplaced: Dict[int, float] = {}  # slot -> when its actor was asked for
+        self._running_at = time.monotonic()  # last seen with a placed, live worker
+        self._starting_at: Optional[float] = None  # start(): every actor must be placed
+        self._lost: Dict[Any, DeathCause] = {}  # node -> why, for the capacity error
+        self._gave_up = False
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._woken = False
@@ -363,8 +167,9 @@ class RayBackend(Backend):
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> RayBackend:
-        """As ``Backend.from_spec``; the options are ``address`` and ``ray_init_kwargs``."""
-        check_options("ray", options, ("address", "ray_init_kwargs"))
+        """As ``Backend.from_spec``; the options are ``address``, ``ray_init_kwargs``
+        and ``capacity_timeout``."""
+        check_options("ray", options, ("address", "ray_init_kwargs", "capacity_timeout"))
         return cls(spec, **options)
 
     # ----------------------------------------------------------------- start
@@ -373,9 +178,14 @@ class RayBackend(Backend):
         self._owns_session = acquire_ray(ray, self._address, self._init_kwargs)
         try:
             self._check_resources()
+            self._starting_at = time.monotonic()
             for slot in range(len(self.devices)):
                 self._start_one(slot)
-            wait_ready(self, set(range(len(self.devices))), lambda slot: self._locate(slot)[0])
+            # A worker whose node went away while it started starts again: another
+            # node may have room (the start's capacity_timeout bounds the retries).
+            wait_ready(self, set(range(len(self.devices))), lambda slot: self._locate(slot)[0],
+                       restart=self._start_one)
+            self._starting_at = None
         except BaseException:
             self.abort()
             raise
@@ -384,20 +194,38 @@ class RayBackend(Backend):
         ray, spec = self._ray, self._spec
         num_cpus, num_gpus, inner = spec.policy.ray_resources(self.devices[slot])
         context = spec.contexts[slot] if spec.contexts is not None else None
-        actor = ray.remote(_Actor).options(
+        # No node is named: Ray places the actor wherever there is room now, a
+        # node that joined since included, or when room appears.
+        actor = ray.remote(RayWorker).options(
             num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0
         ).remote(spec.program, slot, inner, spec.cfg, context, spec.threads)
+        self._gen[slot] += 1
         self._actors[slot] = actor
         self._where[slot] = None
-        self._where_refs[slot] = actor.where.remote()
-        self._dead.discard(slot)
-        self._killed.discard(slot)
+        for state in (self._dead, self._killed, self._ending):
+            state.discard(slot)
+        self._doubt.pop(slot, None)
+        where = self._where_refs[slot] = actor.where.remote()
         with self._lock:
-            self._pending[actor.start.remote()] = (slot, None, None)
+            self._unplaced[slot] = time.monotonic()
+        self._track(where, slot, "where")
+        self._track(actor.start.remote(), slot, "start")
+
+    def _track(self, ref: Any, slot: int, kind: str, job: Any = None, seq: Any = None) -> None:
+        """Remember what the call ``ref`` on ``slot``'s actor is for, until its reply."""
+        with self._lock:
+            self._order += 1
+            self._pending[ref] = _Call(slot, self._gen[slot], kind, job, seq, self._order)
         self._changed.set()
 
+    def _drop_calls(self, slot: int) -> None:
+        """Forget ``slot``'s pending calls (its actor is gone, or cannot be reached)."""
+        with self._lock:
+            for ref in [r for r, c in self._pending.items() if c.slot == slot]:
+                del self._pending[ref]
+
     def _check_resources(self) -> None:
-        have = _bounded(self._ray.cluster_resources, self.resources_timeout,
+        have = bounded_query(self._ray.cluster_resources, self.resources_timeout,
                         "ray.cluster_resources()")
         cpus = gpus = 0.0
         for device in self.devices:
@@ -421,35 +249,40 @@ class RayBackend(Backend):
                 return (None, None, None)
         return self._where[slot] or (None, None, None)
 
-    def _death(self, slot: int, reason: str,
-               items: Optional[List[int]] = None) -> RayWorkerDiedError:
-        pid, node_id, node_ip = self._locate(slot)
-        return RayWorkerDiedError(self.devices[slot], slot, pid, node_id, node_ip, reason, items)
-
     def death_error(self, worker: int, exited: WorkerExited,
                     items: Optional[List[int]] = None) -> BaseException:
-        return self._death(worker, exited.reason, items)
+        pid, node_id, node_ip = self._locate(worker)
+        cause = exited.cause
+        if cause is not None:
+            node_id, node_ip = cause.node_id or node_id, cause.node_ip or node_ip
+        return RayWorkerDiedError(self.devices[worker], worker, pid, node_id, node_ip,
+                                  exited.reason, items, cause)
 
     # -------------------------------------------------------------- messages
     def send(self, worker: int, message: Any) -> None:
         if self._closed or worker in self._dead:
             raise ChannelBroken(f"worker {worker} on device {self.devices[worker]!r} is gone")
-        actor = self._actors[worker]
-        ref = actor.handle.remote(message)
-        if isinstance(message, RunChunk):
-            tag: Tuple[int, Any, Any] = (worker, message.job, message.seq)
-        else:  # StopWorker
+        is_chunk = isinstance(message, RunChunk)
+        if not is_chunk:  # StopWorker
             self._ending.add(worker)
-            tag = (worker, None, None)
+        if worker in self._doubt:
+            # Unreachable, its fate not known yet: the engine keeps the chunk,
+            # and takes it back when the worker's exit is reported.
+            return
         # Returns at once: Ray queues the task on the actor; the engine's
         # credits bound how many are queued.
-        with self._lock:
-            self._pending[ref] = tag
-        self._changed.set()
+        ref = self._actors[worker].handle.remote(message)
+        if is_chunk:
+            self._track(ref, worker, "chunk", message.job, message.seq)
+        else:
+            self._track(ref, worker, "stop")
 
     def poll(self, timeout: Optional[float]) -> List[Tuple[int, Any]]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            out = self._check_capacity()
+            if out:
+                return out
             with self._lock:
                 if self._woken:
                     self._woken = False
@@ -467,7 +300,6 @@ class RayBackend(Backend):
             ready, _ = self._ray.wait(refs, num_returns=1, timeout=wait)
             if ready:  # and whatever else is done already
                 ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-                out: List[Tuple[int, Any]] = []
                 for ref in ready:
                     self._reply(ref, out)
                 return out
@@ -477,29 +309,37 @@ class RayBackend(Backend):
     def _reply(self, ref: Any, out: List[Tuple[int, Any]]) -> None:
         ray = self._ray
         with self._lock:
-            tag = self._pending.pop(ref, None)
-        if tag is None or tag[0] in self._dead:
-            return
-        slot, job, seq = tag
+            call = self._pending.pop(ref, None)
+        if call is None or call.gen != self._gen[call.slot] or call.slot in self._dead:
+            return  # a replaced actor's, or after the slot's exit was reported
+        slot = call.slot
         try:
             message = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            self._dead.add(slot)
-            with self._lock:  # its other calls fail the same way: one exit is enough
-                for other in [r for r, t in self._pending.items() if t[0] == slot]:
-                    del self._pending[other]
-            if getattr(exc, "actor_init_failed", False):
-                out.append((slot, WorkerFailed(None, None, _init_failed_report(exc))))
             expected = slot in self._killed or slot in self._ending
-            out.append((slot, WorkerExited(self._locate(slot)[0], None, expected, str(exc))))
+            if isinstance(exc, ray.exceptions.ActorUnavailableError) and not expected:
+                self._suspect(slot, out)  # Ray's verdict on it comes later
+                return
+            self._settle_before(call, out)
+            if slot not in self._dead:  # (no earlier call reported it)
+                self._exit(slot, exc, expected, out)
+            return
+        except ray.exceptions.ObjectLostError:
+            # A chunk's results lost with the node that held them: the worker's
+            # fate (and so whether its chunks run again) comes from Ray's verdict.
+            self._suspect(slot, out)
             return
         except ray.exceptions.RayError as exc:  # e.g. results Ray could not serialise
             cause = getattr(exc, "cause", None) or exc
-            from ..errors import ErrorReport
-
             report = ErrorReport("sending results", type(cause).__name__,
                                  (str(cause).strip().splitlines() or [""])[0], str(exc), None)
-            out.append((slot, WorkerFailed(job, seq, report)))
+            out.append((slot, WorkerFailed(call.job, call.seq, report)))
+            return
+        if call.kind in ("where", "probe"):
+            self._where[slot] = message
+            self._unplaced.pop(slot, None)
+            if call.kind == "probe":  # it answers again, but the calls it had are lost
+                self._end_unreachable(slot, "its calls were lost", out)
             return
         out.append((slot, message))
         if isinstance(message, (WorkerEnded,)) or (
@@ -507,6 +347,83 @@ class RayBackend(Backend):
         ):
             self._dead.add(slot)
             out.append((slot, WorkerExited(self._locate(slot)[0], 0, True)))
+
+    def _settle_before(self, call: _Call, out: List[Tuple[int, Any]]) -> None:
+        """The replies of the calls the actor ran before the one it died in, first: they
+        may still be on their way, and the engine blames the call at the head of its queue."""
+        with self._lock:
+            earlier = [r for r, c in self._pending.items()
+                       if c.slot == call.slot and c.gen == call.gen and c.order < call.order]
+        if earlier:  # each resolves soon: a value sent, or the same death
+            ready, _ = self._ray.wait(earlier, num_returns=len(earlier),
+                                      timeout=self.kill_timeout)
+            for ref in earlier:
+                if ref in ready:
+                    self._reply(ref, out)
+
+    def _exit(self, slot: int, exc: Any, expected: bool, out: List[Tuple[int, Any]]) -> None:
+        """``slot``'s actor is gone, as ``exc`` says: report it once, with its cause."""
+        self._dead.add(slot)
+        self._doubt.pop(slot, None)
+        self._drop_calls(slot)  # its other calls fail the same way: one exit is enough
+        with self._lock:
+            self._unplaced.pop(slot, None)
+        if getattr(exc, "actor_init_failed", False):
+            out.append((slot, WorkerFailed(None, None, init_failed_report(exc))))
+        pid, node_id, node_ip = self._locate(slot)
+        cause = death_cause(exc, node_id, node_ip)
+        if cause.kind == "node lost" and not expected:
+            self._lost[cause.node_id] = cause
+        out.append((slot, WorkerExited(pid, None, expected, str(exc), cause)))
+
+    def _suspect(self, slot: int, out: List[Tuple[int, Any]]) -> None:
+        """Ray cannot reach ``slot``'s actor: drop its calls, and ask it where it is until
+        Ray decides (its node's health checks): dead, or reachable again; or until
+        ``unreachable_timeout`` passed without a verdict."""
+        since = self._doubt.setdefault(slot, time.monotonic())
+        if time.monotonic() - since > self.unreachable_timeout:
+            self._end_unreachable(slot, f"for {self.unreachable_timeout:g} s", out)
+            return
+        self._drop_calls(slot)
+        self._track(self._actors[slot].where.remote(), slot, "probe")
+
+    def _end_unreachable(self, slot: int, detail: str, out: List[Tuple[int, Any]]) -> None:
+        """End the actor Ray lost touch with (the engine replaces it): its node is lost."""
+        pid, node_id, node_ip = self._locate(slot)
+        self._dead.add(slot)
+        self._doubt.pop(slot, None)
+        self._drop_calls(slot)
+        self._kill_quietly(self._actors[slot])
+        cause = DeathCause("node lost", f"unreachable: {detail}", node_id, node_ip)
+        self._lost[node_id] = cause
+        out.append((slot, WorkerExited(pid, None, False, f"Ray could not reach it: {detail}",
+                                       cause)))
+
+    def _check_capacity(self) -> List[Tuple[int, Any]]:
+        """The ``capacity_timeout`` rule: ``[(slot, BackendFailed(RayCapacityError))]``
+        once, when actors found no room in time; else nothing."""
+        now = time.monotonic()
+        running = any(s not in self._unplaced and s not in self._dead and s not in self._doubt
+                      and self._actors[s] is not None for s in range(len(self.devices)))
+        if running and self._starting_at is None:
+            self._running_at = now
+        limit = self.capacity_timeout
+        with self._lock:
+            unplaced = dict(self._unplaced)
+        late = [] if self._gave_up else out_of_room(unplaced, running, self._running_at,
+                                                    self._starting_at, limit, now)
+        if not late:
+            return []
+        self._gave_up = True
+        free, total = {}, {}
+        try:  # only for the message: Ray may not answer
+            free = bounded_query(self._ray.available_resources, 5.0, "ray.available_resources()")
+            total = bounded_query(self._ray.cluster_resources, 5.0, "ray.cluster_resources()")
+        except ParallelError:
+            pass
+        error = RayCapacityError(late, [self.devices[s] for s in late], limit or 0, free, total,
+                                 self._lost, starting=self._starting_at is not None)
+        return [(late[0], BackendFailed(error))]
 
     def wakeup(self) -> None:
         with self._lock:
@@ -516,10 +433,13 @@ class RayBackend(Backend):
     # ---------------------------------------------------- one worker at a time
     def kill(self, worker: int) -> None:
         self._killed.add(worker)
+        self._kill_quietly(self._actors[worker])  # its exit is reported either way
+
+    def _kill_quietly(self, actor: Any) -> None:
         try:  # noqa: SIM105
-            self._ray.kill(self._actors[worker], no_restart=True)
-        except Exception:  # noqa: BLE001 -- gone already (Ray's errors vary by version):
-            pass  # its exit is reported either way
+            self._ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 -- gone already (Ray's errors vary by version)
+            pass
 
     def restart(self, worker: int) -> None:
         self._start_one(worker)
@@ -539,15 +459,16 @@ class RayBackend(Backend):
                     message.report, self.devices[slot], slot, self._locate(slot)[0]))
                 self._dead.add(slot)
             elif isinstance(message, WorkerExited) and not message.expected:
-                errors.append(self._death(slot, message.reason))
+                errors.append(self.death_error(slot, message))
 
         try:
             for slot in range(len(self.devices)):
-                if slot not in self._dead:
-                    self._ending.add(slot)
-                    with self._lock:
-                        ref = self._actors[slot].handle.remote(StopWorker())
-                        self._pending[ref] = (slot, None, None)
+                if slot in self._doubt or slot in self._unplaced:
+                    # Unreachable, or never placed: no end hooks ran or can run;
+                    # abort() below kills it.
+                    self._dead.add(slot)
+                elif slot not in self._dead:
+                    self.send(slot, StopWorker())
             wait_ended(self, lambda: any(s not in self._dead for s in range(len(self.devices))),
                        timeout, handle, errors)
         finally:
@@ -579,10 +500,7 @@ class RayBackend(Backend):
         ray = self._ray
         actors = [a for a in self._actors if a is not None]
         for actor in actors:
-            try:  # noqa: SIM105
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 -- already gone (Ray's errors vary by version)
-                pass
+            self._kill_quietly(actor)
         alive, deadline = list(actors), time.monotonic() + self.kill_timeout
         while alive and time.monotonic() < deadline:
             probes = {actor.where.remote(): actor for actor in alive}
@@ -617,13 +535,3 @@ class RayBackend(Backend):
     def pids(self) -> List[Optional[int]]:
         return [self._locate(s)[0] if self._where_refs[s] is not None else None
                 for s in range(len(self.devices))]
-
-
-def _init_failed_report(exc: Exception) -> Any:
-    from ..errors import ErrorReport
-
-    return ErrorReport(
-        "creating the actor", type(exc).__name__,
-        "the actor could not be built from the runner class and cfg; are they importable on "
-        "every node (see runtime_env in ray_init_kwargs)?", str(exc), None,
-    )

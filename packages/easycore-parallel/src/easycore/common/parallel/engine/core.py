@@ -27,7 +27,9 @@ results) and the engine does the rest (see the data flow in
   (pools) an item that raises fails alone, a worker that dies fails only the
   item it was running and is replaced, a task past its ``timeout`` fails with
   [`TaskTimeoutError`][easycore.common.parallel.TaskTimeoutError], and a job
-  whose items killed ``max_deaths`` workers fails as a whole.
+  whose items killed ``max_deaths`` workers fails as a whole. A worker taken
+  away (Ray: its node lost, or killed from outside) blames no item: what it
+  held runs again (``max_node_losses`` bounds how often).
 
 The [`Engine`][easycore.common.parallel.engine.core.Engine] holds its parts
 over one [`EngineState`][easycore.common.parallel.engine.state.EngineState]:
@@ -53,7 +55,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
-from ..backends.base import Backend, WorkerExited
+from ..backends.base import Backend, BackendFailed, WorkerExited
 from ..errors import ErrorReport, ParallelError, RunnerClosedError, WorkerError
 from ..options import check_task_timeout
 from ..worker.protocol import ChunkDone, WorkerEnded, WorkerFailed, WorkerReady
@@ -86,6 +88,7 @@ class Engine:
         credits: int = 3,  # noqa: A002 -- the engine's word for it, a public keyword
         fail_fast: bool = True,
         max_deaths: int = 3,
+        max_node_losses: Optional[int] = 10,
         maxtasksperchild: Optional[int] = None,
         reorder_bytes: Optional[int] = None,
         on_idle: Optional[Callable[[], None]] = None,
@@ -100,6 +103,8 @@ class Engine:
                 what it touches and replace dead workers, pools).
             max_deaths (int): worker deaths one job may cause before it fails
                 (``ReplaceWorker``).
+            max_node_losses (int or None): lost nodes one job may see and carry on
+                (``ReplaceWorker``; None: any number); see ``supervision``.
             maxtasksperchild (int or None): replace a worker after this many items.
             reorder_bytes (int): memory an ordered job may hold waiting for a slow chunk.
             on_idle (callable or None): called when nothing is in flight any more.
@@ -113,7 +118,7 @@ class Engine:
             # a new segment (page faults and all) instead of reusing one.
             backend.transport.grants_per_worker = n_credits + 1
         if policy is None:
-            policy = FailFast() if fail_fast else ReplaceWorker(max_deaths)
+            policy = FailFast() if fail_fast else ReplaceWorker(max_deaths, max_node_losses)
         self.state = state = EngineState(
             backend, credits=n_credits, maxtasksperchild=maxtasksperchild,
             reorder_bytes=self.reorder_bytes_default if reorder_bytes is None else reorder_bytes)
@@ -361,6 +366,9 @@ class Engine:
             self.supervisor.on_exit(slot, message)
         elif kind is WorkerFailed:
             self.supervisor.on_worker_failed(slot, message)
+        elif kind is BackendFailed:
+            with state.lock:
+                self.break_engine(message.error)
         elif kind is WorkerReady:
             w = state.workers[slot]
             w.ready, w.alive = True, True

@@ -118,7 +118,10 @@ class Dispatcher:
         state = self.state
         if not may_run_ahead(job, state.reorder_bytes):
             return None
-        if job.window is not None and job.taken_items - job.consumed_items >= job.window:
+        if (job.window is not None and not job.retrying
+                and job.taken_items - job.consumed_items >= job.window):
+            # (Items to run again were taken already: the window does not hold
+            # them back, or a full window of lost items would wait for ever.)
             return None
         if job.targets is not None:
             target = job.next_target()

@@ -70,7 +70,7 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
             runner's ``make_backend()``).
         options (WorkerOptions): credits (``queue_scale``) and ``maxtasksperchild``.
         policy (Policy): what a failure costs: ``FailFast()`` (runners) or
-            ``ReplaceWorker(options.max_deaths)`` (pools).
+            ``ReplaceWorker(options.max_deaths, options.max_node_losses)`` (pools).
         wait (str): see [`Engine.start`][easycore.common.parallel.engine.core.Engine.start].
         recorder (Recorder or None): insights, counted from the start (None: off).
         caller_pumps (bool): the thread that submits is the one that pumps (a runner).

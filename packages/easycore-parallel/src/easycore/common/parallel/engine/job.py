@@ -24,6 +24,7 @@ from collections import deque
 from itertools import islice
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
+from ..errors import DeathCause
 from .chunking import AdaptiveChunker
 from .ordering import InputOrder
 
@@ -159,6 +160,8 @@ class Job:
         self.seq = 0
         self.taken_items = 0
         self.deaths = 0
+        #: nodes whose loss cost this job its workers' items (node -> DeathCause)
+        self.lost_nodes: Dict[Any, DeathCause] = {}
         self.done = False
         self.finished = threading.Event()  # set with done, for threads that wait
         self.error: Optional[BaseException] = None

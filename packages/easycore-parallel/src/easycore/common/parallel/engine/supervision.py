@@ -18,7 +18,10 @@ that ends jobs only through the core's
 2. **What it ran is settled by a policy.** Which item was running is read
    from the worker's item slot (it writes ``(job, seq, item, started)``
    as it receives a chunk and before each item), unless the kill reason says.
-   Then one of two strategies decides:
+   A worker *taken away* (``taken_away``: its back-end says its node was
+   lost or it was killed from outside, as Ray does) blames no item and is no
+   failed start: that is decided there and nowhere else. Then one of two
+   strategies decides:
 
    * [`FailFast`][easycore.common.parallel.engine.supervision.FailFast] (runners):
      a death ends the call (the engine breaks, naming the item); a task past
@@ -27,7 +30,11 @@ that ends jobs only through the core's
      (pools): only the running item fails; the rest of its chunk and the
      chunks queued behind it are requeued for other workers (work the worker
      never received costs nothing). A job whose items killed ``max_deaths``
-     workers fails as a whole.
+     workers fails as a whole. A worker taken away fails nothing: all it held
+     runs again (at least once: items may have run before the loss), and each
+     job it held counts the node; one node more than ``max_node_losses`` fails
+     the job with [`NodesLostError`][easycore.common.parallel.NodesLostError].
+     (Runners still fail fast, with an error that names the lost node.)
 
    The policy also says what an item that *raised* costs (``chunk_failed``:
    its job, or that item alone) and whether a job keeps its items for a
@@ -57,12 +64,12 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..backends.base import ChannelBroken, WorkerExited
-from ..errors import ParallelError, TaskTimeoutError, WorkerError
+from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerError
 from ..worker.protocol import StopWorker, WorkerFailed
 from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
 
-__all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor"]
+__all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor", "taken_away"]
 
 
 class Policy:
@@ -89,7 +96,8 @@ class Policy:
             sup (Supervisor): the supervisor (what was received, the errors, requeues).
             w (WorkerState): the slot.
             chunks (list): its chunks, in the order it ran them.
-            what (str): "died", or "timeout" (the engine killed it).
+            what (str): "died", "lost" (taken away: see ``taken_away``), or
+                "timeout" (the engine killed it).
             at (int or None): position in ``chunks[0]`` of the item running, if known.
             msg (WorkerExited): what the back-end reported.
         """
@@ -127,8 +135,10 @@ class Supervisor:
         """``slot``'s worker is gone: settle what it ran, plan its replacement."""
         state = self.state
         w = state.workers[slot]
+        lost = taken_away(msg)
         with state.lock:
-            if not (w.ready or w.retiring or msg.expected or state.closing or w.fifo):
+            if not (w.ready or w.retiring or msg.expected or state.closing or w.fifo
+                    or lost):
                 # Died before its init hooks returned. Once may be bad luck (a
                 # kill); again and again, every replacement would die the same
                 # way, forever: as an init hook's error does, that ends the
@@ -147,7 +157,7 @@ class Supervisor:
                 if w.retiring:
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
                 return
-            what, at = reason if reason is not None else ("died", None)
+            what, at = reason if reason is not None else ("lost" if lost else "died", None)
             if state.recorder is not None:
                 state.recorder.lost(slot, what == "timeout")
             self.policy.lost(self, w, chunks, what, at, msg)
@@ -334,6 +344,21 @@ class Supervisor:
         return max(head.sent_at, w.last_at), None
 
 
+def taken_away(msg: WorkerExited) -> bool:
+    """Whether a worker was taken away (its node lost, killed from outside, as its
+    back-end tells) rather than ended by what it ran: the one place that decides
+    whether a death is an item's fault. Such a death blames no item and counts
+    against no ``max_deaths`` (nor as a failed start).
+
+    Args:
+        msg (WorkerExited): what the back-end reported.
+
+    Returns:
+        bool:
+    """
+    return msg.cause is not None and msg.cause.infrastructure
+
+
 def _timed_head(w: WorkerState) -> Optional[Tuple[Chunk, float]]:
     """The chunk ``w`` runs now and its job's timeout, if it has one."""
     head = w.fifo[0] if w.fifo else None
@@ -358,8 +383,9 @@ class FailFast(Policy):
     def lost(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk], what: str,
              at: Optional[int], msg: WorkerExited) -> None:
         outcomes = sup.outcomes
-        if not chunks:
-            if what == "died":
+        if not chunks or what == "lost":
+            if what != "timeout":
+                # Lost too: a runner fails fast, with an error that names the node.
                 outcomes.break_engine(sup.death_error(w, msg))
             return
         running, queued = chunks[0], chunks[1:]
@@ -382,16 +408,21 @@ class FailFast(Policy):
 class ReplaceWorker(Policy):
     """Pools: an item that raised fails alone; a death fails the running item alone,
     the rest runs elsewhere and the worker is replaced; a job whose items killed
-    ``max_deaths`` workers fails."""
+    ``max_deaths`` workers fails. A worker taken away (``taken_away``) fails
+    nothing: what it held runs again; a job that lost workers on more than
+    ``max_node_losses`` nodes fails with ``NodesLostError``."""
 
     keeps_items = True
 
-    def __init__(self, max_deaths: int = 3) -> None:
+    def __init__(self, max_deaths: int = 3, max_node_losses: Optional[int] = 10) -> None:
         """
         Args:
             max_deaths (int): worker deaths one job may cause before it fails.
+            max_node_losses (int or None): lost nodes one job may see and carry on
+                (None: any number).
         """
         self.max_deaths = max_deaths
+        self.max_node_losses = max_node_losses
 
     def chunk_failed(self, job: Job, failed: Dict[int, ItemError]) -> Optional[BaseException]:
         return None
@@ -402,6 +433,11 @@ class ReplaceWorker(Policy):
 
     def lost(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk], what: str,
              at: Optional[int], msg: WorkerExited) -> None:
+        if what == "lost":  # no item at fault: all it held runs again, elsewhere
+            self._count_lost_node(sup, w, chunks, msg)
+            for c in chunks:
+                sup.requeue(c.job, c.first, c.items, c.n)
+            return
         if not chunks:
             return  # it died idle: nothing was lost
         running, queued = chunks[0], chunks[1:]
@@ -458,3 +494,19 @@ class ReplaceWorker(Policy):
                 sup.outcomes.deliver(job, failed_items[0], [None], failed)
             else:
                 sup.outcomes.deliver(job, running.first, [None] * running.n, failed)
+
+    def _count_lost_node(self, sup: Supervisor, w: WorkerState, chunks: List[Chunk],
+                         msg: WorkerExited) -> None:
+        """``w`` was taken away with ``chunks``: each job among them counts its node;
+        one past ``max_node_losses`` fails with ``NodesLostError``."""
+        cause = msg.cause
+        assert cause is not None
+        # A node counts once however many of a job's workers it held; a worker
+        # killed from outside counts on its own.
+        key = cause.node_id if cause.kind == "node lost" and cause.node_id else (
+            f"{cause.node_id} (worker {w.slot}, pid {msg.pid}, {cause.kind})")
+        limit = self.max_node_losses
+        for job in dict.fromkeys(c.job for c in chunks):
+            job.lost_nodes.setdefault(key, cause)
+            if limit is not None and len(job.lost_nodes) > limit:
+                sup.outcomes.fail(job, NodesLostError(job.lost_nodes, limit))

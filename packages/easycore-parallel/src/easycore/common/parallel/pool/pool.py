@@ -137,6 +137,7 @@ class Pool:
         cpu_threads: ThreadsOption = "auto",
         queue_scale: float = 3.0,
         max_deaths: int = 3,
+        max_node_losses: Optional[int] = 10,
         insights: bool = False,
         options: Optional[WorkerOptions] = None,
         **backend_options: Any,
@@ -168,19 +169,28 @@ class Pool:
                 for the runners (``"auto"``: ``cpus // workers``).
             queue_scale (float): chunks each worker holds at once (``ceil``).
             max_deaths (int): worker deaths one job may cause before it fails.
+            max_node_losses (int or None): with ``backend="ray"``, lost nodes one job may
+                see and carry on: a lost node (or a worker killed from outside) blames no
+                item and costs no ``max_deaths``; what its workers held runs again on the
+                others (at least once). One node more fails the job with
+                [`NodesLostError`][easycore.common.parallel.NodesLostError], naming them.
+                None: any number.
             insights (bool): count where the time goes, from the start (see
                 [`insights`][easycore.common.parallel.Pool.insights]); off by default.
             options (WorkerOptions or None): all of ``task_timeout``,
                 ``progress``, ``start_method``, ``backend``, ``cpu_threads``,
-                ``queue_scale``, ``max_deaths``, ``insights``, ``maxtasksperchild``
-                and the back-end's options at once, already checked (what
+                ``queue_scale``, ``max_deaths``, ``max_node_losses``, ``insights``,
+                ``maxtasksperchild`` and the back-end's options at once, already checked (what
                 ``BackgroundTask`` and ``JobQueue`` pass); those keywords must
                 then be left out.
-            **backend_options: for ``backend="ray"``: ``address``, ``ray_init_kwargs``.
+            **backend_options: for ``backend="ray"``: ``address``, ``ray_init_kwargs``,
+                ``capacity_timeout`` (seconds a worker may wait for a node with room; see
+                [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend]).
         """
         self._options = checked_options(self.backends, options, context, backend_options, {
             "backend": backend, "start_method": start_method_of(context, start_method),
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
+            "max_node_losses": max_node_losses,
             "maxtasksperchild": maxtasksperchild, "cpu_threads": cpu_threads,
             "progress": progress, "insights": insights})
         devices = workers_devices(processes, devices)
@@ -218,7 +228,8 @@ class Pool:
             from ..insights import Recorder
 
             self._recorder = Recorder(self._devices)
-        self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths),
+        self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths,
+                                                                     options.max_node_losses),
                                   wait="first", recorder=self._recorder)
 
     def _start_coordinator(self) -> None:

@@ -25,8 +25,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ..backends.ray import acquire_ray, import_ray, is_cuda, release_ray
+from ..backends.ray import acquire_ray, death_cause, import_ray, is_cuda, release_ray
 from ..errors import (
+    DeathCause,
     ErrorReport,
     ServiceClosedError,
     ServiceDiedError,
@@ -99,8 +100,8 @@ class RayTarget:
     label: str
     pid: Optional[int]
 
-    def died(self, reason: str) -> ServiceDiedError:
-        return ServiceDiedError(self.label, self.device, self.pid, None, reason)
+    def died(self, reason: str, cause: Optional[DeathCause] = None) -> ServiceDiedError:
+        return ServiceDiedError(self.label, self.device, self.pid, None, reason, cause)
 
     def open_channel(self, transport_class: Optional[type]) -> RayChannel:
         return RayChannel(self)
@@ -181,7 +182,7 @@ class RayChannel:
             return WorkerError.from_report(cause.report, t.device, 0, t.pid)
         if isinstance(exc, ray.exceptions.RayActorError):
             text = str(exc).strip().splitlines()
-            return t.died("Ray: " + (text[0] if text else type(exc).__name__))
+            return t.died("Ray: " + (text[0] if text else type(exc).__name__), death_cause(exc))
         return WorkerError(t.device, f"a call of {t.label}", 0, t.pid, type(exc).__name__,
                            (str(exc).strip().splitlines() or [""])[0], str(exc))
 
