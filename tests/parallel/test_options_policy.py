@@ -166,13 +166,17 @@ def test_a_runner_takes_its_transport_from_its_device_policy_as_a_pool_does(no_l
         assert type(pool._engine.backend.transport) is EagerTransport
 
 
-def test_a_runner_class_transport_is_folded_into_its_policy(no_leaks):
-    class Named(Echo):
-        transport_class = EagerTransport
+class NamedTransportEcho(Echo):
+    # At module level: a worker started with spawn or forkserver (3.14's
+    # default) imports the class, which a local one would not let it do.
+    transport_class = EagerTransport
 
-    with Named(1) as runner:
+
+def test_a_runner_class_transport_is_folded_into_its_policy(no_leaks):
+    with NamedTransportEcho(1) as runner:
         assert type(runner._engine.backend.transport) is EagerTransport
-    assert Named.device_policy.transport_class is SharedMemoryTransport  # the shared one untouched
+    # the shared policy is untouched
+    assert NamedTransportEcho.device_policy.transport_class is SharedMemoryTransport
 
 
 @pytest.mark.parametrize("cls", [SpawnEcho, SpawnPool])

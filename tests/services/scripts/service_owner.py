@@ -7,8 +7,9 @@ import sys
 
 from easycore.common.parallel.services import Service
 
-handle = Service.start(dict)
-with open(sys.argv[1], "wb") as f:
-    pickle.dump(handle, f)
-print("ready", flush=True)
-sys.stdin.readline()
+if __name__ == "__main__":  # under spawn and forkserver the service's worker imports this file
+    handle = Service.start(dict)
+    with open(sys.argv[1], "wb") as f:
+        pickle.dump(handle, f)
+    print("ready", flush=True)
+    sys.stdin.readline()

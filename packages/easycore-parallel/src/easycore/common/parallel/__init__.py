@@ -51,41 +51,73 @@ Examples:
     ```
 """
 
+from typing import TYPE_CHECKING
+
+from ._lazy import exports
 from ._version import __version__
 
-# The names imported `as` themselves are the seams' base classes, `extending`'s
-# (docs/extending.md lists them): pages before issue 35 taught extensions to
-# import them from here, and they still do, but they are not in `__all__`.
-from .backends.base import Backend as Backend
-from .backends.base import BackendSpec as BackendSpec
-from .backends.base import ChannelBroken as ChannelBroken
-from .backends.base import WorkerExited as WorkerExited
-from .backends.policy import DevicePolicy as DevicePolicy
-from .backends.process import ProcessBackend as ProcessBackend
-from .background import BackgroundStats, BackgroundTask
-from .errors import (
-    ErrorReport,
-    NodesLostError,
-    ParallelError,
-    RemoteTraceback,
-    ResultEncodingError,
-    RunnerClosedError,
-    TaskTimeoutError,
-    WorkerDiedError,
-    WorkerError,
-)
-from .futures import Executor
-from .insights import Insights, Verdict, WorkerInsights
-from .jobqueue import JobQueue
-from .pool import AsyncResult, IMapIterator, MapResult, Pool
-from .queue import Queue, QueueClosedError, QueuePeerDiedError
-from .runner import BaseRunner, OrderedRunner, UnorderedRunner
-from .shared_list import SharedList
-from .transport.interface import PickleTransport as PickleTransport
-from .transport.interface import Transport as Transport
-from .transport.shared_memory import SharedMemoryTransport as SharedMemoryTransport
-from .worker.executor import WorkerContext
-from .worker.executor import WorkerProgram as WorkerProgram
+# Every name below is imported on first use (PEP 562): a script that needs only
+# ``Pool`` does not pay for runners, insights, queues or services, and a
+# spawned worker that imports this package (to unpickle its program) loads
+# only what its program names. ``tests/parallel/test_import_cost.py`` holds
+# what ``import easycore.common.parallel`` may load.
+#: public name -> the module that defines it (relative to this package)
+_LAZY = {
+    "Pool": ".pool", "AsyncResult": ".pool", "MapResult": ".pool", "IMapIterator": ".pool",
+    "BackgroundTask": ".background", "BackgroundStats": ".background",
+    "JobQueue": ".jobqueue",
+    "Queue": ".queue", "QueueClosedError": ".queue", "QueuePeerDiedError": ".queue",
+    "SharedList": ".shared_list",
+    "BaseRunner": ".runner", "UnorderedRunner": ".runner", "OrderedRunner": ".runner",
+    "Insights": ".insights", "WorkerInsights": ".insights", "Verdict": ".insights",
+    "WorkerContext": ".worker.executor",
+    "ParallelError": ".errors", "RunnerClosedError": ".errors", "WorkerError": ".errors",
+    "WorkerDiedError": ".errors", "NodesLostError": ".errors", "TaskTimeoutError": ".errors",
+    "RemoteTraceback": ".errors",
+    "ResultEncodingError": ".errors", "ErrorReport": ".errors",
+    # The seams' base classes are `extending`'s (docs/extending.md lists them):
+    # pages before issue 35 taught extensions to import them from here, and
+    # they still do, but they are not in `__all__`.
+    "Backend": ".backends.base", "BackendSpec": ".backends.base",
+    "ChannelBroken": ".backends.base", "WorkerExited": ".backends.base",
+    "DevicePolicy": ".backends.policy", "ProcessBackend": ".backends.process",
+    "PickleTransport": ".transport.interface", "Transport": ".transport.interface",
+    "SharedMemoryTransport": ".transport.shared_memory",
+    "WorkerProgram": ".worker.executor",
+    "Executor": ".futures",
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
+    from .backends.base import Backend as Backend
+    from .backends.base import BackendSpec as BackendSpec
+    from .backends.base import ChannelBroken as ChannelBroken
+    from .backends.base import WorkerExited as WorkerExited
+    from .backends.policy import DevicePolicy as DevicePolicy
+    from .backends.process import ProcessBackend as ProcessBackend
+    from .background import BackgroundStats, BackgroundTask
+    from .errors import (
+        ErrorReport,
+        NodesLostError,
+        ParallelError,
+        RemoteTraceback,
+        ResultEncodingError,
+        RunnerClosedError,
+        TaskTimeoutError,
+        WorkerDiedError,
+        WorkerError,
+    )
+    from .futures import Executor
+    from .insights import Insights, Verdict, WorkerInsights
+    from .jobqueue import JobQueue
+    from .pool import AsyncResult, IMapIterator, MapResult, Pool
+    from .queue import Queue, QueueClosedError, QueuePeerDiedError
+    from .runner import BaseRunner, OrderedRunner, UnorderedRunner
+    from .shared_list import SharedList
+    from .transport.interface import PickleTransport as PickleTransport
+    from .transport.interface import Transport as Transport
+    from .transport.shared_memory import SharedMemoryTransport as SharedMemoryTransport
+    from .worker.executor import WorkerContext
+    from .worker.executor import WorkerProgram as WorkerProgram
 
 __all__ = [
     "Pool",
@@ -118,3 +150,5 @@ __all__ = [
     "ErrorReport",
     "__version__",
 ]
+
+__getattr__, __dir__ = exports(__name__, _LAZY)

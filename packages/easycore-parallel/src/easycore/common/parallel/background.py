@@ -32,6 +32,7 @@ import time
 import warnings
 from collections import deque
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -49,11 +50,13 @@ from typing import (
 from ._os import inherit
 from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights
 from .options import check_callable, check_positive_int
 from .pool import Pool, PoolJobs, pool_options
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams, SeededCall, WorkerStart, check_seed
+
+if TYPE_CHECKING:  # insights are imported when asked for
+    from .insights import Insights
 
 __all__ = ["BackgroundStats", "BackgroundTask"]
 

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
 from .background import (
     BackgroundStats,
@@ -35,11 +35,13 @@ from .background import (
 )
 from .engine.core import ItemError, JobSink
 from .errors import RunnerClosedError
-from .insights import Insights
 from .options import check_callable, check_positive_int
 from .pool import Pool, PoolJobs
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
+
+if TYPE_CHECKING:  # insights are imported when asked for
+    from .insights import Insights
 
 __all__ = ["JobQueue"]
 

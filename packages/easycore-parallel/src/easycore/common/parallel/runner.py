@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 from multiprocessing.context import BaseContext
-from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 
 from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
@@ -36,12 +36,14 @@ from .engine.chunking import AdaptiveChunker
 from .engine.core import Engine, ItemError, JobSink
 from .engine.door import BACKENDS, Backend, BackendSpec, DevicePolicy
 from .errors import RunnerClosedError, TaskTimeoutError
-from .insights import Insights, Recorder
 from .options import WorkerOptions
 from .progress import Progress, ProgressOption
 from .transport.interface import Transport
 from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
+
+if TYPE_CHECKING:  # insights are imported when asked for
+    from .insights import Insights, Recorder
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
@@ -204,7 +206,11 @@ class BaseRunner(door.WorkerStacks):
         self._cfg_templates: TemplateCache = {}
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
-        self._recorder: Optional[Recorder] = Recorder(self._devices) if insights else None
+        self._recorder: Optional[Recorder] = None
+        if insights:
+            from .insights import Recorder
+
+            self._recorder = Recorder(self._devices)
         self._insights: Optional[Insights] = None
         self._busy = threading.Lock()
         self._lifecycle = threading.Lock()

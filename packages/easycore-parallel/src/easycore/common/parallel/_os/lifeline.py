@@ -30,8 +30,10 @@ import queue
 import signal
 import sys
 import threading
-from concurrent.futures import Future
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional
+
+if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher thread is needed
+    from concurrent.futures import Future
 
 __all__ = [
     "arm_parent_death_signal",
@@ -179,6 +181,8 @@ def start_process(start: Callable[[], Any]) -> Any:
                 name="easycore-launcher",
                 daemon=True,
             ).start()
+    from concurrent.futures import Future
+
     future: Future = Future()
     _launcher_queue.put((lambda: _start_hiding_phantom_main(start), future))
     return future.result()
@@ -213,14 +217,19 @@ def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
     Returns:
         dict: each root -> its descendants as ``psutil.Process`` objects.
     """
-    import psutil
-
     roots = list(roots)
     if _proc_children_readable():
         # Linux: each process's children straight from /proc (tens of
         # microseconds per worker), instead of reading every process on the
         # machine (milliseconds; over 100 ms on a loaded node).
-        return {root: _processes(psutil, _below(root, _proc_children, int)) for root in roots}
+        pids = {root: _below(root, _proc_children, int) for root in roots}
+        if not any(pids.values()):
+            return {root: [] for root in roots}  # the usual case: psutil is not imported
+        import psutil
+
+        return {root: _processes(psutil, below) for root, below in pids.items()}
+    import psutil
+
     children: Dict[int, List[Any]] = {}
     for proc in psutil.process_iter(["ppid"]):
         ppid = proc.info.get("ppid")
@@ -282,6 +291,8 @@ def kill_pids(procs: List[Any], sig: int = 9) -> None:
         procs (list): from [`descendants`][easycore.common.parallel._os.lifeline.descendants].
         sig (int): the signal (SIGKILL by default).
     """
+    if not procs:
+        return  # the usual case: psutil is not imported
     import psutil
 
     for proc in procs:

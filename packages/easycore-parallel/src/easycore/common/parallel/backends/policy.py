@@ -52,14 +52,14 @@ from ..defaults import chosen_transport, import_object
 from ..transport.interface import Transport
 from ..transport.shared_memory import SharedMemoryTransport
 from .base import Backend, BackendSpec
-from .process import ProcessBackend
 
 __all__ = ["BACKENDS", "DevicePolicy", "backend_class", "build_backend", "default_start_method"]
 
 #: back-end name -> class, or ``"module:Class"`` imported on first use (Ray is
-#: optional): the one table; runner and pool classes copy it as ``backends``
+#: optional; a worker that unpickles its device policy needs none of them): the
+#: one table; runner and pool classes copy it as ``backends``
 BACKENDS: Dict[str, Union[type, str]] = {
-    "process": ProcessBackend,
+    "process": "easycore.common.parallel.backends.process:ProcessBackend",
     "thread": "easycore.common.parallel.backends.thread:ThreadBackend",
     "ray": "easycore.common.parallel.backends.ray:RayBackend",
 }

@@ -38,7 +38,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .._os import inherit, interrupts, lifeline, memory, oom, stacks, threads
+from .._os import inherit, interrupts, lifeline, memory, oom, stacks, startup, threads
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
@@ -254,6 +254,9 @@ class ProcessBackend(Backend):
         self._start(0 if self._method == "fork" else len(self.devices))
 
     def _start(self, wait_for: int) -> None:
+        startup.check_main_guard()  # a worker importing a script without the guard: exits
+        if self._method == "forkserver":
+            startup.warm_forkserver(self._ctx)
         self.transport.prepare()
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
@@ -454,6 +457,9 @@ class ProcessBackend(Backend):
     def death_error(self, worker: int, exited: WorkerExited,
                     items: Optional[List[int]] = None) -> BaseException:
         h = self._by_slot[worker]
+        if exited.exitcode == startup.EXIT_NO_GUARD and self._method != "fork":
+            return startup.MainGuardError(h.device, worker, exited.pid, exited.exitcode, items,
+                                          method=self._method)
         return WorkerDiedError(h.device, worker, exited.pid, exited.exitcode, items,
                                oom.since(h.oom_base))
 

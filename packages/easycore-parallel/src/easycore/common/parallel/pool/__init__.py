@@ -15,17 +15,31 @@ Every name that ``easycore.common.parallel.pool`` offered as one module is
 still imported from here.
 """
 
-from .jobs import PoolJobs, pool_options
-from .pool import Pool
-from .program import PoolProgram
-from .results import (
-    ApplyResult,
-    AsyncResult,
-    IMapIterator,
-    IMapUnorderedIterator,
-    MapResult,
-    TimeoutError,  # noqa: A004 - the stdlib pool's name
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
+
+# Each name is imported on first use (PEP 562): a worker unpickling its
+# ``PoolProgram`` imports ``program`` alone, not the caller's pool and engine.
+#: name -> the module of this package that defines it
+_LAZY = {
+    "PoolJobs": ".jobs", "pool_options": ".jobs", "Pool": ".pool", "PoolProgram": ".program",
+    "ApplyResult": ".results", "AsyncResult": ".results", "IMapIterator": ".results",
+    "IMapUnorderedIterator": ".results", "MapResult": ".results", "TimeoutError": ".results",
+}
+
+if TYPE_CHECKING:
+    from .jobs import PoolJobs, pool_options
+    from .pool import Pool
+    from .program import PoolProgram
+    from .results import (
+        ApplyResult,
+        AsyncResult,
+        IMapIterator,
+        IMapUnorderedIterator,
+        MapResult,
+        TimeoutError,  # noqa: A004 - the stdlib pool's name
+    )
 
 __all__ = [
     "ApplyResult",
@@ -39,3 +53,5 @@ __all__ = [
     "TimeoutError",
     "pool_options",
 ]
+
+__getattr__, __dir__ = exports(__name__, _LAZY)

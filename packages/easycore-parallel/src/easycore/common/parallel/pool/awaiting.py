@@ -8,9 +8,11 @@ schedules, thread-safely, the completion of the future its event loop awaits
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
+
+if TYPE_CHECKING:  # a coroutine runs in a loop: asyncio is loaded by then, not by a Pool
+    import asyncio
 
 __all__ = ["until", "wake"]
 
@@ -38,6 +40,8 @@ async def until(wakeups: List[Callable[[], None]], ready: Callable[[], bool],
     Returns:
         bool: ``ready()`` at the end.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 

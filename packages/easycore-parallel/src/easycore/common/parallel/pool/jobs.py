@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..engine import door
 from ..engine.job import Job, JobSink
-from ..insights import Insights
 from ..options import WorkerOptions
 from .pool import Pool
 from .program import MAP
+
+if TYPE_CHECKING:  # insights are imported when asked for
+    from ..insights import Insights
 
 __all__ = ["PoolJobs", "pool_options"]
 

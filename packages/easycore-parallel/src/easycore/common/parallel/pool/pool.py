@@ -25,7 +25,6 @@ handler does. What the calls return is in ``results``, ``imap``'s reader in
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 import sys
@@ -34,6 +33,7 @@ import types
 import warnings
 import weakref
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -58,7 +58,6 @@ from ..engine.chunking import AdaptiveChunker
 from ..engine.core import Engine
 from ..engine.door import BackendSpec, DevicePolicy
 from ..engine.job import Job, JobSink
-from ..insights import Insights, Recorder
 from ..options import WorkerOptions, check_chunksize
 from ..progress import Progress, ProgressOption
 from ..worker.executor import WorkerContext
@@ -84,6 +83,11 @@ from .results import (
     MapSink,
     cancel_abandoned,
 )
+
+if TYPE_CHECKING:  # imported when used: insights when asked for, futures by submit
+    import concurrent.futures
+
+    from ..insights import Insights, Recorder
 
 __all__ = ["Pool"]
 
@@ -240,7 +244,11 @@ class Pool(door.WorkerStacks):
         to the first worker ready, the others join as they are."""
         options = self._options
         self._backend = door.backend_for(self.backends, options, spec)
-        self._recorder: Optional[Recorder] = Recorder(self._devices) if options.insights else None
+        self._recorder: Optional[Recorder] = None
+        if options.insights:
+            from ..insights import Recorder
+
+            self._recorder = Recorder(self._devices)
         self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths,
                                                                      options.max_node_losses),
                                   wait="first", recorder=self._recorder)
@@ -374,6 +382,8 @@ class Pool(door.WorkerStacks):
         Returns:
             concurrent.futures.Future:
         """
+        import concurrent.futures
+
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._submit_call(fn, args, kwargs, FutureSink(future))
         return future
@@ -651,6 +661,7 @@ class Pool(door.WorkerStacks):
             job.finished.wait()
         self._readers.join(None)
         self._stop.set()
+        self._backend.wakeup()  # the coordinator's poll returns now, not at its next tick
         self._coordinator.join()
         self._state = "TERMINATED"
         self._engine.close(timeout)

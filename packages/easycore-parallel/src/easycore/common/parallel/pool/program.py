@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
-from ..engine.door import DevicePolicy
 from ..transport.big_calls import warn_if_big_function
 from ..transport.pickling import dumps_code, loads_code
 from ..worker.executor import WorkerContext, WorkerProgram
+
+if TYPE_CHECKING:  # a worker unpickles this module: it needs none of the caller's engine
+    from ..engine.door import DevicePolicy
 
 __all__ = ["APPLY", "MAP", "STAR", "PoolProgram", "job_code", "load_code"]
 

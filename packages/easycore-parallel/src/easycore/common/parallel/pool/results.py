@@ -12,23 +12,38 @@ does; a task's exception is raised as the stdlib raises it (``raise_item``).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import multiprocessing
 import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Generator, Generic, List, Optional, Tuple, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Generator,
+    Generic,
+    List,
+    Optional,
+    Tuple,
+    TypeVar,
+)
 
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import RemoteTraceback, ResultEncodingError, WorkerError
-from ..insights import Recorder
 from ..progress import Progress
-from . import awaiting
+from .awaiting import until as await_until
+from .awaiting import wake as wake_awaiting
 from .reader import ReadAhead
+
+if TYPE_CHECKING:  # insights are imported when asked for; futures by submit
+    import concurrent.futures
+
+    from ..insights import Recorder
 
 __all__ = [
     "ApplyResult",
@@ -142,8 +157,10 @@ class AsyncResult(Generic[T]):
 
     async def _wait_async(self) -> T:
         if not self.ready():
-            await awaiting.until(self._wakeups, self.ready)
+            await await_until(self._wakeups, self.ready)
         else:
+            import asyncio  # a coroutine runs in a loop: asyncio is loaded already
+
             await asyncio.sleep(0)  # one turn of the loop, as for a result not there yet
         return self.get(0)
 
@@ -171,7 +188,7 @@ class AsyncResult(Generic[T]):
             if recorder is not None:
                 recorder.consumed(t0)
             self._event.set()
-            awaiting.wake(self._wakeups)
+            wake_awaiting(self._wakeups)
 
 
 class ApplyResult(AsyncResult[T]):
@@ -355,11 +372,13 @@ class IMapIterator(Generic[T]):
         """
         state = self._state
         if self._items or state.done:
+            import asyncio  # a coroutine runs in a loop: asyncio is loaded already
+
             await asyncio.sleep(0)
         while not (self._items or state.done):
             if self._lazy:
                 self._move_window()  # the read-ahead goes on while this waits
-            ready = await awaiting.until(state.wakeups, lambda: bool(self._items or state.done),
+            ready = await await_until(state.wakeups, lambda: bool(self._items or state.done),
                                          self._engine.linger if state.input is not None else None)
             if not ready:
                 self._feed_stalled(release=False)
@@ -416,7 +435,7 @@ class IMapSink(JobSink):
             else:
                 state.items.extend((r, None) for r in results)
             state.cond.notify_all()
-            awaiting.wake(state.wakeups)
+            wake_awaiting(state.wakeups)
         self.progress.update(len(results))
 
     def finish(self, error: Optional[BaseException]) -> None:
@@ -430,7 +449,7 @@ class IMapSink(JobSink):
             if error is not None:
                 state.error = error
             state.cond.notify_all()
-            awaiting.wake(state.wakeups)
+            wake_awaiting(state.wakeups)
 
 
 class FutureSink(JobSink):

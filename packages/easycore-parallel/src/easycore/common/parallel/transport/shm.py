@@ -40,7 +40,6 @@ import ctypes
 import errno
 import mmap
 import os
-import secrets
 import sys
 import weakref
 from typing import Any, Callable
@@ -135,7 +134,7 @@ def make_prefix(tag: str = "ecp") -> str:
     Returns:
         str:
     """
-    return f"{tag}-{os.getpid():x}-{secrets.token_hex(3)}-"
+    return f"{tag}-{os.getpid():x}-{os.urandom(3).hex()}-"
 
 
 def reserve(name: str) -> None:

@@ -1,0 +1,42 @@
+"""Names a package imports on first use (PEP 562): one ``__getattr__`` for all.
+
+A short script, and every worker started with ``spawn`` or ``forkserver``,
+pays for each module it imports: ``easycore.common.parallel`` and its
+``pool`` package import a public name's module only when the name is first
+read, then keep it in their namespace (later reads are plain lookups).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Callable, Dict, List, Tuple
+
+__all__ = ["exports"]
+
+
+def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
+                                                          Callable[[], List[str]]]:
+    """A package's module ``__getattr__`` and ``__dir__`` for ``names``.
+
+    Args:
+        package (str): the package's ``__name__``.
+        names (dict): public name -> the module that defines it, relative to
+            the package (``".pool"``).
+
+    Returns:
+        tuple: ``(__getattr__, __dir__)``, to assign at the package's top level.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> List[str]:
+        return sorted(set(vars(sys.modules[package])) | set(names))
+
+    return __getattr__, __dir__

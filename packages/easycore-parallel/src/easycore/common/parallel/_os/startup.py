@@ -1,0 +1,143 @@
+"""Workers started in a fresh interpreter (``spawn``, ``forkserver``): the main
+script's guard, and a forkserver that starts them warm.
+
+* **The guard.** A worker started with ``spawn`` or ``forkserver`` imports the
+  caller's main script again (as ``__mp_main__``) before it runs anything.
+  A script that starts workers at its top level, not under ``if __name__ ==
+  "__main__":``, would start them again from there: the standard library
+  refuses with its bootstrapping ``RuntimeError``, each worker dies, and the
+  caller sees only ``exit code 1``.
+  [`check_main_guard`][easycore.common.parallel._os.startup.check_main_guard]
+  (called by every local back-end before it starts a worker) notices it in
+  the worker, says so on its standard error and exits with ``EXIT_NO_GUARD``;
+  the caller turns that exit into
+  [`MainGuardError`][easycore.common.parallel._os.startup.MainGuardError],
+  which names the script and the one-line fix. Python 3.14 made
+  ``forkserver`` the default on Linux: every script that never thought
+  about it takes this path.
+* **A warm forkserver.** [`warm_forkserver`][easycore.common.parallel._os.startup.warm_forkserver]
+  adds easycore's worker modules to the forkserver's preload list before
+  the server starts, so each worker forked from it has them imported already
+  (the server imports them once). The user's own list is kept (easycore's
+  modules are added to it); a server already running is left as it is; a
+  user who wants none of it sets ``EASYCORE_FORKSERVER_PRELOAD=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, List, Optional
+
+from ..errors import WorkerDiedError
+
+__all__ = ["EXIT_NO_GUARD", "MainGuardError", "check_main_guard", "warm_forkserver",
+           "WORKER_MODULES"]
+
+#: a worker's exit code for "the main script started workers while a worker imported it"
+EXIT_NO_GUARD = 87
+
+#: what a worker imports to run a pool's or a runner's program (its loop, the
+#: programs, the device policy and transport it unpickles, its ``cfg``'s class):
+#: imported once by a warm forkserver
+WORKER_MODULES = (
+    "easycore.common.parallel.worker.loop",
+    "easycore.common.parallel.pool.program",
+    "easycore.common.parallel.backends.policy",
+    "easycore.common.config",
+)
+
+_FIX = ('put the code that starts them under `if __name__ == "__main__":` (a worker '
+        "started with 'spawn' or 'forkserver' imports the main script again, and then it "
+        "must not start workers: it only needs the script's functions and classes)")
+
+
+def _script() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return f"the main script {path}" if isinstance(path, str) else "the main module"
+
+
+class MainGuardError(WorkerDiedError, RuntimeError):
+    """A worker died because the main script starts workers at import time.
+
+    Under ``spawn`` and ``forkserver`` (the default on Linux from Python 3.14,
+    ``spawn`` on macOS) each worker imports the main script again; a script
+    that starts a pool or runner at its top level, without ``if __name__ ==
+    "__main__":``, would start workers from every worker. A
+    [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError] (and a
+    ``RuntimeError``, as the standard library's error for the same mistake)
+    whose message names the script and the fix.
+    """
+
+    def __init__(self, device: str, worker_index: int, pid: Optional[int],
+                 exitcode: Optional[int], items: Any = None, oom_kills: Optional[int] = None,
+                 method: str = "spawn") -> None:
+        super().__init__(device, worker_index, pid, exitcode, items, oom_kills)
+        self.method = method
+        self.args = (
+            f"worker {worker_index} on device {device!r} (pid {pid}) could not start: "
+            f"{_script()} starts worker processes when it is imported, and a worker started "
+            f"with {method!r} imports it again. Fix: {_FIX}.",)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.device, self.worker_index, self.pid, self.exitcode, self.items,
+                             self.oom_kills, self.method))
+
+
+def check_main_guard() -> None:
+    """Exit this worker with ``EXIT_NO_GUARD`` if it is importing the main script
+    and that script is starting workers now.
+
+    Called before any worker starts. A ``<module>`` frame named ``__mp_main__``
+    on the stack is the main script run again by a starting worker (it is
+    only ever run then); its line is named on standard error. Anywhere else
+    (a caller, a worker's own pool) it does nothing.
+    """
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            break
+        frame = frame.f_back
+    else:
+        return
+    sys.stderr.write(
+        f"easycore: {frame.f_code.co_filename}, line {frame.f_lineno}, starts worker "
+        f"processes when the script is imported, and this worker (pid {os.getpid()}) is "
+        f"importing it. Fix: {_FIX}.\n")
+    sys.stderr.flush()
+    # os._exit, not SystemExit: the forkserver's child turns any exit of its
+    # own into code 1, and nothing of this half-started worker needs cleaning.
+    os._exit(EXIT_NO_GUARD)
+
+
+def warm_forkserver(context: Any) -> None:
+    """Add ``WORKER_MODULES`` to the forkserver's preload list, unless it runs already.
+
+    ``multiprocessing`` has one forkserver per process, and its preload list
+    only counts before it starts: then this keeps what the user set
+    (``set_forkserver_preload``) and adds easycore's worker modules, so that
+    every worker forked from the server has them imported. A server already
+    running (the user's, or an earlier pool's) is left as it is.
+    ``EASYCORE_FORKSERVER_PRELOAD=0`` turns it off.
+
+    Args:
+        context (multiprocessing.context.BaseContext): a ``forkserver`` context.
+    """
+    if os.environ.get("EASYCORE_FORKSERVER_PRELOAD", "1") == "0":
+        return
+    try:
+        from multiprocessing import forkserver
+    except ImportError:  # pragma: no cover - a platform without it
+        return
+    server = getattr(forkserver, "_forkserver", None)
+    # No public way to ask whether the server runs nor what it preloads:
+    # without these attributes (another Python), nothing is changed.
+    if server is None or not hasattr(server, "_preload_modules"):
+        return
+    if getattr(server, "_forkserver_pid", None) is not None:
+        return
+    current: List[str] = list(server._preload_modules or [])
+    wanted = current + [m for m in WORKER_MODULES if m not in current]
+    if wanted != current:
+        context.set_forkserver_preload(wanted)

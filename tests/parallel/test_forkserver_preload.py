@@ -1,0 +1,81 @@
+"""easycore's worker modules in the forkserver's preload list (issue 32, item 1).
+
+Under ``forkserver`` (Python 3.14's default on Linux) every worker is forked
+from one server: easycore adds its worker modules to the server's preload
+list before the server starts, so that workers start with them imported.
+The user's own list is kept, a server already running is left alone, and
+``EASYCORE_FORKSERVER_PRELOAD=0`` turns it off. Each case runs in a fresh
+interpreter (one forkserver per process, started once).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from easycore.common.parallel._os.startup import WORKER_MODULES
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(),
+                       reason="no forkserver on this platform"),
+]
+
+SCRIPT = """
+import json, multiprocessing, sys
+from multiprocessing import forkserver
+from easycore.common.parallel import Pool
+
+
+def modules(_):
+    return sorted(m for m in sys.modules if m == "colorsys")
+
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["colorsys"])  # the user's own choice
+    if sys.argv[1] == "running":  # the user's forkserver runs before easycore's pool
+        with ctx.Pool(1) as pool:
+            pool.map(abs, [1])
+    with Pool(2, start_method="forkserver") as pool:
+        seen = pool.map(modules, [0])[0]
+    print(json.dumps({"preload": forkserver._forkserver._preload_modules, "worker": seen}))
+"""
+
+
+def run(case: str, **env: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), case],
+                          capture_output=True, text=True, timeout=150,
+                          env=dict(os.environ, **env))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_workers_modules_are_added_to_the_users_list():
+    report = run("fresh")
+    assert report["preload"] == ["colorsys", *WORKER_MODULES]
+    # The server preloaded the user's module: the worker has it without importing it.
+    assert "colorsys" in report["worker"]
+
+
+def test_a_running_server_is_left_alone():
+    report = run("running")
+    assert report["preload"] == ["colorsys"]
+
+
+def test_it_can_be_turned_off():
+    report = run("fresh", EASYCORE_FORKSERVER_PRELOAD="0")
+    assert report["preload"] == ["colorsys"]
+
+
+def test_every_preloaded_module_exists():
+    import importlib
+
+    for name in WORKER_MODULES:
+        importlib.import_module(name)

@@ -1,0 +1,146 @@
+"""What importing easycore-parallel costs: the heavy modules only when used (issue 32, item 1).
+
+A short script pays for every module its import loads, and a worker started
+with ``spawn`` or ``forkserver`` pays again (it imports the script). So
+``import easycore.common.parallel`` loads none of its parts (PEP 562: each
+public name is imported on first use), ``Pool`` and the runners load the
+engine but not the heavy modules (``HEAVY``: optional dependencies, the
+standard library's slow imports, and easycore's parts a first call does not
+need), and a pool's first ``map`` loads none of them either; a worker
+started with ``spawn`` or ``forkserver`` imports only what it runs (its loop
+and program, not the caller's pool and engine). Each check runs in a fresh
+interpreter (nothing of this test session is loaded).
+``benchmarks/bench_coldstart.py`` prints the counts and the times.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+#: modules (or packages: their submodules count) a cold start must not load:
+#: optional dependencies, the standard library's slow imports that only some
+#: features need, and easycore's parts that a first call does not use
+HEAVY = (
+    "tqdm", "psutil", "cloudpickle", "threadpoolctl", "numpy", "yaml", "ray", "torch",
+    "concurrent.futures", "logging", "secrets", "hmac", "statistics", "decimal", "json",
+    "asyncio", "ssl", "email", "http", "urllib",
+    "easycore.common.parallel.insights", "easycore.common.parallel.services",
+    "easycore.common.parallel.queue", "easycore.common.parallel.connection",
+    "easycore.common.parallel.shared_list", "easycore.common.parallel.background",
+    "easycore.common.parallel.jobqueue", "easycore.common.parallel.backends.thread",
+    "easycore.common.parallel.backends.ray",
+)
+
+
+def heavy_in(modules) -> list:
+    """The modules of ``modules`` that are (or are inside) one of ``HEAVY``."""
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+#: the caller's parts: a worker runs none of them
+CALLER_ONLY = (
+    "easycore.common.parallel.engine", "easycore.common.parallel.pool.pool",
+    "easycore.common.parallel.pool.results", "easycore.common.parallel.backends.process",
+    "easycore.common.parallel.runner",
+)
+
+
+def probe(code: str, cwd: Optional[str] = None) -> List[list]:
+    """Run ``code`` in a fresh interpreter: the JSON lines it printed, then what it
+    loaded beyond the interpreter's own."""
+    script = textwrap.dedent("""
+        import json, sys
+        _before = set(sys.modules)
+        {code}
+        print(json.dumps(sorted(set(sys.modules) - _before)))
+    """).replace("{code}", textwrap.dedent(code).strip())
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=90, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()]
+
+
+def loaded_by(code: str) -> list:
+    """What ``code`` loads in a fresh interpreter, beyond the interpreter's own."""
+    return probe(code)[-1]
+
+
+def test_importing_the_package_loads_none_of_its_parts():
+    loaded = loaded_by("import easycore.common.parallel")
+    ours = [m for m in loaded if m.startswith("easycore.common.parallel.")]
+    assert ours == ["easycore.common.parallel._lazy", "easycore.common.parallel._version"]
+    assert heavy_in(loaded) == []
+
+
+@pytest.mark.parametrize("name", ["Pool", "UnorderedRunner", "OrderedRunner", "WorkerError"])
+def test_a_first_name_loads_no_heavy_module(name):
+    loaded = loaded_by(f"from easycore.common.parallel import {name}")
+    assert heavy_in(loaded) == []
+
+
+def test_a_pools_first_map_and_close_load_no_heavy_module():
+    # abs is found by reference (no cloudpickle); fork: the default here on
+    # Linux before 3.14 (the start methods' own cold paths: bench_coldstart).
+    loaded = loaded_by("""
+        from easycore.common.parallel import Pool
+        with Pool(2) as pool:
+            assert pool.map(abs, range(-50, 50)) == [abs(x) for x in range(-50, 50)]
+    """)
+    assert heavy_in(loaded) == []
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
+                                    if m in multiprocessing.get_all_start_methods()])
+def test_a_fresh_worker_imports_only_what_it_runs(method):
+    # The task's module imports nothing of easycore: what the worker has is
+    # what its own start imported (its loop, the program, policy, transport).
+    worker, loaded = probe(f"""
+        from easycore.common.parallel import Pool
+        from _import_probe import worker_modules
+        with Pool(1, start_method={method!r}) as pool:
+            print(json.dumps(pool.apply(worker_modules)))
+    """, cwd=str(Path(__file__).parent))
+    assert "easycore.common.parallel.pool.pool" in loaded  # the caller's, not the worker's
+    assert "easycore.common.parallel.worker.loop" in worker
+    assert heavy_in(worker) == []
+    assert [m for m in worker if any(m == c or m.startswith(c + ".") for c in CALLER_ONLY)] == []
+
+
+def test_insights_are_imported_when_asked_for():
+    loaded = loaded_by("""
+        from easycore.common.parallel import Pool
+        with Pool(1, insights=True) as pool:
+            pool.map(abs, range(4))
+            pool.insights()
+    """)
+    assert "easycore.common.parallel.insights" in loaded
+
+
+def test_every_public_name_is_importable_and_listed():
+    import easycore.common.parallel as ecp
+
+    for name in ecp.__all__:
+        assert getattr(ecp, name) is not None, name
+    assert set(ecp.__all__) <= set(dir(ecp))
+    namespace: dict = {}
+    exec("from easycore.common.parallel import *", namespace)
+    assert set(ecp.__all__) - {"__version__"} <= set(namespace)
+    # The seams' base classes are still importable from the package (not in __all__).
+    from easycore.common.parallel import Backend, DevicePolicy, Executor, Transport  # noqa: F401
+    from easycore.common.parallel.pool import Pool
+
+    assert ecp.Pool is Pool
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        ecp.NoSuchName  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from easycore.common.parallel import NoSuchName", {})
