@@ -15,12 +15,28 @@ death or a timeout, the slow path), ``INFO`` for what is planned
 
 from __future__ import annotations
 
-import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import logging
+
+    logger: logging.Logger
 
 __all__ = ["LOGGER_NAME", "logger"]
 
 #: the logger's name (not the package's: users type it in their logging config)
 LOGGER_NAME = "easycore.parallel"
 
-logger = logging.getLogger(LOGGER_NAME)
-logger.addHandler(logging.NullHandler())
+
+def __getattr__(name: str) -> Any:
+    # ``logger`` is made on first use: ``logging`` costs a short script's start-up
+    # (tests/parallel/test_import_cost.py), and most runs never log.
+    if name != "logger":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import logging
+
+    made = logging.getLogger(LOGGER_NAME)
+    if not any(isinstance(h, logging.NullHandler) for h in made.handlers):
+        made.addHandler(logging.NullHandler())
+    globals()["logger"] = made
+    return made

@@ -66,10 +66,10 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from .. import logs
 from .._os.memory import format_bytes
 from ..backends.base import ChannelBroken, WorkerExited
 from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerError
-from ..logs import logger
 from ..worker.protocol import StopWorker, WorkerFailed
 from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
@@ -166,7 +166,7 @@ class Supervisor:
                 return
             if reason is None and msg.expected:
                 if w.retiring:
-                    logger.info("worker %d on device %r (pid %s) retired (%s); starting a "
+                    logs.logger.info("worker %d on device %r (pid %s) retired (%s); starting a "
                                 "replacement", slot, state.devices[slot], msg.pid,
                                 w.retired_for)
                     self._plan_restart(w)  # maxtasksperchild: a planned replacement
@@ -290,7 +290,7 @@ class Supervisor:
         w.retired_for = "max_worker_memory"
         if recorder is not None:
             recorder.memory_replaced(w.slot, rss)
-        logger.warning(
+        logs.logger.warning(
             "worker %d (pid %s, device %r) holds %s of resident memory, over "
             "max_worker_memory=%s: it is replaced before its next item",
             w.slot, state.pid(w.slot), state.devices[w.slot], format_bytes(rss),
@@ -590,9 +590,9 @@ def _log_loss(device: str, slot: int, msg: WorkerExited, what: str, replaced: bo
     """Log a worker lost (``what``: "died", "timeout" or another kill reason)."""
     then = "starting a replacement" if replaced else "not replaced (the engine is broken)"
     if what == "timeout":
-        logger.warning("worker %d on device %r (pid %s) killed: a task ran longer than its "
+        logs.logger.warning("worker %d on device %r (pid %s) killed: a task ran longer than its "
                        "task_timeout; %s", slot, device, msg.pid, then)
     else:
-        logger.warning("worker %d on device %r (pid %s) %s (exit code %s); %s", slot, device,
+        logs.logger.warning("worker %d on device %r (pid %s) %s (exit code %s); %s", slot, device,
                        msg.pid, "died" if what == "died" else f"killed ({what})",
                        msg.exitcode, then)

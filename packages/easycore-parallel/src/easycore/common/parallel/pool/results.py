@@ -12,6 +12,7 @@ does; a task's exception is raised as the stdlib raises it (``raise_item``).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import multiprocessing
 import threading
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class TimeoutError(multiprocessing.TimeoutError, TimeoutError):  # type: ignore[misc]  # noqa: A001 - the stdlib pool's name
+class TimeoutError(multiprocessing.TimeoutError, builtins.TimeoutError):  # noqa: A001 - the stdlib pool's name
     """``AsyncResult.get(timeout)`` expired; both ``multiprocessing.TimeoutError``
     (as the stdlib raises) and the builtin ``TimeoutError``."""
 

@@ -68,7 +68,7 @@ import pickle
 import warnings
 from typing import Any, Callable
 
-from ..logs import logger
+from .. import logs
 from . import shm
 from .inline import inline_size
 from .interface import PickleTransport, Transport, unpickled
@@ -352,7 +352,7 @@ class SharedMemoryTransport(Transport):
     def _warn_full(self) -> None:
         if not self._warned:
             self._warned = True
-            logger.warning("/dev/shm is full: large items and results now travel through "
+            logs.logger.warning("/dev/shm is full: large items and results now travel through "
                            "the pipe (slower)")
             warnings.warn(
                 "/dev/shm is full: large items and results now travel through the pipe "
