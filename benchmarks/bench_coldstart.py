@@ -24,7 +24,7 @@ installed package would be.
 Also printed: how many modules ``from easycore.common.parallel import Pool,
 UnorderedRunner`` loads (beyond the bare interpreter's), and how many of the
 heavy ones that a cold start must not load
-(``tests/parallel/test_import_cost.py``'s ``HEAVY``).
+(``tests/parallel/layers/test_import_cost.py``'s ``HEAVY``).
 
 ``--before DIR`` adds the two easycore contenders again, run from another
 checkout's sources (``DIR/packages/*/src`` first on ``PYTHONPATH``): a change's
@@ -160,7 +160,7 @@ def import_counts(env: dict) -> str:
     total, heavy = out.stdout.split()
     return (f"  from easycore.common.parallel import Pool, UnorderedRunner: {total} modules "
             f"beyond the interpreter's own, {heavy} of them heavy "
-            f"(tests/parallel/test_import_cost.py: HEAVY)")
+            f"(tests/parallel/layers/test_import_cost.py: HEAVY)")
 
 
 def main() -> int:

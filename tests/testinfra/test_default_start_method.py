@@ -104,7 +104,7 @@ def collected(*args: str) -> list:
 
 
 def test_the_run_under_another_default_leaves_out_tests_that_choose_their_own():
-    folders = ["tests/parallel/test_pool_guarantees.py", "tests/parallel/cpython"]
+    folders = ["tests/parallel/pool/test_pool_guarantees.py", "tests/parallel/cpython"]
     everything = collected(*folders)
     kept = collected("--default-start-method-only", *folders)
     chosen = [t for t in everything if t not in kept]

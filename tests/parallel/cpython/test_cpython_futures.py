@@ -6,7 +6,7 @@ one concrete ``unittest.TestCase`` per test class and start method, where the
 executor is ``easycore.common.parallel.Executor``. Skipped, each with its reason
 (README.md lists them): tests that read the stdlib executor's private
 attributes, and tests of behaviours where easycore's promise is better (each
-such difference is tested on our side, in ``tests/parallel/test_futures.py``).
+such difference is tested on our side, in ``tests/parallel/pool/test_futures.py``).
 """
 
 from __future__ import annotations

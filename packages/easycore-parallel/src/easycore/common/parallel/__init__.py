@@ -59,7 +59,7 @@ from ._version import __version__
 # Every name below is imported on first use (PEP 562): a script that needs only
 # ``Pool`` does not pay for runners, insights, queues or services, and a
 # spawned worker that imports this package (to unpickle its program) loads
-# only what its program names. ``tests/parallel/test_import_cost.py`` holds
+# only what its program names. ``tests/parallel/layers/test_import_cost.py`` holds
 # what ``import easycore.common.parallel`` may load.
 #: public name -> the module that defines it (relative to this package)
 _LAZY = {

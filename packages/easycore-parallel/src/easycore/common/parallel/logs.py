@@ -30,7 +30,7 @@ LOGGER_NAME = "easycore.parallel"
 
 def __getattr__(name: str) -> Any:
     # ``logger`` is made on first use: ``logging`` costs a short script's start-up
-    # (tests/parallel/test_import_cost.py), and most runs never log.
+    # (tests/parallel/layers/test_import_cost.py), and most runs never log.
     if name != "logger":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import logging

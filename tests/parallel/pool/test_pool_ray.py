@@ -32,7 +32,8 @@ from easycore.common.parallel import Pool, TaskTimeoutError, WorkerDiedError
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 WAIT = 60
-HERE = str(Path(__file__).resolve().parent)
+# This folder (the test module) and tests/parallel (its helper modules).
+HERE = os.pathsep.join(str(d) for d in Path(__file__).resolve().parents[:2])
 LOOPBACK = "127.0.0.1"
 
 

@@ -22,7 +22,7 @@ import pytest
 from easycore.common.parallel import Pool, WorkerError
 from easycore.common.parallel.transport import shm
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "shm_churn.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "shm_churn.py"
 
 
 @pytest.mark.timeout(900)

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not stacks.AVAILABLE, reason="needs POSIX signals")]
 
 WAIT = 60
-HERE = os.path.join(os.path.dirname(__file__), "_stack_funcs.py")
+HERE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_stack_funcs.py")
 METHODS = ["fork", "forkserver", "spawn"]
 
 

@@ -83,7 +83,7 @@ def test_numpy_is_not_imported_when_results_hold_no_arrays():
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-        cwd=os.path.dirname(__file__),
+        cwd=os.path.dirname(os.path.dirname(__file__)),
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

@@ -109,7 +109,7 @@ def test_a_fresh_worker_imports_only_what_it_runs(method):
         from _import_probe import worker_modules
         with Pool(1, start_method={method!r}) as pool:
             print(json.dumps(pool.apply(worker_modules)))
-    """, cwd=str(Path(__file__).parent))
+    """, cwd=str(Path(__file__).parents[1]))
     assert "easycore.common.parallel.pool.pool" in loaded  # the caller's, not the worker's
     assert "easycore.common.parallel.worker.loop" in worker
     assert heavy_in(worker) == []

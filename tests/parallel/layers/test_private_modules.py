@@ -20,7 +20,7 @@ import pytest
 from _parallel_support import shm_segments
 
 TIMEOUT = 120
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/parallel: its helper modules
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the fallback for _posixshmem is /dev/shm's files")
