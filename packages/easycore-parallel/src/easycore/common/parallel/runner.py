@@ -6,15 +6,13 @@ Subclass one and override the static hooks. ``producer_*`` run in one worker
 per device, each with its own copy of ``cfg``; ``consumer_*`` run in the
 thread that calls the runner, with a fresh copy of ``cfg`` per call.
 
-A runner is one client of the [`engine`][easycore.common.parallel.engine.core],
-which it builds through the engine's door
-([`start`][easycore.common.parallel.engine.door.start]) with the ``FailFast``
-policy: a call is one job whose items are read lazily by the calling thread,
-which also pumps the engine, so ``consumer_work`` (and a Ctrl-C) lands there.
-What is specific to runners is that a call fails as a whole: the first error
-(a hook that raised, a worker that died) ends it, and the runner closes; a
-task that overran ``task_timeout`` fails the call but only replaces its
-worker.
+A runner is a client of the [`engine`][easycore.common.parallel.engine.core],
+built through its door ([`start`][easycore.common.parallel.engine.door.start])
+with the ``FailFast`` policy: a call is one job whose items the calling
+thread reads lazily and pumps, so ``consumer_work`` (and a Ctrl-C) lands
+there. A call fails as a whole: the first error (a hook that raised, a worker
+that died) ends it and closes the runner; a task over ``task_timeout`` fails
+the call but only replaces its worker.
 """
 
 from __future__ import annotations
@@ -206,11 +204,7 @@ class BaseRunner(door.WorkerStacks):
         self._cfg_templates: TemplateCache = {}
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
-        self._recorder: Optional[Recorder] = None
-        if insights:
-            from .insights import Recorder
-
-            self._recorder = Recorder(self._devices)
+        self._recorder: Optional[Recorder] = door.recorder(self._devices) if insights else None
         self._insights: Optional[Insights] = None
         self._busy = threading.Lock()
         self._lifecycle = threading.Lock()

@@ -13,7 +13,7 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, Optional, Union
 
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
@@ -35,6 +35,7 @@ __all__ = [
     "ReplaceWorker",
     "backend_for",
     "forked",
+    "recorder",
     "WorkerStacks",
     "stacks",
     "stalled",
@@ -106,6 +107,14 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
         recorder.caller_pumps = caller_pumps
     engine.start(wait=wait)
     return engine
+
+
+def recorder(devices: List[str]) -> Recorder:
+    """A client's insights recorder, over its workers' devices; ``insights`` is
+    imported only by a client asked for insights (a short script's start-up)."""
+    from ..insights import Recorder
+
+    return Recorder(devices)
 
 
 def stacks(engine: Optional[Engine], timeout: float = 1.0) -> Dict[int, str]:

@@ -244,11 +244,8 @@ class Pool(door.WorkerStacks):
         to the first worker ready, the others join as they are."""
         options = self._options
         self._backend = door.backend_for(self.backends, options, spec)
-        self._recorder: Optional[Recorder] = None
-        if options.insights:
-            from ..insights import Recorder
-
-            self._recorder = Recorder(self._devices)
+        self._recorder: Optional[Recorder] = (
+            door.recorder(self._devices) if options.insights else None)
         self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths,
                                                                      options.max_node_losses),
                                   wait="first", recorder=self._recorder)
