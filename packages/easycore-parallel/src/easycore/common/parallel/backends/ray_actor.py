@@ -19,8 +19,8 @@ __all__ = ["RayWorker", "init_failed_report"]
 class RayWorker:
     """One worker; made a Ray actor class by
     [`RayBackend.start`][easycore.common.parallel.backends.ray.RayBackend]: it
-    answers the protocol's messages with an
-    [`Executor`][easycore.common.parallel.worker.executor.Executor]."""
+    answers the protocol's messages with a
+    [`WorkerHandler`][easycore.common.parallel.worker.executor.WorkerHandler]."""
 
     def __init__(self, program: Any, index: int, device: str, cfg: Any, context: Any,
                  n_threads: Optional[int]) -> None:
