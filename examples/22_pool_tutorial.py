@@ -69,7 +69,7 @@ def main() -> None:
             print(f"after {time.monotonic() - start:.1f} s: {err}")
 
         it = pool.imap(sometimes_crashes, range(8), chunksize=1)
-        out = []
+        out: list[int | str] = []
         for _ in range(8):
             try:
                 out.append(next(it))
