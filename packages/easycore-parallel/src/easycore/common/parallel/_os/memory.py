@@ -30,12 +30,21 @@ def resident(pid: Optional[int]) -> Optional[int]:
     Returns:
         int or None: None if it is gone or the platform cannot tell.
     """
+    statm = _proc(pid, "statm")
+    try:
+        return None if statm is None else int(statm.split()[1]) * _PAGE
+    except (ValueError, IndexError):
+        return None
+
+
+def _proc(pid: Optional[int], name: str) -> Optional[bytes]:
+    """``/proc/PID/NAME``'s bytes; None if the process is gone or there is no /proc."""
     if pid is None or not AVAILABLE:
         return None
     try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
         return None
 
 
@@ -57,12 +66,8 @@ def read(pid: Optional[int], unique: bool = False) -> Optional[Reading]:
     Returns:
         Reading or None: None if it is gone or the platform cannot tell.
     """
-    if pid is None or not AVAILABLE:
-        return None
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-    except OSError:
+    status = _proc(pid, "status")
+    if status is None:
         return None
     rss = peak = None
     for line in status.splitlines():
@@ -76,11 +81,9 @@ def read(pid: Optional[int], unique: bool = False) -> Optional[Reading]:
     return Reading(rss, max(rss, peak or 0), uss)
 
 
-def _unique(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            text = f.read()
-    except OSError:
+def _unique(pid: Optional[int]) -> Optional[int]:
+    text = _proc(pid, "smaps_rollup")
+    if text is None:
         return None
     return sum(int(line.split()[1]) * 1024 for line in text.splitlines()
                if line.startswith((b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")))
