@@ -61,7 +61,7 @@ from easycore.common.parallel.engine.core import Engine
 from easycore.common.parallel.pool import results as results_mod
 from easycore.common.parallel.transport.shared_memory import SharedMemoryTransport
 from easycore.common.parallel.worker import loop as loop_mod
-from easycore.common.parallel.worker.executor import Executor
+from easycore.common.parallel.worker.executor import WorkerHandler
 
 now = time.perf_counter  # CLOCK_MONOTONIC on Linux: one clock for every process
 
@@ -214,7 +214,7 @@ class Steps:
         loop_mod.pickle = TimedPickle  # type: ignore[assignment]
         self._undo.append(lambda: setattr(loop_mod, "pickle", loop_mod_pickle))
         self._patch(SharedMemoryTransport, "decode_items", self._worker_field(2))
-        self._patch(Executor, "run_chunk", self._worker_field(3))
+        self._patch(WorkerHandler, "run_chunk", self._worker_field(3))
         self._patch(SharedMemoryTransport, "encode_results", self._worker_field(4))
         # ---- caller side
         self._patch(runner_mod.BaseRunner, "_consumer_cfg", self._span("cfg"))
