@@ -4,6 +4,8 @@ own test is in tests/background/test_engine_items.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from _engine_funcs import InterruptWhenPickled, square
 from _parallel_helpers import Identity
@@ -39,3 +41,34 @@ def test_runner_call_interrupted_while_sending_closes_it_cleanly(no_leaks):
             assert runner([1, 2, 3]) == [1, 2, 3]
     finally:
         runner.close()
+
+
+class _InterruptsTheCaller:
+    """A result whose unpickling raises KeyboardInterrupt in the process ``pid``."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def __reduce__(self):
+        return (_rebuild_interrupting, (self.pid,))
+
+
+def _rebuild_interrupting(pid):
+    if os.getpid() == pid:
+        raise KeyboardInterrupt
+    return _InterruptsTheCaller(pid)
+
+
+def _interrupting_result(pid):
+    return _InterruptsTheCaller(pid)
+
+
+def test_a_keyboard_interrupt_from_a_results_unpickling_fails_that_call_not_the_pool(no_leaks):
+    # Off the main thread (a pool's coordinator) it can only come from the
+    # result: the call fails naming it, and the pool serves on (no hang).
+    from easycore.common.parallel import ParallelError
+
+    with Pool(1, start_method="fork") as pool:
+        with pytest.raises(ParallelError, match=r"could not be decoded.*KeyboardInterrupt"):
+            pool.apply(_interrupting_result, (os.getpid(),))
+        assert pool.apply(abs, (-1,)) == 1

@@ -378,6 +378,16 @@ class Engine:
         elif kind is WorkerEnded:
             pass
 
+    def _fail_decode(self, job: Job, w: WorkerState, slot: int, exc: BaseException) -> None:
+        """The job fails with why a chunk's results could not be decoded (lock held)."""
+        err = ParallelError(
+            f"results of worker {slot} on device {self.state.devices[slot]!r} could not be "
+            f"decoded in the caller: {type(exc).__name__}: {exc}"
+        )
+        err.__cause__ = exc
+        self.fail(job, err)
+        self.after_chunk(w)
+
     def _on_chunk(self, slot: int, msg: ChunkDone) -> None:
         state = self.state
         w = state.workers[slot]
@@ -408,16 +418,17 @@ class Engine:
             job.chunker.observe(msg.n_items, msg.seconds, msg.nbytes + chunk.in_bytes)
             try:
                 results = state.transport.decode_results(slot, msg.results)
+            except KeyboardInterrupt:
+                # A Ctrl-C (main thread: a runner's caller) is the user's, not the
+                # results' fault; elsewhere it came from unpickling, as below.
+                if threading.current_thread() is threading.main_thread():
+                    raise
+                self._fail_decode(job, w, slot, KeyboardInterrupt())
+                return
             except BaseException as exc:  # noqa: BLE001 -- the user's results (any unpickling
                 # error of theirs, SystemExit too: raised here it would stop the
                 # pumping thread and hang the job): the job's error, with its cause
-                err = ParallelError(
-                    f"results of worker {slot} on device {state.devices[slot]!r} could not be "
-                    f"decoded in the caller: {type(exc).__name__}: {exc}"
-                )
-                err.__cause__ = exc
-                self.fail(job, err)
-                self.after_chunk(w)
+                self._fail_decode(job, w, slot, exc)
                 return
             failed: Dict[int, ItemError] = {}
             for failure in msg.failures:
