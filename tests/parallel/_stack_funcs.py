@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+from _parallel_helpers import _Collect
+
 from easycore.common.parallel import UnorderedRunner
 
 STUCK_FOR = 120  # far longer than any test waits: the test ends it first
@@ -28,24 +30,12 @@ def stuck_on(x, bad, how=wait_here):
     return how(x) if x == bad else x
 
 
-class StuckRunner(UnorderedRunner):
+class StuckRunner(_Collect, UnorderedRunner):
     """Its producer gets stuck on item 1 (marking it, with ``cfg.mark``)."""
 
     @staticmethod
     def producer_work(device, cfg, data):
         return wait_here(data, cfg.get("mark")) if data == 1 else data
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return cfg.out
 
 
 # ---------------------------------------------------------------- memory
