@@ -5,6 +5,7 @@ the helpers beside this file (e.g. :mod:`processes`, :mod:`leaks`); the
 before any test runs (see :mod:`default_start_method`)."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def _hide_folders_named_like(*libraries: str) -> None:
 
 
 _hide_folders_named_like("torch", "ray")
+
+# A Ray head waits 30 s for its GCS to come up; on a loaded 2-core CI box that has
+# run out (a docs example's cluster failed to start). Every Ray the suite starts,
+# in this process or in an example script, inherits the longer wait.
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 
 
 def pytest_addoption(parser):

@@ -148,4 +148,6 @@ def test_the_function_is_pickled_once_per_job_and_unpickled_once_per_worker(no_l
         PICKLED[0] = 0
         assert pool.map(CountedFunction(10), range(500), 1) == list(range(10, 510))
         assert PICKLED[0] == 1
-        assert pool.broadcast(unpickled_count) == [1, 1]
+        # A worker that started late may have had no item at all (0): never more than once.
+        counts = pool.broadcast(unpickled_count)
+        assert sorted(counts) in ([0, 1], [1, 1]), counts

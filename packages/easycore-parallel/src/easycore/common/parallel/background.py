@@ -179,7 +179,12 @@ def pool_factory(owner: Any, workers: Optional[int],
     start = WorkerStart(streams, initializer, initargs)
 
     def make() -> Pool:
-        return pool_class(workers, start, options=worker_options, **pool_kwargs)
+        started = time.perf_counter()
+        pool = pool_class(workers, start, options=worker_options, **pool_kwargs)
+        # The caller's time here (the first worker's start) is no time in its own code:
+        # with insights=True, ``consuming`` is the rest of the caller's time.
+        PoolJobs(pool).waited(time.perf_counter() - started)
+        return pool
 
     return make, streams
 
@@ -575,7 +580,8 @@ class BackgroundTask:
         """Where the time went since the task started (or the last ``reset``).
 
         Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
-        option). The caller's ``waiting_for_results`` is the time in ``get``,
+        option). The caller's ``waiting_for_results`` is the time in ``get``
+        and in the constructor (the first worker's start),
         its ``consuming`` the rest: the caller's own code between ``get``
         calls. Workers that wait most of the time mean the caller is the
         bottleneck (the verdict says "consumer").

@@ -341,7 +341,8 @@ class JobQueue:
         """Where the time went since the queue started.
 
         Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
-        option). The caller's ``waiting_for_results`` is the time in ``get``,
+        option). The caller's ``waiting_for_results`` is the time in ``get``
+        and in the constructor (the first worker's start),
         its ``consuming`` the rest (its own code between ``get`` calls).
 
         Returns:
