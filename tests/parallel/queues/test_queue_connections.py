@@ -229,8 +229,10 @@ def test_a_dead_owner_ends_a_wait_even_when_its_child_holds_the_connection():
         waiting.shutdown()
     finally:
         owner.kill()
-        owner.join(30)
+        # The sleeper first: it holds a copy of the owner's sentinel, which
+        # join() waits on (it waited out its 30 s).
         if sleeper is not None:
             os.kill(sleeper, signal.SIGKILL)
+        owner.join(30)
         here.close()
         there.close()

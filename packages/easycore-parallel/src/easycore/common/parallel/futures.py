@@ -326,7 +326,10 @@ class Executor(concurrent.futures.Executor):
 
         Returns:
             Iterator: the results; leaving it early (``close()``, an exception,
-            dropping it) cancels what has not started.
+            dropping it) cancels what no worker holds yet. What a worker holds
+            runs on: the item it runs and those queued behind it (at most 3
+            chunks a worker; the stdlib's executor likewise runs the call it
+            queued ahead).
 
         Raises:
             ValueError: ``chunksize`` below 1.
