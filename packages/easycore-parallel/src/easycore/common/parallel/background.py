@@ -179,11 +179,11 @@ def pool_factory(owner: Any, workers: Optional[int],
     start = WorkerStart(streams, initializer, initargs)
 
     def make() -> Pool:
-        started = time.perf_counter()
         pool = pool_class(workers, start, options=worker_options, **pool_kwargs)
-        # The caller's time here (the first worker's start) is no time in its own code:
-        # with insights=True, ``consuming`` is the rest of the caller's time.
-        PoolJobs(pool).waited(time.perf_counter() - started)
+        # With insights=True, counted from here: the caller's wait for the first
+        # worker's start is neither its own code (``consuming`` is wall minus
+        # waiting) nor a wait for results.
+        PoolJobs(pool).count_from_now()
         return pool
 
     return make, streams
@@ -580,8 +580,9 @@ class BackgroundTask:
         """Where the time went since the task started (or the last ``reset``).
 
         Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
-        option). The caller's ``waiting_for_results`` is the time in ``get``
-        and in the constructor (the first worker's start),
+        option), counted from the end of the constructor (the workers' first
+        start is not in it). The caller's ``waiting_for_results`` is the time
+        in ``get``,
         its ``consuming`` the rest: the caller's own code between ``get``
         calls. Workers that wait most of the time mean the caller is the
         bottleneck (the verdict says "consumer").

@@ -341,8 +341,9 @@ class JobQueue:
         """Where the time went since the queue started.
 
         Needs ``insights=True`` (a [`Pool`][easycore.common.parallel.Pool]
-        option). The caller's ``waiting_for_results`` is the time in ``get``
-        and in the constructor (the first worker's start),
+        option), counted from the end of the constructor (the workers' first
+        start is not in it). The caller's ``waiting_for_results`` is the time
+        in ``get``,
         its ``consuming`` the rest (its own code between ``get`` calls).
 
         Returns:

@@ -136,6 +136,13 @@ class PoolJobs:
         if recorder is not None:
             recorder.waiting_for_results += seconds
 
+    def count_from_now(self) -> None:
+        """Start the insights afresh (with ``insights=True``): a client's counting starts
+        once its constructor returns."""
+        recorder = self.pool._recorder
+        if recorder is not None:
+            recorder.reset()
+
     def insights(self) -> Insights:
         """The pool's insights, the caller's own code being what runs between its ``get`` calls.
 
