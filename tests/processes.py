@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Iterable, Optional
 
@@ -45,6 +47,33 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def stop_process(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it has stopped. ``kill``
+    returns before that: a thread running on another CPU can still answer one more
+    request (a queue owner served a get that was meant to find it stopped)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _stopped(pid):
+        assert time.monotonic() < deadline, f"process {pid} did not stop within {timeout} s"
+        time.sleep(0.005)  # another process's state: no event to wait on
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (Linux: each thread's own state)."""
+    tasks = f"/proc/{pid}/task"
+    if not os.path.isdir(tasks):
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+        if state not in (b"T", b"t"):
+            return False
+    return True
 
 
 def in_thread(fn, timeout: float):

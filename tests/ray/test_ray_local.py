@@ -28,6 +28,7 @@ from _ray_runners import (  # noqa: E402
     WhereUnordered,
 )
 from _ray_support import assert_actors_gone  # noqa: E402
+from processes import stop_process  # noqa: E402
 
 from easycore.common.config import CfgNode as CN  # noqa: E402
 from easycore.common.parallel import (  # noqa: E402
@@ -148,7 +149,7 @@ def test_a_gcs_that_does_not_answer_is_an_error_not_a_hang(monkeypatch):
     gcs = [p.pid for p in psutil.Process().children() if p.name().startswith("gcs_server")]
     assert len(gcs) == 1, "the test's Ray should have one GCS, started by this process"
     monkeypatch.setattr(RayBackend, "resources_timeout", 1.0)
-    os.kill(gcs[0], signal.SIGSTOP)
+    stop_process(gcs[0])
     try:
         with pytest.raises(ParallelError, match=r"did not answer ray.cluster_resources\(\)"):
             Runner(devices=1, backend="ray")

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from _services_support import Tool, wait_gone
-from processes import in_thread
+from processes import in_thread, stop_process
 
 from easycore.common.parallel import PickleTransport
 from easycore.common.parallel.services import Service, ServiceDiedError
@@ -46,7 +46,7 @@ def test_call_timeout_bounds_connecting(no_leaks):
     """Item 11: ``call(timeout=...)`` bounds the whole call, connecting included."""
     with Service.start(Tool) as h:
         clone = pickle.loads(pickle.dumps(h))
-        os.kill(h.pid, signal.SIGSTOP)  # accepts in its backlog, answers nothing
+        stop_process(h.pid)  # accepts in its backlog, answers nothing
         try:
             start = time.monotonic()
             done, value = in_thread(lambda: clone.call("echo", 1, timeout=1.0), 30)
@@ -187,7 +187,7 @@ def test_call_timeout_bounds_sending_to_a_stopped_service(no_leaks):
     with Service.start(Tool) as h:
         client = h.with_transport(PickleTransport)  # in-band: the frame is large
         assert client.call("echo", 0, timeout=30) == ((0,), {})
-        os.kill(h.pid, signal.SIGSTOP)
+        stop_process(h.pid)
         try:
             done, value = in_thread(lambda: client.call("echo", b"x" * (64 << 20), timeout=2), 60)
             assert done, "call(timeout=2) was still sending after 60 s"

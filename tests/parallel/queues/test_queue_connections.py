@@ -28,7 +28,7 @@ from _queue_funcs import (
     put_from_short_lived_threads,
     serve_a_queue,
 )
-from processes import in_thread
+from processes import in_thread, stop_process
 from queue_support import Producer
 
 from easycore.common.parallel import Queue
@@ -49,7 +49,7 @@ class _Owner:
         self.q = self.here.recv()
 
     def stop(self):
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        stop_process(self.proc.pid)
 
     def cont(self):
         os.kill(self.proc.pid, signal.SIGCONT)
