@@ -250,7 +250,9 @@ class Insights:
         rows = [w for w in self.workers if w.items > 0]
         if len(rows) < 2:
             return None
-        for what, unit in ((lambda w: w.busy, "longer"),
+        # Busy time as a share of the time each was up: a worker that joined late
+        # (a slow start) did less, and is no reason to call the others slow.
+        for what, unit in ((lambda w: w.busy / max(self.wall - w.startup, 1e-9), "longer"),
                            (lambda w: w.busy / w.items, "longer per item")):
             values = [what(w) for w in rows]
             k = max(range(len(rows)), key=values.__getitem__)
@@ -464,6 +466,8 @@ class Recorder:
     def reset(self) -> None:
         """Start counting afresh (a new call, or ``reset``)."""
         n = len(self.devices)
+        # A worker still starting goes on starting in the new count, from its start.
+        pending = getattr(self, "_restarting", {})
         self.started = time.perf_counter()
         self.startup = [0.0] * n
         self.seconds = [0.0] * n  # per chunk, unpickling inputs to encoding results
@@ -483,7 +487,7 @@ class Recorder:
         self.chunk_sizes: List[int] = []
         self.retries = 0
         self.timeline: List[List[float]] = []
-        self._restarting: Dict[int, float] = {}
+        self._restarting: Dict[int, float] = {slot: self.started for slot in pending}
 
     # ----------------------------------------------------------- the engine
     def chunk_sent(self, n: int) -> None:

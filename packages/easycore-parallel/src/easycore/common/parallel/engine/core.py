@@ -194,6 +194,8 @@ class Engine:
             state.recorder.started_all(time.perf_counter() - t0)
         for w, ready in zip(state.workers, readiness):
             w.ready = ready
+            if not ready and state.recorder is not None:
+                state.recorder.restarting(w.slot)  # its start goes on until WorkerReady
 
     # ----------------------------------------------------------------- jobs
     def submit_job(
