@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import default_start_method
-import pytest
 from markers import mark_slow
 
 HERE = Path(__file__).resolve().parent
@@ -38,19 +37,6 @@ _hide_folders_named_like("torch", "ray")
 # run out (a docs example's cluster failed to start). Every Ray the suite starts,
 # in this process or in an example script, inherits the longer wait.
 os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _module_leaves_the_environment_as_it_found_it():
-    """Undo what a test module left in ``os.environ``, after its own module-scoped
-    fixtures end. An in-process ``ray.init`` leaves ``RAY_AUTH_MODE=token`` (and
-    more) behind after ``ray.shutdown()``; a later test's subprocess inherited it,
-    and the Ray cluster a docs example started never came up."""
-    saved = dict(os.environ)
-    yield
-    if dict(os.environ) != saved:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def pytest_addoption(parser):

@@ -56,7 +56,9 @@ def stop_process(pid: int, timeout: float = 30.0) -> None:
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
     while not _stopped(pid):
-        assert time.monotonic() < deadline, f"process {pid} did not stop within {timeout} s"
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGCONT)  # never leave it half stopped behind a failure
+            raise AssertionError(f"process {pid} did not stop within {timeout} s")
         time.sleep(0.005)  # another process's state: no event to wait on
 
 
@@ -71,7 +73,7 @@ def _stopped(pid: int) -> bool:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue  # the thread ended meanwhile
-        if state not in (b"T", b"t"):
+        if state not in (b"T", b"t", b"Z", b"X"):  # stopped, or a thread that has ended
             return False
     return True
 
@@ -108,3 +110,23 @@ def mapping_of(address: int) -> str:
             if lo <= address < hi:
                 return fields[5] if len(fields) > 5 else ""
     return ""
+
+
+def ray_free_environment() -> dict:
+    """``os.environ`` for a Python subprocess that may start a Ray of its own: less the
+    ``RAY_*`` variables an in-process ``ray.init()`` of an earlier test left behind.
+    Ray keeps its session's settings for the life of the process, so they stay in this
+    process (taking them away broke the next module's cluster), but a script that
+    inherited ``RAY_AUTH_MODE=token`` started a cluster whose head never came up."""
+    env = dict(os.environ)
+    for key in [k for k in env if k.startswith("RAY_") and env[k] != _ENV_AT_START.get(k)]:
+        if key in _ENV_AT_START:
+            env[key] = _ENV_AT_START[key]
+        else:
+            del env[key]
+    return env
+
+
+#: The environment as the suite started: test modules import this at collection,
+#: before any test runs.
+_ENV_AT_START = dict(os.environ)

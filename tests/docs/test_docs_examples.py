@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from docblocks import ROOT, Script, all_scripts, foreign_hosts, pages, parse_blocks
+from processes import ray_free_environment
 
 #: Seconds one page's script may run (override with EASYCORE_DOCS_TIMEOUT).
 TIMEOUT = float(os.environ.get("EASYCORE_DOCS_TIMEOUT", "120"))
@@ -56,7 +57,7 @@ def run_script(script: Script, tmp_path: Path) -> None:
     script_file = script_dir / (script.page.replace("/", "--") + ".py")
     script_file.write_text(script.source(), encoding="utf-8")
 
-    env = dict(os.environ)
+    env = ray_free_environment()  # no Ray session of an earlier test's
     env["HOME"] = str(tmp_path / "home")  # nothing lands in the real ~/.easycore
     env["EASYCORE_CACHE"] = str(tmp_path / "cache")
     env["EASYCORE_SERVICES_DIR"] = str(tmp_path / "services")  # named services stay private

@@ -149,8 +149,8 @@ def test_a_gcs_that_does_not_answer_is_an_error_not_a_hang(monkeypatch):
     gcs = [p.pid for p in psutil.Process().children() if p.name().startswith("gcs_server")]
     assert len(gcs) == 1, "the test's Ray should have one GCS, started by this process"
     monkeypatch.setattr(RayBackend, "resources_timeout", 1.0)
-    stop_process(gcs[0])
     try:
+        stop_process(gcs[0])
         with pytest.raises(ParallelError, match=r"did not answer ray.cluster_resources\(\)"):
             Runner(devices=1, backend="ray")
     finally:
