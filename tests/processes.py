@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Iterable, Optional
 
@@ -63,18 +64,20 @@ def stop_process(pid: int, timeout: float = 30.0) -> None:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether every thread of ``pid`` is stopped (Linux: each thread's own state)."""
-    tasks = f"/proc/{pid}/task"
-    if not os.path.isdir(tasks):
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
-    for tid in os.listdir(tasks):
+    """Whether every thread of ``pid`` is stopped (or has ended)."""
+    done = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+            psutil.STATUS_DEAD)
+    proc = psutil.Process(pid)
+    if proc.status() not in done:
+        return False
+    if not sys.platform.startswith("linux"):
+        return True  # no per-thread state to read
+    for thread in proc.threads():
         try:
-            with open(f"{tasks}/{tid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            if psutil.Process(thread.id).status() not in done:  # a thread id is a pid here
+                return False
+        except psutil.NoSuchProcess:
             continue  # the thread ended meanwhile
-        if state not in (b"T", b"t", b"Z", b"X"):  # stopped, or a thread that has ended
-            return False
     return True
 
 
