@@ -369,13 +369,15 @@ def test_an_initializer_error_is_raised_by_the_constructor(no_leaks):
 def test_an_initializer_runs_in_every_worker(no_leaks, tmp_path):
     marks = tmp_path / "marks"
     with BackgroundTask(pid, workers=2, initializer=count_call, initargs=(str(marks),)) as bg:
-        # The first result need not wait for the other worker's start: take
-        # results until every worker has made one (so has run its initializer).
+        # The first result need not wait for the other worker's start (under
+        # forkserver or spawn one worker can make thousands of results first):
+        # take results until every worker has made one (so has run its
+        # initializer), for at most WAIT seconds.
         seen = {bg.get(timeout=WAIT)}
-        for _ in range(1000):
-            if seen == set(bg.worker_pids):
-                break
+        deadline = time.monotonic() + WAIT
+        while seen != set(bg.worker_pids) and time.monotonic() < deadline:
             seen.add(bg.get(timeout=WAIT))
+        assert seen == set(bg.worker_pids)
         assert sorted(map(int, marks.read_text().split())) == sorted(bg.worker_pids)
 
 
