@@ -8,7 +8,9 @@ Mechanisms, because each misses cases the others catch:
   *thread* that forked the worker, so workers are started from a thread that
   lives as long as the process: the main thread, or else
   [`start_process`][easycore.common.parallel._os.lifeline.start_process]'s
-  launcher thread. Under ``forkserver`` the parent is the fork server, which
+  launcher thread. A ``fork`` back-end's replacement workers are children of
+  its [`zygote`][easycore.common.parallel._os.zygote], which is armed the same
+  way and kills them as it exits. Under ``forkserver`` the parent is the fork server, which
   exits when the caller's process dies, once no worker holds its "alive" pipe:
   [`detach_from_forkserver`][easycore.common.parallel._os.lifeline.detach_from_forkserver]
   closes a worker's copy.

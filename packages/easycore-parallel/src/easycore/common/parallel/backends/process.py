@@ -38,7 +38,7 @@ from multiprocessing import util
 from multiprocessing.context import BaseContext
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .._os import inherit, interrupts, lifeline, memory, oom, stacks, startup, threads
+from .._os import inherit, interrupts, lifeline, memory, oom, stacks, startup, threads, zygote
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
@@ -86,6 +86,20 @@ def _start_blocked(process: Any) -> None:
         process.start()
 
 
+def _start_process(process: Any) -> None:
+    lifeline.start_process(functools.partial(_start_blocked, process))
+
+
+def _zygote_worker(owner_pid: int, fds: List[int], spec_bytes: bytes, n_threads: Optional[int],
+                   stack_file: Optional[str]) -> None:
+    """A replacement worker's entry point in a child of the back-end's zygote."""
+    from multiprocessing.connection import Connection
+
+    task_r, res_w = fds
+    process_main(spec_bytes, n_threads, owner_pid, "fork", Connection(task_r, writable=False),
+                 Connection(res_w, readable=False), stack_file)
+
+
 class _Handle:
     """The caller's side of one worker process."""
 
@@ -119,7 +133,7 @@ class _Handle:
         self.dump = dump
 
     def started(self) -> bool:
-        return self.process.pid is not None
+        return self.process is not None and self.process.pid is not None
 
     def readable(self) -> bool:
         """Whether a message (or EOF) waits on the result pipe (never blocks)."""
@@ -150,9 +164,12 @@ def _quietly(fn: Any, *args: Any) -> None:
 
 
 def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional[str],
-              inherited: Optional[inherit.Inherited] = None, grace: float = 2.0) -> None:
+              inherited: Optional[inherit.Inherited] = None,
+              forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     inherit.release(inherited)  # no later fork needs it: let the program go
+    if forker is not None:
+        _quietly(forker.close)  # no replacement is forked while they are killed
     below: List[tuple] = []
     for h in handles:
         # Expected: an engine still pumping (a pool's coordinator at
@@ -212,6 +229,7 @@ class ProcessBackend(Backend):
         # Under fork the program (and what it holds: a target's object, an
         # initializer's arguments) is inherited, not pickled: see ``inherit``.
         self._program_ref: Optional[inherit.Inherited] = None
+        self._zygote: Optional[zygote.Zygote] = None  # forks replacements (fork only)
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
@@ -260,9 +278,19 @@ class ProcessBackend(Backend):
         self.transport.prepare()
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
+            if self._spec.threads is not None:
+                threads.prepare_fork()  # once per caller: the workers inherit the scan
+            # Before any pipe of ours exists (the zygote holds none) and any
+            # thread runs: replacements come from this single-threaded copy.
+            try:
+                self._zygote = zygote.Zygote(self._ctx, _start_process)
+            except BaseException:
+                inherit.release(self._program_ref)
+                raise
         self._mux = Multiplexer()
         self._finalizer = util.Finalize(
-            self, _kill_all, args=(self._handles, self.transport, None, self._program_ref),
+            self, _kill_all,
+            args=(self._handles, self.transport, None, self._program_ref, self._zygote),
             exitpriority=10
         )
         try:
@@ -279,7 +307,7 @@ class ProcessBackend(Backend):
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name,
-                                           self._program_ref), exitpriority=10
+                                           self._program_ref, self._zygote), exitpriority=10
                 )
             for slot in range(len(self.devices)):
                 self._start_one(slot)
@@ -294,7 +322,7 @@ class ProcessBackend(Backend):
             self.abort()
             raise
 
-    def _start_one(self, slot: int) -> None:
+    def _start_one(self, slot: int, replacement: bool = False) -> None:
         spec = self._spec
         task_r, task_w = self._ctx.Pipe(duplex=False)
         res_r, res_w = self._ctx.Pipe(duplex=False)
@@ -311,31 +339,38 @@ class ProcessBackend(Backend):
         # read them: sent through the task pipe instead (non-blocking,
         # flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
-        if inherited and spec.threads is not None:
-            threads.prepare_fork()  # once per caller: the workers inherit the scan
         dump = stacks.DumpFile() if stacks.AVAILABLE else None
-        process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=process_main,
-            args=(spec_bytes if inherited else None, spec.threads, os.getpid(), self._method,
-                  task_r, res_w, dump.path if dump is not None else None),
-            name=f"easycore-parallel-{slot}[{self.devices[slot]}]",
-            daemon=False,
-        )
-        h = _Handle(slot, self.devices[slot], process, task_w, res_r, dump)
+        stack_file = dump.path if dump is not None else None
+        name = f"easycore-parallel-{slot}[{self.devices[slot]}]"
+        h = _Handle(slot, self.devices[slot], None, task_w, res_r, dump)
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            lifeline.start_process(functools.partial(_start_blocked, process))
+            if replacement and self._zygote is not None:
+                # This process runs threads by now (CPython 3.12+ warns about a
+                # fork here, rightly): the zygote forks it instead.
+                with contextlib.suppress(zygote.ZygoteGone):  # else from here, as before
+                    h.process = self._zygote.fork(
+                        _zygote_worker, (spec_bytes, spec.threads, stack_file),
+                        [task_r.fileno(), res_w.fileno()], name)
+            if h.process is None:
+                h.process = process = self._ctx.Process(  # type: ignore[attr-defined]
+                    target=process_main,
+                    args=(spec_bytes if inherited else None, spec.threads, os.getpid(),
+                          self._method, task_r, res_w, stack_file),
+                    name=name, daemon=False,
+                )
+                _start_process(process)
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.
             task_r.close()
             res_w.close()
-        h.pid = process.pid
+        h.pid = h.process.pid
         os.set_blocking(h.task_fd, False)
         with self._poll_lock:
             assert self._mux is not None
-            self._mux.watch(slot, res_r.fileno(), process.sentinel)
+            self._mux.watch(slot, res_r.fileno(), h.process.sentinel)
         if not inherited:
             with contextlib.suppress(ChannelBroken):  # it died at once: poll reports its exit
                 self._send_frame(slot, _frame(spec_bytes))
@@ -505,7 +540,7 @@ class ProcessBackend(Backend):
             if not old.gone:
                 raise RuntimeError(f"worker {worker} is still running")
             old.close()
-            self._start_one(worker)
+            self._start_one(worker, replacement=True)
 
     # ------------------------------------------------------------------ end
     def stop(self, timeout: Optional[float] = None) -> None:

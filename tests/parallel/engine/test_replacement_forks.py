@@ -1,0 +1,129 @@
+"""Replacement workers under ``fork`` come from the back-end's zygote (issue 32 item 3).
+
+By the time a worker needs replacing (it died, or ran past ``task_timeout``),
+the caller runs threads, and a fork from a process with threads can leave a
+lock held for ever in the child (CPython 3.12+ warns). A single-threaded copy
+of the caller, forked before the first workers, forks the replacements
+instead: they still inherit the program without a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+
+import psutil
+import pytest
+from _engine_funcs import pid, square
+from _parallel_support import run_script
+
+from easycore.common.parallel import Pool, WorkerDiedError
+
+pytestmark = pytest.mark.timeout(180)
+
+WAIT = 60
+
+
+@pytest.fixture(scope="module")
+def replaced():
+    """What ``scripts/replacements_under_fork.py`` reports, with every DeprecationWarning shown."""
+    proc = run_script("replacements_under_fork.py", timeout=150,
+                      env={**os.environ, "PYTHONWARNINGS": "always::DeprecationWarning"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_replacements_are_forked_by_a_copy_of_the_caller_and_inherit_its_program(replaced):
+    report, _ = replaced
+    caller = report["pid"]
+    # A dead worker, and a replacement's death too, report the exit code.
+    assert report["pool_exitcodes"] == [7, 7] and report["jobqueue_exitcode"] == 7
+    assert report["timeout_error"] == "TaskTimeoutError"
+    for kind in ("pool", "timeout", "jobqueue"):
+        got = report[kind][0] if kind == "pool" else report[kind]
+        parent, holds_lock = got
+        assert parent != caller, kind  # not forked by the caller's threads
+        assert holds_lock, kind  # the caller's lock, inherited, never pickled
+    first, second, died, after = report["background"]
+    assert first[0] == second[0] == caller and died == "died"
+    assert after[0] != caller and after[1]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="the warning is new in 3.12")
+def test_no_replacement_forks_from_a_process_with_threads(replaced):
+    _, stderr = replaced
+    assert "multi-threaded" not in stderr, stderr
+
+
+def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks):
+    with Pool(1, start_method="fork") as pool:
+        first = pool.worker_pids[0]
+        os.kill(first, signal.SIGKILL)
+        assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
+        replacement = pool.apply(pid)
+        assert replacement != first and psutil.Process(replacement).ppid() != os.getpid()
+        with pytest.raises(WorkerDiedError, match="SIGKILL") as info:
+            pool.apply(kill_self)
+        assert info.value.pid == replacement and info.value.exitcode == -signal.SIGKILL
+        assert pool.apply(pid) not in (first, replacement)
+
+
+def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
+    with Pool(2, start_method="fork") as pool:
+        zygote = pool._backend._zygote.process
+        os.kill(zygote.pid, signal.SIGKILL)
+        zygote.join(WAIT)
+        victim = pool.worker_pids[0]
+        os.kill(victim, signal.SIGKILL)
+        assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
+        wait_replaced(pool, 0, victim)
+        # Started by the caller instead, as before the zygote existed.
+        assert psutil.Process(pool.worker_pids[0]).ppid() == os.getpid()
+        assert len(set(pool.broadcast(pid))) == 2
+
+
+def test_closing_a_pool_ends_its_zygote_while_another_pools_workers_hold_its_socket(no_leaks):
+    with Pool(1, start_method="fork") as first:
+        zygote = first._backend._zygote.process
+        # The second pool's worker is forked after the first zygote: it holds
+        # a copy of the caller's end of that zygote's socket.
+        with Pool(1, start_method="fork") as second:
+            first.close()
+            first.join()
+            zygote.join(WAIT)
+            assert zygote.exitcode == 0  # it saw the end, rather than being killed
+            assert second.apply(square, (3,)) == 9
+
+
+def test_a_replacement_started_while_other_threads_work_serves_its_items(no_leaks):
+    stop = threading.Event()
+
+    def busy() -> None:  # a thread the fork would copy mid-work
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        with Pool(2, start_method="fork", max_deaths=10) as pool:
+            for _ in range(3):
+                victim = pool.worker_pids[0]
+                os.kill(victim, signal.SIGKILL)
+                assert pool.map(square, range(20), 1) == [x * x for x in range(20)]
+                wait_replaced(pool, 0, victim)
+    finally:
+        stop.set()
+        thread.join(WAIT)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_replaced(pool, slot: int, old: int) -> None:
+    """Wait until ``slot`` has a new worker (a broadcast reaches every slot's worker)."""
+    pool.broadcast(pid)
+    assert pool.worker_pids[slot] != old
