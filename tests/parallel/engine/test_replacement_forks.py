@@ -9,6 +9,7 @@ instead: they still inherit the program without a copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import threading
 import psutil
 import pytest
 from _engine_funcs import pid, square
-from _parallel_support import run_script
+from _parallel_support import run_script, wait_gone
 
 from easycore.common.parallel import Pool, WorkerDiedError
 
@@ -127,3 +128,24 @@ def wait_replaced(pool, slot: int, old: int) -> None:
     """Wait until ``slot`` has a new worker (a broadcast reaches every slot's worker)."""
     pool.broadcast(pid)
     assert pool.worker_pids[slot] != old
+
+
+@pytest.mark.parametrize("how", ["forgotten", "closed"])
+def test_what_a_replacement_started_ends_with_the_pool(how):
+    proc = run_script("replaced_worker_children.py", how, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["parent"] != report["pid"]  # the zygote's child
+    # The first worker was SIGKILLed: its sleeper is an orphan the test ends
+    # (nobody could have found it); the replacement's must be gone.
+    first, sleeper = report["sleepers"]
+    _kill_quietly(first)
+    left = wait_gone([sleeper], 10)
+    for stray in left:
+        _kill_quietly(stray)
+    assert left == [], "a process a replacement started outlived the pool"
+
+
+def _kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

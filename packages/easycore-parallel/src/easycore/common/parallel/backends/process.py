@@ -168,8 +168,6 @@ def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional
               forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     inherit.release(inherited)  # no later fork needs it: let the program go
-    if forker is not None:
-        _quietly(forker.close)  # no replacement is forked while they are killed
     below: List[tuple] = []
     for h in handles:
         # Expected: an engine still pumping (a pool's coordinator at
@@ -186,6 +184,10 @@ def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional
     for h in handles:
         if h.started() and not h.gone:
             _quietly(h.process.join, max(0.0, deadline - time.monotonic()))
+    if forker is not None:
+        # Last: closing it kills what it forked, before their own children
+        # could be found (expected_exit above: no replacement comes meanwhile).
+        _quietly(forker.close)
     _quietly(transport.cleanup)
     if item_slots is not None:
         _quietly(shm.release, item_slots)
