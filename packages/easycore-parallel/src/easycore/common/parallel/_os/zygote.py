@@ -171,8 +171,12 @@ class Zygote:
             os.close(status_w)
         return ZygoteChild(pid, status_r, name)
 
-    def close(self, timeout: float = 1.0) -> None:
-        """End the zygote (its workers, if any still run, are killed); never raises."""
+    def close(self, timeout: float = 5.0) -> None:
+        """End the zygote (its workers, if any still run, are killed); never raises.
+
+        It exits as soon as it sees the end of the socket; after ``timeout``
+        seconds (a loaded machine can take one) it is killed instead.
+        """
         with self._lock:
             sock, self._sock = self._sock, None
         if sock is not None:
