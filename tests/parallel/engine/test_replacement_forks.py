@@ -9,7 +9,6 @@ instead: they still inherit the program without a copy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import threading
 import psutil
 import pytest
 from _engine_funcs import pid, square
-from _parallel_support import run_script, wait_gone
+from _parallel_support import kill_quietly, run_script, wait_gone
 
 from easycore.common.parallel import Pool, WorkerDiedError
 
@@ -139,13 +138,7 @@ def test_what_a_replacement_started_ends_with_the_pool(how):
     # The first worker was SIGKILLed: its sleeper is an orphan the test ends
     # (nobody could have found it); the replacement's must be gone.
     first, sleeper = report["sleepers"]
-    _kill_quietly(first)
+    kill_quietly([first])
     left = wait_gone([sleeper], 10)
-    for stray in left:
-        _kill_quietly(stray)
+    kill_quietly(left)
     assert left == [], "a process a replacement started outlived the pool"
-
-
-def _kill_quietly(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)

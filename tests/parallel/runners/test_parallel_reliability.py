@@ -9,7 +9,6 @@ leaves no thread behind, an unimportable runner class says why, and bad
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 import itertools
@@ -24,7 +23,7 @@ import threading
 import time
 
 import pytest
-from _parallel_support import METHODS, SCRIPTS, run_script, wait_gone
+from _parallel_support import METHODS, SCRIPTS, kill_quietly, run_script, wait_gone
 
 from easycore.common.parallel import (
     RunnerClosedError,
@@ -92,16 +91,10 @@ def test_workers_die_with_a_sigkilled_parent(method, where, state, tmp_path):
         proc.stdout.close()
         proc.stderr.close()
         alive = wait_gone(info["pids"], 15) if info else []
-        for pid in alive:  # do not leave a spinning orphan on the machine
-            _kill_quietly(pid)
+        kill_quietly(alive)  # do not leave a spinning orphan on the machine
     assert alive == [], f"workers outlived their SIGKILLed parent: {alive}"
     # the fork server and the resource tracker follow once no worker holds them
     assert wait_gone(info["helpers"], 20) == []
-
-
-def _kill_quietly(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, 9)
 
 
 # --- 11: what producer_init started ends with its worker after a failed call ------
@@ -149,8 +142,7 @@ def test_processes_started_by_producer_init_end_after_a_failed_call(method, tmp_
             children += json.load(f)
     assert len(children) == 4
     left = wait_gone(workers + children, 10)
-    for pid in left:
-        _kill_quietly(pid)
+    kill_quietly(left)
     assert left == [], "a worker or a process it started outlived the failed call"
 
 
@@ -166,8 +158,7 @@ def test_processes_started_by_producer_init_end_with_close(tmp_path, no_leaks):
             children += json.load(f)
     assert len(children) == 4
     left = wait_gone(workers + children, 10)
-    for pid in left:
-        _kill_quietly(pid)
+    kill_quietly(left)
     assert left == [], "a process a worker started outlived close()"
 
 
@@ -179,8 +170,7 @@ def test_processes_started_by_producer_init_end_with_a_forgotten_runner(how):
     children = [int(p) for p in proc.stdout.split()[:-1]]
     assert len(children) == 1
     left = wait_gone(children, 10)
-    for pid in left:
-        _kill_quietly(pid)
+    kill_quietly(left)
     assert left == [], "a process a worker started outlived the runner"
 
 
