@@ -142,3 +142,16 @@ def test_what_a_replacement_started_ends_with_the_pool(how):
     left = wait_gone([sleeper], 10)
     kill_quietly(left)
     assert left == [], "a process a replacement started outlived the pool"
+
+
+def test_planned_replacements_of_maxtasksperchild_come_from_the_zygote_too(no_leaks):
+    with Pool(1, start_method="fork", maxtasksperchild=1) as pool:
+        got = [pool.apply(parent_and_pid) for _ in range(3)]
+        pids = [p for _, p in got]
+        assert len(set(pids)) == 3  # a new worker for every task
+        assert got[0][0] == os.getpid()  # the first worker: the caller's child
+        assert all(parent not in (os.getpid(), got[0][1]) for parent, _ in got[1:])
+
+
+def parent_and_pid() -> tuple:
+    return os.getppid(), os.getpid()
