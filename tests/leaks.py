@@ -34,7 +34,6 @@ SHM_DIR = "/dev/shm"
 #: easycore's transports name segments ``<tag>-<pid hex>-...``: runners (``ecp``),
 #: torch runners (``ect``), item slots (``ecs``).
 EASYCORE_SHM = ("ecp-{pid:x}-", "ect-{pid:x}-")
-LAUNCHER_THREAD = "easycore-launcher"  # made once per process: starts replacement workers
 
 
 class Leaks:

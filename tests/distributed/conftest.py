@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -30,16 +29,11 @@ from leaks import check_leaks  # noqa: E402
 @pytest.fixture(scope="session")
 def _process_state():
     """What lives as long as this process, made once, is no leak: torch's pipe for its
-    stores' event loop (from the first store on), and easycore's launcher thread (which
-    starts workers for calls made from other threads)."""
-    from easycore.common.parallel._os import lifeline
+    stores' event loop (from the first store on)."""
     from easycore.torch.distributed.rendezvous import open_store
 
     store, _ = open_store()
     del store
-    starter = threading.Thread(target=lifeline.start_process, args=(lambda: None,))
-    starter.start()
-    starter.join(timeout=30)
 
 
 @pytest.fixture

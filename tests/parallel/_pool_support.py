@@ -21,7 +21,6 @@ def leak_checked():
     while time.monotonic() < deadline and stray_children(children_before):
         time.sleep(0.05)
     assert stray_children(children_before) == []
-    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
-                   and t.name != "easycore-launcher"]
+    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     assert new_threads == []
     assert sorted(set(shm_segments()) - shm_before) == []

@@ -10,11 +10,11 @@ once per interpreter).
 from __future__ import annotations
 
 import pytest
-from leaks import LAUNCHER_THREAD, check_leaks
+from leaks import check_leaks
 
 
 @pytest.fixture
 def no_leaks():
     """Fail the test if it leaves processes, threads or /dev/shm segments behind."""
-    with check_leaks(shm=("ecp-{pid:x}-",), allowed_threads=(LAUNCHER_THREAD,)):
+    with check_leaks(shm=("ecp-{pid:x}-",)):
         yield

@@ -25,7 +25,6 @@ if str(EXAMPLES) not in sys.path:
 
 from _torch_util import SHM_PATTERNS  # noqa: E402
 from leaks import (  # noqa: E402
-    LAUNCHER_THREAD,
     check_leaks,
     resource_sharer_fds,
     resource_sharer_thread,
@@ -35,8 +34,7 @@ from leaks import (  # noqa: E402
 @pytest.fixture
 def no_leaks():
     """Fail the test if it leaves processes, threads, descriptors or shared memory behind."""
-    with check_leaks(shm=SHM_PATTERNS, allowed_threads=(LAUNCHER_THREAD,),
-                     allowed_thread=resource_sharer_thread, fds=True,
+    with check_leaks(shm=SHM_PATTERNS, allowed_thread=resource_sharer_thread, fds=True,
                      process_wide_fds=(resource_sharer_fds,), allowed_fd_target=_driver_owned):
         yield
 

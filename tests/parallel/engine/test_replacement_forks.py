@@ -39,6 +39,8 @@ def replaced():
 def test_replacements_are_forked_by_a_copy_of_the_caller_and_inherit_its_program(replaced):
     report, _ = replaced
     caller = report["pid"]
+    assert report["spawn_exitcode"] == 7 and report["spawn_after"] == 3
+    assert report["threads_after_spawn"] == ["MainThread"]  # no launcher left behind
     # A dead worker, and a replacement's death too, report the exit code.
     assert report["pool_exitcodes"] == [7, 7] and report["jobqueue_exitcode"] == 7
     assert report["timeout_error"] == "TaskTimeoutError"

@@ -48,6 +48,6 @@ if __name__ == "__main__":
     report["children"] = [p.pid for p in psutil.Process().children(recursive=True)
                           if not helper(p)]
     report["threads"] = [t.name for t in threading.enumerate()
-                         if t is not threading.main_thread() and t.name != "easycore-launcher"]
+                         if t is not threading.main_thread()]
     report["shm"] = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
     print(json.dumps(report), flush=True)

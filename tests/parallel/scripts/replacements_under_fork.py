@@ -1,7 +1,10 @@
 """Workers replaced under ``fork`` while the caller runs threads.
 
-A pool, a job queue and a background task each lose a worker (it exits, or
-runs past ``task_timeout``) and get a replacement, then close. Prints one
+First a ``spawn`` pool made in a thread loses a worker: its workers are
+started by easycore's launcher thread, which must be gone once they are, or
+every later fork would come from a process with threads. Then, under
+``fork``, a pool, a job queue and a background task each lose a worker (it
+exits, or runs past ``task_timeout``) and get a replacement, then close. Prints one
 JSON line: for each, the replacement's parent pid and what it answered. The
 test runs this with every DeprecationWarning shown: CPython 3.12+ warns when
 a process with threads forks, which the replacements must not do.
@@ -43,8 +46,21 @@ class Batches:
         return parent_and_lock()
 
 
+def spawn_pool_losing_a_worker(report):
+    with Pool(1, start_method="spawn") as pool:
+        try:
+            pool.apply(die)
+        except WorkerDiedError as err:
+            report["spawn_exitcode"] = err.exitcode
+        report["spawn_after"] = pool.apply(abs, (-3,))  # from the replacement
+
+
 def main():
     report = {"pid": os.getpid()}
+    thread = threading.Thread(target=spawn_pool_losing_a_worker, args=(report,))
+    thread.start()
+    thread.join()
+    report["threads_after_spawn"] = [t.name for t in threading.enumerate()]
     # A closure in the initializer: only fork can hand it over (not picklable).
     seen = []
     with Pool(1, start_method="fork", initializer=lambda: seen.append(1)) as pool:

@@ -41,6 +41,7 @@ __all__ = [
     "arm_parent_death_signal",
     "parent_gone",
     "start_process",
+    "retire_launcher",
     "detach_from_forkserver",
     "descendants",
     "descendants_of",
@@ -109,15 +110,76 @@ def detach_from_forkserver() -> None:
 
 
 # ---------------------------------------------------------------- launcher
+# One launcher at a time, made when a worker is started off the main thread and
+# ended (retire_launcher) once no process it started is alive: a thread that
+# stays would make every later fork in this process a fork from a
+# multi-threaded process (CPython 3.12+ warns, rightly).
 _launcher_lock = threading.Lock()
-_launcher_queue: Optional[queue.SimpleQueue] = None
+_launcher: Optional[_Launcher] = None
+_RETIRE = object()  # the request to end the launcher if it has no live child
 
 
-def _launcher_main(requests: queue.SimpleQueue) -> None:
+class _Launcher:
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=_launcher_main, args=(self,),
+                                       name="easycore-launcher", daemon=True)
+        self.thread.start()
+
+
+def _launcher_main(launcher: _Launcher) -> None:
+    global _launcher
+    requests = launcher.requests
     while True:
         fn, future = requests.get()
+        if fn is _RETIRE:
+            with _launcher_lock:  # requests are put under it: none can come after
+                idle = requests.empty() and not _thread_children(threading.get_native_id())
+                if idle:
+                    _launcher = None
+            future.set_result(idle)
+            if idle:
+                return
+            continue
         run_into(future, fn)
         del fn, future
+
+
+def _thread_children(tid: int) -> bool:
+    """Whether the thread ``tid`` of this process has a child (alive or not yet
+    reaped); True when the kernel does not say (the launcher then stays)."""
+    if not _proc_children_readable():
+        return True
+    try:
+        with open(f"/proc/{os.getpid()}/task/{tid}/children", "rb") as f:
+            return bool(f.read().split())
+    except OSError:
+        return True
+
+
+def retire_launcher(timeout: float = 5.0) -> None:
+    """End the launcher thread if no process it started is still alive.
+
+    A back-end calls this once its workers are reaped. A launcher that still
+    has children (another back-end's workers) stays, since their parent-death
+    signal follows it; the last back-end to close ends it.
+
+    Args:
+        timeout (float): the longest wait for the launcher's answer and its end.
+    """
+    with _launcher_lock:
+        launcher = _launcher
+        if launcher is None:
+            return  # the usual case: every worker was started on the main thread
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        launcher.requests.put((_RETIRE, future))
+    try:
+        if future.result(timeout):
+            launcher.thread.join(timeout)
+    except Exception:  # noqa: BLE001 -- a busy launcher stays; the next close asks again
+        pass
 
 
 def run_into(future: Future, fn: Callable[[], Any]) -> None:
@@ -154,39 +216,37 @@ def _start_hiding_phantom_main(start: Callable[[], Any]) -> Any:
         main.__file__ = path  # type: ignore[union-attr]
 
 
-def start_process(start: Callable[[], Any]) -> Any:
-    """Call ``start`` (e.g. ``process.start``) from a thread that never exits.
+def start_process(start: Callable[[], Any], forks_here: bool = True) -> Any:
+    """Call ``start`` (e.g. ``process.start``) from a thread that lives as long as the child.
 
     On the main thread it runs right here. Elsewhere it runs on a launcher
-    thread made once per process, so a worker's parent-death signal, which
-    follows the thread that forked it, fires only when the process dies.
+    thread, so a worker's parent-death signal, which follows the thread that
+    forked it, fires only when the process dies; the launcher ends once no
+    process it started is alive
+    ([`retire_launcher`][easycore.common.parallel._os.lifeline.retire_launcher]).
 
     Args:
         start (callable): starts the process.
+        forks_here (bool): whether ``start`` forks in the calling thread
+            (``fork`` and ``spawn`` do). A ``forkserver`` worker is forked by the
+            server, so its start runs on the calling thread whatever it is.
 
     Returns:
         Any: what ``start`` returned.
     """
-    global _launcher_queue
+    global _launcher
     if sys.platform.startswith("linux"):
         _prctl()  # inherited by a forked worker
-    if threading.current_thread() is threading.main_thread() or not sys.platform.startswith(
-        "linux"
-    ):
+    if (not forks_here or threading.current_thread() is threading.main_thread()
+            or not sys.platform.startswith("linux")):
         return _start_hiding_phantom_main(start)
-    with _launcher_lock:
-        if _launcher_queue is None:
-            _launcher_queue = queue.SimpleQueue()
-            threading.Thread(
-                target=_launcher_main,
-                args=(_launcher_queue,),
-                name="easycore-launcher",
-                daemon=True,
-            ).start()
     from concurrent.futures import Future
 
     future: Future = Future()
-    _launcher_queue.put((lambda: _start_hiding_phantom_main(start), future))
+    with _launcher_lock:  # a retiring launcher takes no request after its answer
+        if _launcher is None:
+            _launcher = _Launcher()
+        _launcher.requests.put((lambda: _start_hiding_phantom_main(start), future))
     return future.result()
 
 

@@ -86,8 +86,9 @@ def _start_blocked(process: Any) -> None:
         process.start()
 
 
-def _start_process(process: Any) -> None:
-    lifeline.start_process(functools.partial(_start_blocked, process))
+def _start_process(process: Any, method: str = "fork") -> None:
+    lifeline.start_process(functools.partial(_start_blocked, process),
+                           forks_here=method != "forkserver")
 
 
 def _zygote_worker(owner_pid: int, fds: List[int], spec_bytes: bytes, n_threads: Optional[int],
@@ -188,6 +189,7 @@ def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional
         # Last: closing it kills what it forked, before their own children
         # could be found (expected_exit above: no replacement comes meanwhile).
         _quietly(forker.close)
+    _quietly(lifeline.retire_launcher)  # its last children gone: no thread stays behind
     _quietly(transport.cleanup)
     if item_slots is not None:
         _quietly(shm.release, item_slots)
@@ -362,7 +364,7 @@ class ProcessBackend(Backend):
                           self._method, task_r, res_w, stack_file),
                     name=name, daemon=False,
                 )
-                _start_process(process)
+                _start_process(process, self._method)
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.
