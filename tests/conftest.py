@@ -2,7 +2,8 @@
 the helpers beside this file (e.g. :mod:`processes`, :mod:`leaks`); the
 ``slow`` marker is applied here (see :mod:`markers`); and
 ``EASYCORE_TEST_START_METHOD`` makes another start method the platform's default
-before any test runs (see :mod:`default_start_method`)."""
+before any test runs (see :mod:`default_start_method`); on CPython 3.12+ a test
+whose code forked a process with threads fails (see :mod:`fork_warnings`)."""
 
 import importlib.util
 import os
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import default_start_method
 from markers import mark_slow
+
+# On 3.12+, a fork from a process with threads fails its test (see fork_warnings).
+pytest_plugins = ["fork_warnings"]
 
 HERE = Path(__file__).resolve().parent
 # At import, before the other folders' conftests and any test module: the first of

@@ -338,6 +338,7 @@ def test_a_script_that_never_joins_still_finishes_its_writes(tmp_path, ending):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.forks_with_threads  # forks while the parent's writer thread runs
 def test_a_forked_child_does_not_wait_for_its_parents_writes(tmp_path, gated):
     with PathManager.opena("gated://parent.txt", "w") as f:
         f.write("parent's")

@@ -40,7 +40,11 @@ def in_a_thread(fn, *args):
     return out["value"]
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("method", [
+    "spawn",
+    # a fork from the launcher: the main thread runs too (docs/platforms.md says so)
+    pytest.param("fork", marks=pytest.mark.forks_with_threads),
+])
 def test_the_launcher_ends_with_the_back_end_whose_workers_it_started(method, no_leaks):
     def use() -> list:
         with Pool(2, start_method=method) as pool:

@@ -73,6 +73,7 @@ def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks)
         assert pool.apply(pid) not in (first, replacement)
 
 
+@pytest.mark.forks_with_threads  # with the zygote gone, the caller forks the replacement itself
 def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
     with Pool(2, start_method="fork") as pool:
         zygote = pool._backend._zygote.process
@@ -87,6 +88,7 @@ def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
         assert len(set(pool.broadcast(pid))) == 2
 
 
+@pytest.mark.forks_with_threads  # the second pool starts while the first one's threads run
 def test_closing_a_pool_ends_its_zygote_while_another_pools_workers_hold_its_socket(no_leaks):
     with Pool(1, start_method="fork") as first:
         zygote = first._backend._zygote.process
@@ -100,6 +102,7 @@ def test_closing_a_pool_ends_its_zygote_while_another_pools_workers_hold_its_soc
             assert second.apply(square, (3,)) == 9
 
 
+@pytest.mark.forks_with_threads  # the pool starts while the test's own thread runs
 def test_a_replacement_started_while_other_threads_work_serves_its_items(no_leaks):
     stop = threading.Event()
 

@@ -235,19 +235,22 @@ def test_ctrl_c_says_where_the_busy_workers_were(client, tmp_path, no_leaks):
         _wait_for_marks(tmp_path, 1)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Started once the workers are: a fork from a process with threads is not the point here.
     sender = threading.Thread(target=ctrl_c)
-    sender.start()
     task = functools.partial(wait_here, mark=str(tmp_path / "m"))
     try:
         with pytest.raises(KeyboardInterrupt) as info:
             if client == "pool":
                 with Pool(1) as pool:
+                    sender.start()
                     pool.map(task, [0], 1)
             else:
                 with StuckRunner(["cpu"], {"mark": str(tmp_path / "m")}) as runner:
+                    sender.start()
                     runner([1], task_timeout=WAIT)
     finally:
-        sender.join(WAIT)
+        if sender.ident is not None:
+            sender.join(WAIT)
     found = info.value.worker_stacks
     assert found[0].user_frame().function == "wait_here"
     if sys.version_info >= (3, 11):

@@ -246,12 +246,12 @@ def test_no_stale_reference_to_a_submitted_bound_method(no_leaks):
         def method(self):
             return 1
 
-    with Executor(max_workers=1) as executor, Pool(1) as pool:
-        for submit in (executor.submit, pool.submit):
+    for make in (lambda: Executor(max_workers=1), lambda: Pool(1)):  # one open at a time
+        with make() as pool:
             owner = Owner()
             collected = threading.Event()
             ref = weakref.ref(owner, lambda _, event=collected: event.set())
-            submit(owner.method).result(WAIT)
+            pool.submit(owner.method).result(WAIT)
             del owner
             # (the job is dropped once finished, just after its result is set)
             assert collected.wait(WAIT), ref()

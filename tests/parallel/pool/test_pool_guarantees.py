@@ -175,6 +175,7 @@ def test_the_last_jobs_inputs_are_released(kind_pool):
 
 # --- 4 and 25: one unpicklable result fails alone, naming its item -------------
 @pytest.mark.parametrize("kind", PROCESS_KINDS)
+@pytest.mark.forks_with_threads  # the module's shared pool (kind_pool) may run meanwhile
 def test_one_unpicklable_result_fails_only_its_item(no_leaks, kind):
     with make_pool(kind) as pool:
         it = pool.imap(unpicklable_on, range(12), 1)
@@ -203,6 +204,7 @@ def test_pickling_a_pool_raises_notimplementederror(kind_pool):
 
 
 @pytest.mark.parametrize("kind", ["process-" + METHODS[0], "thread"])
+@pytest.mark.forks_with_threads  # the module's shared pool (kind_pool) may run meanwhile
 def test_a_running_pool_collected_warns(no_leaks, kind):
     pool = make_pool(kind)
     assert pool.map(square, [2]) == [4]
@@ -265,6 +267,7 @@ def test_a_callback_that_exits_does_not_stop_the_pool(kind_pool, exc, capsys):
 # --- 15: a pool inherited by os.fork() -------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("kind", ["process-" + METHODS[0], "thread"])
+@pytest.mark.forks_with_threads  # the test forks with its pool open
 def test_a_pool_inherited_by_os_fork_raises_in_the_child(no_leaks, kind):
     with make_pool(kind) as pool:
         assert pool.map(square, [1]) == [1]

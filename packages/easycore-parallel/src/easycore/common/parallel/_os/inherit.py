@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
-from typing import Any, Dict
+import types
+from typing import Any, Dict, Mapping
 
-__all__ = ["Inherited", "keep", "release", "forked"]
+__all__ = ["Inherited", "keep", "release", "forked", "main_code", "names_inherited_code"]
 
 #: token -> object, in the process that registered it (and, by inheritance,
 #: in every worker forked from it afterwards)
@@ -111,3 +113,39 @@ def _resolve(token: str) -> Any:
             f"{token.split('-')[0]}, but this process (pid {os.getpid()}) does not have it: "
             f"it was not forked from that process after the object was registered"
         ) from None
+
+
+def main_code() -> Mapping[str, Any]:
+    """The functions and classes of ``__main__`` now, by name: what a worker forked
+    right after this call finds in its own ``__main__``.
+
+    Held (and so kept alive) by the back-end that forks: an object named here
+    is the very one its workers have under that name, and a job's function
+    that is one of them needs no copy of its code
+    ([`names_inherited_code`][easycore.common.parallel._os.inherit.names_inherited_code]).
+
+    Returns:
+        Mapping[str, Any]: name -> function or class defined in ``__main__``.
+    """
+    main = sys.modules.get("__main__")
+    return types.MappingProxyType({
+        name: obj for name, obj in list(vars(main).items())
+        if isinstance(obj, (types.FunctionType, type))
+        and getattr(obj, "__module__", None) == "__main__"
+    } if main is not None else {})
+
+
+def names_inherited_code(inherited: Mapping[str, Any], obj: Any) -> bool:
+    """Whether ``obj`` is a function or class of ``__main__`` that workers forked
+    when ``inherited`` ([`main_code`][easycore.common.parallel._os.inherit.main_code])
+    was taken have under the same name, so that pickle by reference finds it.
+
+    Args:
+        inherited (Mapping): from ``main_code`` (empty: nothing is inherited).
+        obj (Any): e.g. a job's function.
+
+    Returns:
+        bool:
+    """
+    name = getattr(obj, "__qualname__", None)
+    return isinstance(name, str) and inherited.get(name) is obj

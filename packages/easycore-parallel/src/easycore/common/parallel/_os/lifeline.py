@@ -6,9 +6,11 @@ Mechanisms, because each misses cases the others catch:
   moment its parent dies, even while the worker is stuck in native code that
   holds the GIL (no thread of its own could react then). The "parent" is the
   *thread* that forked the worker, so workers are started from a thread that
-  lives as long as the process: the main thread, or else
+  lives as long as they do: the main thread, or else
   [`start_process`][easycore.common.parallel._os.lifeline.start_process]'s
-  launcher thread. A ``fork`` back-end's replacement workers are children of
+  launcher thread, which ends once no worker it started is alive (a thread
+  left running would make every later fork a fork from a multi-threaded
+  process). A ``fork`` back-end's replacement workers are children of
   its [`zygote`][easycore.common.parallel._os.zygote], which is armed the same
   way and kills them as it exits. Under ``forkserver`` the parent is the fork server, which
   exits when the caller's process dies, once no worker holds its "alive" pipe:

@@ -282,6 +282,7 @@ class ProcessBackend(Backend):
         self.transport.prepare()
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
+            self.main_at_fork = inherit.main_code()  # what the workers' __main__ holds
             if self._spec.threads is not None:
                 threads.prepare_fork()  # once per caller: the workers inherit the scan
             # Before any pipe of ours exists (the zygote holds none) and any

@@ -313,7 +313,8 @@ class Pool(door.WorkerStacks):
         check_chunksize(chunksize)
         timeout = self._options.timeout_for(task_timeout)
         job = self._engine.submit_job(
-            job_code(func, mode, pass_context, self._pickle_code, self._codes), source, sink,
+            job_code(func, mode, pass_context, self._pickle_code, self._codes,
+                     self._backend.main_at_fork), source, sink,
             ordered=ordered, lazy=lazy, timeout=timeout, chunker=self._chunker(func),
             chunk_size=chunksize, targets=targets, window=window,
         )

@@ -9,10 +9,12 @@ how an item is passed to it: ``MAP`` (``f(x)``), ``STAR`` (``f(*x)``) or
 
 from __future__ import annotations
 
+import pickle
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional
 
+from .._os import inherit
 from ..transport.big_calls import warn_if_big_function
 from ..transport.pickling import dumps_code, loads_code
 from ..worker.executor import WorkerContext, WorkerProgram
@@ -78,7 +80,8 @@ def load_code(blob: Any) -> Any:
 
 
 def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
-             cache: Optional[Dict[Any, bytes]] = None) -> Any:
+             cache: Optional[Dict[Any, bytes]] = None,
+             inherited: Mapping[str, Any] = types.MappingProxyType({})) -> Any:
     """A job's function as its workers read it: ``(func, mode, pass_context)``,
     pickled once (by value where it must be) for workers in other processes.
 
@@ -86,6 +89,10 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
         cache (dict or None): the bytes of functions pickled by reference,
             kept across jobs (a pool's): they are the same every time, and a
             small call (``apply``) no longer pickles its function each time.
+        inherited (Mapping): ``__main__``'s code as forked workers have it
+            ([`main_code`][easycore.common.parallel._os.inherit.main_code]): a
+            function of ``__main__`` found there goes by reference alone, as a
+            module's does (no copy of its code; cloudpickle is not imported).
 
     Raises:
         TypeError: ``func`` is not callable (the stdlib's words).
@@ -95,16 +102,24 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
     blob = (func, mode, pass_context)
     if not by_value:
         return blob
-    if cache is None or not by_reference(func):
-        code = dumps_code(blob)
+    # A function of __main__ the forked workers have: by reference, like a module's.
+    inherited_here = bool(inherited) and inherit.names_inherited_code(inherited, func)
+    if cache is None or not (inherited_here or by_reference(func)):
+        code = _pickled(blob, inherited_here)
         warn_if_big_function(func, len(code))
         return code
     cached = cache.get(blob)
     if cached is None:
         if len(cache) >= _CACHED:
             cache.clear()
-        cached = cache[blob] = dumps_code(blob)
+        cached = cache[blob] = _pickled(blob, inherited_here)
     return cached
+
+
+def _pickled(blob: Any, inherited_here: bool) -> bytes:
+    if inherited_here:
+        return pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL)
+    return dumps_code(blob)
 
 
 #: job functions pickled by reference kept at most (a pool's bytes; a worker's functions)

@@ -1,0 +1,104 @@
+"""tests/fork_warnings.py: on CPython 3.12+, a test that forked a process with threads
+fails, unless it is marked ``forks_with_threads``. (``-W error::DeprecationWarning``
+cannot do this: CPython clears the exception the filter makes of that warning.)
+
+Each case runs pytest in a fresh interpreter over a small test file placed in the
+suite's folder, so it gets the suite's conftest as every test does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+TIMEOUT = 120
+
+CASES = """
+import os
+import threading
+
+import pytest
+
+
+def fork_while(thread_runs):
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    if thread_runs:
+        thread.start()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    finally:
+        stop.set()
+        if thread_runs:
+            thread.join()
+
+
+def test_fork_with_a_thread():
+    fork_while(True)
+
+
+@pytest.mark.forks_with_threads
+def test_fork_with_a_thread_on_purpose():
+    fork_while(True)
+
+
+def test_fork_alone():
+    fork_while(False)
+
+
+@pytest.fixture
+def forked_in_setup():
+    fork_while(True)
+
+
+def test_fork_with_a_thread_in_a_fixture(forked_in_setup):
+    pass
+"""
+
+
+@pytest.fixture
+def cases():
+    path = TESTS / "testinfra" / f"test_forks_{uuid.uuid4().hex}.py"
+    path.write_text(CASES)
+    try:
+        yield path
+    finally:
+        path.unlink()
+
+
+def run(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p",
+         "no:randomly", str(path.relative_to(TESTS.parent))],
+        cwd=TESTS.parent, capture_output=True, text=True, timeout=TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="CPython warns from 3.12 on")
+def test_a_fork_from_a_process_with_threads_fails_its_test_unless_marked(cases):
+    out = run(cases)
+    outcomes = {line.split("::")[-1].split(" ")[0]: line.split(" ")[0]
+                for line in out.stdout.splitlines() if "::" in line and line.startswith(
+                    ("PASSED", "FAILED", "ERROR"))}
+    assert outcomes == {
+        "test_fork_with_a_thread": "FAILED",
+        "test_fork_with_a_thread_on_purpose": "PASSED",
+        "test_fork_alone": "PASSED",
+        "test_fork_with_a_thread_in_a_fixture": "ERROR",
+    }, out.stdout + out.stderr
+    assert "fork(s) from a process with threads" in out.stdout
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="before 3.12 CPython does not warn")
+def test_before_3_12_nothing_fails(cases):
+    out = run(cases)
+    assert out.returncode == 0, out.stdout + out.stderr
