@@ -46,6 +46,21 @@ def test_lambdas_closures_and_main_classes_in_a_script(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_functions_of_main_inherited_and_defined_again(method):
+    report = _report(run_script("pool_main_inherited.py", method, timeout=120))
+    assert report["map"] == [0, 1, 4, 9] and report["apply"] == [25, 36]
+    assert report["jobqueue"] == 49 and report["partial"] == [0, 3, 6]
+    # Inherited by forked workers: by reference, no copy of the code to make.
+    assert report["cloudpickle"] is (method != "fork")
+    # Defined again after the workers started: the new code runs, not their copy,
+    # also inside a wrapper (a JobQueue's call, a partial).
+    assert report["redefined"] == [0, -1, -2, -3] and report["redefined_apply"] == -5
+    assert report["redefined_jobqueue"] == -7
+    assert report["redefined_partial"] == [0, -3, -6]
+    assert report["untouched"] == [100, 101]
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_a_notebook_like_script_read_from_stdin(method):
     source = (SCRIPTS / "pool_notebook.py").read_text()
     proc = subprocess.run(

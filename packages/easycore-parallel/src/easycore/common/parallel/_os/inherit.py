@@ -32,9 +32,9 @@ import os
 import sys
 import threading
 import types
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, NamedTuple, Optional
 
-__all__ = ["Inherited", "keep", "release", "forked", "main_code", "names_inherited_code"]
+__all__ = ["Inherited", "keep", "release", "forked", "MainCode", "main_code", "inherited_as"]
 
 #: token -> object, in the process that registered it (and, by inheritance,
 #: in every worker forked from it afterwards)
@@ -115,37 +115,57 @@ def _resolve(token: str) -> Any:
         ) from None
 
 
-def main_code() -> Mapping[str, Any]:
-    """The functions and classes of ``__main__`` now, by name: what a worker forked
-    right after this call finds in its own ``__main__``.
+class MainCode(NamedTuple):
+    """``__main__``'s functions and classes when a back-end started its workers."""
 
-    Held (and so kept alive) by the back-end that forks: an object named here
-    is the very one its workers have under that name, and a job's function
-    that is one of them needs no copy of its code
-    ([`names_inherited_code`][easycore.common.parallel._os.inherit.names_inherited_code]).
+    #: name -> function or class defined in ``__main__``
+    names: Mapping[str, Any]
+    #: whether the workers are copies of this process from that moment (``fork``):
+    #: then they have each of these objects under its name
+    forked: bool
+
+
+def main_code(forked: bool) -> MainCode:
+    """The functions and classes of ``__main__`` now, by name: what the workers a
+    back-end starts right after this call know under those names.
+
+    Held (and so kept alive) by the back-end. A job's function that is one of
+    them needs no copy of its code in a forked worker; one that took the name
+    of one of them since (a notebook cell run again) must go as a copy, or a
+    worker would run its own, old version
+    ([`inherited_as`][easycore.common.parallel._os.inherit.inherited_as]).
+
+    Args:
+        forked (bool): whether the workers are forked from this process.
 
     Returns:
-        Mapping[str, Any]: name -> function or class defined in ``__main__``.
+        MainCode:
     """
     main = sys.modules.get("__main__")
-    return types.MappingProxyType({
+    names = {
         name: obj for name, obj in list(vars(main).items())
         if isinstance(obj, (types.FunctionType, type))
         and getattr(obj, "__module__", None) == "__main__"
-    } if main is not None else {})
+    } if main is not None else {}
+    return MainCode(types.MappingProxyType(names), forked)
 
 
-def names_inherited_code(inherited: Mapping[str, Any], obj: Any) -> bool:
-    """Whether ``obj`` is a function or class of ``__main__`` that workers forked
-    when ``inherited`` ([`main_code`][easycore.common.parallel._os.inherit.main_code])
-    was taken have under the same name, so that pickle by reference finds it.
+def inherited_as(main: MainCode, obj: Any) -> Optional[bool]:
+    """How a back-end's workers know ``obj``, a function or class of ``__main__``,
+    under its name (``main``: from
+    [`main_code`][easycore.common.parallel._os.inherit.main_code] at their start).
 
     Args:
-        inherited (Mapping): from ``main_code`` (empty: nothing is inherited).
+        main (MainCode): ``__main__`` when the workers started.
         obj (Any): e.g. a job's function.
 
     Returns:
-        bool:
+        bool or None: True: the name held this very object then. False: it held
+        another object (``obj`` was defined again since): by reference, a
+        worker would run its old copy. None: not by that name.
     """
     name = getattr(obj, "__qualname__", None)
-    return isinstance(name, str) and inherited.get(name) is obj
+    if not isinstance(name, str) or getattr(obj, "__module__", None) != "__main__":
+        return None
+    held = main.names.get(name)
+    return None if held is None else held is obj

@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import abc
 import time
-import types
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
+from .._os.inherit import MainCode
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import DeathCause, WorkerDiedError, WorkerError
@@ -100,9 +100,9 @@ class Backend(abc.ABC):
     transport: Any
     #: whether ``memory`` reads the workers' memory (``max_worker_memory`` needs it)
     measures_memory: bool = False
-    #: ``__main__``'s functions and classes as the workers inherited them (``fork``
-    #: only; see [`main_code`][easycore.common.parallel._os.inherit.main_code])
-    main_at_fork: Mapping[str, Any] = types.MappingProxyType({})
+    #: ``__main__``'s functions and classes when the workers started (process
+    #: back-ends; see [`main_code`][easycore.common.parallel._os.inherit.main_code])
+    main_code: Optional[MainCode] = None
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> Backend:

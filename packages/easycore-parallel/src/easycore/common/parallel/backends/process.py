@@ -280,9 +280,9 @@ class ProcessBackend(Backend):
         if self._method == "forkserver":
             startup.warm_forkserver(self._ctx)
         self.transport.prepare()
+        self.main_code = inherit.main_code(forked=self._method == "fork")
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
-            self.main_at_fork = inherit.main_code()  # what the workers' __main__ holds
             if self._spec.threads is not None:
                 threads.prepare_fork()  # once per caller: the workers inherit the scan
             # Before any pipe of ours exists (the zygote holds none) and any

@@ -314,7 +314,7 @@ class Pool(door.WorkerStacks):
         timeout = self._options.timeout_for(task_timeout)
         job = self._engine.submit_job(
             job_code(func, mode, pass_context, self._pickle_code, self._codes,
-                     self._backend.main_at_fork), source, sink,
+                     self._backend.main_code), source, sink,
             ordered=ordered, lazy=lazy, timeout=timeout, chunker=self._chunker(func),
             chunk_size=chunksize, targets=targets, window=window,
         )

@@ -9,10 +9,9 @@ how an item is passed to it: ``MAP`` (``f(x)``), ``STAR`` (``f(*x)``) or
 
 from __future__ import annotations
 
-import pickle
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._os import inherit
 from ..transport.big_calls import warn_if_big_function
@@ -81,7 +80,7 @@ def load_code(blob: Any) -> Any:
 
 def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
              cache: Optional[Dict[Any, bytes]] = None,
-             inherited: Mapping[str, Any] = types.MappingProxyType({})) -> Any:
+             main: Optional[inherit.MainCode] = None) -> Any:
     """A job's function as its workers read it: ``(func, mode, pass_context)``,
     pickled once (by value where it must be) for workers in other processes.
 
@@ -89,10 +88,12 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
         cache (dict or None): the bytes of functions pickled by reference,
             kept across jobs (a pool's): they are the same every time, and a
             small call (``apply``) no longer pickles its function each time.
-        inherited (Mapping): ``__main__``'s code as forked workers have it
-            ([`main_code`][easycore.common.parallel._os.inherit.main_code]): a
-            function of ``__main__`` found there goes by reference alone, as a
-            module's does (no copy of its code; cloudpickle is not imported).
+        main (MainCode or None): ``__main__``'s code when the workers started
+            ([`main_code`][easycore.common.parallel._os.inherit.main_code]). A
+            function of ``__main__`` that forked workers have goes by
+            reference alone, as a module's does (no copy of its code;
+            cloudpickle is not imported); one defined again since the workers
+            started goes by value alone, under every start method.
 
     Raises:
         TypeError: ``func`` is not callable (the stdlib's words).
@@ -102,24 +103,19 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
     blob = (func, mode, pass_context)
     if not by_value:
         return blob
-    # A function of __main__ the forked workers have: by reference, like a module's.
-    inherited_here = bool(inherited) and inherit.names_inherited_code(inherited, func)
-    if cache is None or not (inherited_here or by_reference(func)):
-        code = _pickled(blob, inherited_here)
+    # A function of __main__ the forked workers have is the same bytes every
+    # time too (by reference, like a module's).
+    inherited = main is not None and main.forked and inherit.inherited_as(main, func)
+    if cache is None or not (inherited or by_reference(func)):
+        code = dumps_code(blob, main)
         warn_if_big_function(func, len(code))
         return code
     cached = cache.get(blob)
     if cached is None:
         if len(cache) >= _CACHED:
             cache.clear()
-        cached = cache[blob] = _pickled(blob, inherited_here)
+        cached = cache[blob] = dumps_code(blob, main)
     return cached
-
-
-def _pickled(blob: Any, inherited_here: bool) -> bytes:
-    if inherited_here:
-        return pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL)
-    return dumps_code(blob)
 
 
 #: job functions pickled by reference kept at most (a pool's bytes; a worker's functions)

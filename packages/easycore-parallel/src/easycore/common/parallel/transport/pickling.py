@@ -18,6 +18,8 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
+from .._os import inherit
+
 __all__ = ["dumps_code", "dumps_data", "loads_code", "names_main", "reduce_main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -29,7 +31,7 @@ def _from_main(obj: Any) -> bool:
 
 
 class _MainFinder(pickle.Pickler):
-    """A pickler that notes whether what it pickles refers to code of ``__main__``.
+    """A pickler that notes the code of ``__main__`` that what it pickles refers to.
 
     easycore's own wrappers (a seeded call, a worker's start, a queued call)
     pickle by reference, and so would hide a user's ``__main__`` function
@@ -37,30 +39,39 @@ class _MainFinder(pickle.Pickler):
     ``forkserver`` then fails to find it.
     """
 
-    found = False
+    def __init__(self, file: Any, protocol: int) -> None:
+        super().__init__(file, protocol=protocol)
+        self.found = False  # something of __main__ (code, or an instance of its class)
+        self.code: list = []  # the functions and classes of __main__ named
 
     def reducer_override(self, obj: Any) -> Any:
-        if not self.found and (_from_main(obj) or _from_main(type(obj))):
+        if _from_main(obj) or _from_main(type(obj)):
             self.found = True
+            if isinstance(obj, (types.FunctionType, type)) and _from_main(obj):
+                self.code.append(obj)
         return NotImplemented  # pickle it as usual
 
 
-def _refers_to_main(obj: Any) -> bytes | None:
-    """``obj`` pickled by reference, or None if that fails or it refers to ``__main__``."""
+def _by_reference(obj: Any) -> tuple:
+    """``obj`` pickled by reference (None if that fails), and the pickler that did it."""
     buffer = io.BytesIO()
     finder = _MainFinder(buffer, protocol=_PROTOCOL)
     try:
         finder.dump(obj)
     except (pickle.PicklingError, AttributeError, TypeError):
-        return None
-    return None if finder.found else buffer.getvalue()
+        return None, finder  # a lambda or a local function
+    return buffer.getvalue(), finder
 
 
-def dumps_code(obj: Any) -> bytes:
+def dumps_code(obj: Any, main: Optional[inherit.MainCode] = None) -> bytes:
     """Pickle ``obj`` (functions, classes, or structures holding them) for a worker.
 
     Args:
         obj (Any): e.g. a function, or a tuple of a function and its options.
+        main (MainCode or None): ``__main__``'s code when the workers started
+            ([`main_code`][easycore.common.parallel._os.inherit.main_code]), if
+            known: see
+            [`dumps_either`][easycore.common.parallel.transport.pickling.dumps_either].
 
     Returns:
         bytes: readable with ``pickle.loads`` in any worker.
@@ -68,16 +79,14 @@ def dumps_code(obj: Any) -> bytes:
     Raises:
         pickle.PicklingError: neither pickle nor cloudpickle can pickle it.
     """
-    parts = obj if isinstance(obj, tuple) else (obj,)
-    if not any(_from_main(p) or _from_main(getattr(p, "__class__", None)) for p in parts):
-        # Code of __main__ may also hide inside (a wrapper's attribute).
-        by_reference = _refers_to_main(obj)
-        if by_reference is not None:
-            return by_reference
-    return dumps_either(obj)
+    by_reference, finder = _by_reference(obj)
+    if by_reference is not None and not finder.found:
+        return by_reference  # nothing of __main__, even inside a wrapper
+    return dumps_either(obj, main, (by_reference, finder))
 
 
-def dumps_either(obj: Any) -> bytes:
+def dumps_either(obj: Any, main: Optional[inherit.MainCode] = None,
+                 pickled: Optional[tuple] = None) -> bytes:
     """Pickle code of ``__main__`` by reference *and* by value; the worker takes the first it can.
 
     By reference where the worker has ``__main__`` (forked, or a script it
@@ -86,18 +95,29 @@ def dumps_either(obj: Any) -> bytes:
     unpicklable global (a lock, an open file) along. By value where it cannot
     find it (a notebook, stdin, a block under ``if __name__ == "__main__":``).
 
+    With ``main`` (``__main__``'s code when the workers started): code that
+    forked workers have, every piece of it, goes by reference alone (no
+    cloudpickle); code defined again since the workers started (a notebook
+    cell run again) goes by value alone, or a worker would find and run its
+    old copy.
+
     Args:
         obj (Any): what to pickle.
+        main (MainCode or None): see above.
+        pickled (tuple or None): ``_by_reference(obj)``, if already made.
 
     Returns:
         bytes: readable with ``pickle.loads`` in any worker.
     """
+    by_reference, finder = pickled if pickled is not None else _by_reference(obj)
+    if main is not None and by_reference is not None and finder.code:
+        known = [inherit.inherited_as(main, code) for code in finder.code]
+        if False in known:
+            by_reference = None  # a worker's copy of that name is out of date
+        elif main.forked and all(known):
+            return by_reference
     import cloudpickle
 
-    try:
-        by_reference: bytes | None = pickle.dumps(obj, protocol=_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        by_reference = None  # a lambda or a local function
     try:
         by_value = cloudpickle.dumps(obj, protocol=_PROTOCOL)
     except Exception:
