@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import os
 import re
 import signal
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -108,7 +108,7 @@ class Stack(NamedTuple):
         as torch's) if there is one of the caller's own: where the user's code was."""
         frames = [f for f in self.main if not _is_library(f.file)]
         for frame in frames:
-            if not frame.file.startswith(_SITE):
+            if not frame.file.startswith(_library_dirs().site):
                 return frame
         return frames[0] if frames else None
 
@@ -136,17 +136,30 @@ def _dirs(*dirs: Optional[str]) -> Tuple[str, ...]:
     return tuple({os.path.join(d, "") for d in dirs if d})
 
 
-_PATHS = sysconfig.get_paths()
-_STDLIB = _dirs(_PATHS.get("stdlib"), _PATHS.get("platstdlib"))
-_SITE = _dirs(_PATHS.get("purelib"), _PATHS.get("platlib"))
-_EASYCORE = _dirs(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+class _Dirs(NamedTuple):
+    stdlib: Tuple[str, ...]
+    site: Tuple[str, ...]
+    easycore: Tuple[str, ...]
+
+
+@functools.cache
+def _library_dirs() -> _Dirs:
+    """Where the standard library, installed packages and easycore-parallel live (read
+    when a stack is first read: sysconfig is not worth a short script's start)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return _Dirs(_dirs(paths.get("stdlib"), paths.get("platstdlib")),
+                 _dirs(paths.get("purelib"), paths.get("platlib")),
+                 _dirs(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _is_library(path: str) -> bool:
     """Whether a frame's file is easycore-parallel's or the standard library's."""
-    if path.startswith(_EASYCORE) or path.startswith("<frozen"):
+    dirs = _library_dirs()
+    if path.startswith(dirs.easycore) or path.startswith("<frozen"):
         return True
-    return path.startswith(_STDLIB) and not path.startswith(_SITE)
+    return path.startswith(dirs.stdlib) and not path.startswith(dirs.site)
 
 
 class DumpFile:
@@ -369,8 +382,9 @@ def of_thread(ident: Optional[int]) -> Optional[Stack]:
 
 def _from_entry(frames: List[Frame]) -> List[Frame]:
     """``frames`` (innermost first) up to the worker's entry point, if it is there."""
+    easycore = _library_dirs().easycore
     for k, f in enumerate(frames):
-        if any(f.function == fn and f.file.endswith(tail) and f.file.startswith(_EASYCORE)
+        if any(f.function == fn and f.file.endswith(tail) and f.file.startswith(easycore)
                for fn, tail in _ENTRIES):
             return frames[: k + 1]
     return frames
