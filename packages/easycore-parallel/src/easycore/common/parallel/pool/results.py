@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import multiprocessing
+import operator
 import threading
 import time
 import weakref
@@ -27,10 +28,12 @@ from typing import (
     Dict,
     Generator,
     Generic,
+    Iterator,
     List,
+    NoReturn,
     Optional,
-    Tuple,
     TypeVar,
+    Union,
 )
 
 from ..engine.core import Engine
@@ -69,7 +72,7 @@ class TimeoutError(multiprocessing.TimeoutError, builtins.TimeoutError):  # noqa
     (as the stdlib raises) and the builtin ``TimeoutError``."""
 
 
-def raise_item(error: ItemError) -> None:
+def raise_item(error: ItemError) -> NoReturn:
     """Raise an item's error as the stdlib would: the task's own exception.
 
     Except where the task left its process (``SystemExit``, ``KeyboardInterrupt``
@@ -255,7 +258,9 @@ class IMapState:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.items: Deque[Tuple[Any, Optional[ItemError]]] = deque()
+        # In order: runs of results (a chunk's list, as the worker sent it) and
+        # the errors of failed items between them.
+        self.items: Deque[Union[List[Any], ItemError]] = deque()
         self.error: Optional[BaseException] = None
         self.done = False
         self.input: Optional[ReadAhead] = None
@@ -283,9 +288,19 @@ class IMapIterator(Generic[T]):
         self._job: Optional[Job] = None
         self._lazy = False
         self._consumed = 0
+        self._run: Iterator[Any] = iter(())  # what is left of the run being read
 
     def __iter__(self) -> IMapIterator[T]:
         return self
+
+    def __next__(self) -> T:
+        # Results come in runs (a chunk each): within one, an item costs a
+        # list iterator's step (~0.1 us in all, against ~0.25 us per item
+        # through a queue of single results).
+        try:
+            return next(self._run)
+        except StopIteration:
+            return self._next_run(None)
 
     def next(self, timeout: Optional[float] = None) -> T:
         """The next result; re-raises its task's exception.
@@ -297,21 +312,33 @@ class IMapIterator(Generic[T]):
             TimeoutError: nothing arrived in time.
             StopIteration: no results left.
         """
-        # Results come in chunks; while some wait, take one without the
-        # lock (deque operations are atomic): ~0.2 us an item instead of ~1.5.
-        # A result already there is handed over first, whatever the input does.
         try:
-            value, error = self._items.popleft()
-        except IndexError:
-            pass
-        else:
+            return next(self._run)
+        except StopIteration:
+            return self._next_run(timeout)
+
+    def _next_run(self, timeout: Optional[float]) -> T:
+        """Start the next run of results and return its first (or raise the next
+        item's error): a run already there is taken without the lock (deque
+        operations are atomic), whatever the input does."""
+        while True:
+            try:
+                entry = self._items.popleft()
+            except IndexError:
+                entry = self._wait_for_entry(timeout)
             if self._lazy:
-                self._consumed += 1
+                # A run counts as read once it is started: the read-ahead
+                # moves on by whole runs, in batches.
+                self._consumed += len(entry) if type(entry) is list else 1
                 if self._consumed >= 256:
                     self._move_window()
-            if error is not None:
-                raise_item(error)
-            return value
+            if isinstance(entry, ItemError):
+                raise_item(entry)
+            self._run = run = iter(entry)
+            for value in run:
+                return value
+
+    def _wait_for_entry(self, timeout: Optional[float]) -> Union[List[Any], ItemError]:
         state = self._state
         source, job, engine = state.input, self._job, self._engine
         if self._lazy:
@@ -331,14 +358,11 @@ class IMapIterator(Generic[T]):
                     continue
                 wait = engine.linger if source is not None and job else 0.5
                 state.cond.wait(wait if remaining is None else min(wait, remaining))
-            value, error = self._items.popleft()
-        if self._lazy:
-            self._consumed += 1
-        if error is not None:
-            raise_item(error)
-        return value
+            return self._items.popleft()
 
-    __next__ = next  # noqa: A003 - next(timeout) is the stdlib's method
+    def _ready(self) -> bool:
+        """Whether a result (or an item's error) is there to take without waiting."""
+        return bool(self._items) or operator.length_hint(self._run) > 0
 
     def _feed_stalled(self, release: bool) -> bool:
         """If the reader is stuck in the input (it may wait for the very result this
@@ -372,14 +396,14 @@ class IMapIterator(Generic[T]):
             StopAsyncIteration: no results left.
         """
         state = self._state
-        if self._items or state.done:
+        if self._ready() or state.done:
             import asyncio  # a coroutine runs in a loop: asyncio is loaded already
 
             await asyncio.sleep(0)
-        while not (self._items or state.done):
+        while not (self._ready() or state.done):
             if self._lazy:
                 self._move_window()  # the read-ahead goes on while this waits
-            ready = await await_until(state.wakeups, lambda: bool(self._items or state.done),
+            ready = await await_until(state.wakeups, lambda: self._ready() or state.done,
                                          self._engine.linger if state.input is not None else None)
             if not ready:
                 self._feed_stalled(release=False)
@@ -432,9 +456,9 @@ class IMapSink(JobSink):
         state = self.state
         with state.cond:
             if failed:
-                state.items.extend((r, failed.get(k)) for k, r in enumerate(results))
-            else:
-                state.items.extend((r, None) for r in results)
+                state.items.extend(_runs(results, failed))
+            elif results:
+                state.items.append(results)  # decoded for this delivery: nobody else holds it
             state.cond.notify_all()
             wake_awaiting(state.wakeups)
         self.progress.update(len(results))
@@ -451,6 +475,21 @@ class IMapSink(JobSink):
                 state.error = error
             state.cond.notify_all()
             wake_awaiting(state.wakeups)
+
+
+def _runs(results: List[Any], failed: Dict[int, ItemError]) -> List[Any]:
+    """A chunk with failed items as an imap iterator reads it: the runs of results
+    between them, and each failed item's error in its place."""
+    out: List[Any] = []
+    start = 0
+    for k in sorted(failed):
+        if k > start:
+            out.append(results[start:k])
+        out.append(failed[k])
+        start = k + 1
+    if start < len(results):
+        out.append(results[start:])
+    return out
 
 
 class FutureSink(JobSink):
