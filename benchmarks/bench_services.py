@@ -2,14 +2,16 @@
 
 1. Local services (``backend="process"``: a Unix socket, tensors through
    shared memory) against ``torch.distributed.rpc.rpc_sync`` (TensorPipe),
-   both calling one other process: the round trip of a small call, and of a
-   call returning an 8 MB state dict; also that state dict loaded into a
-   model (the data touched, as a trainer would). Goals: small calls no slower,
-   8 MB at least 2x faster. The 8 MB pull is measured with the *default*
-   handle (torch imported: tensors through shared memory without asking),
-   with an explicit ``with_transport(TensorTransport)`` handle, and with the
-   transport the default handle used before (``SharedMemoryTransport``:
-   tensors pickled by torch, for reference).
+   both calling one other process: the round trip of a small call, of a call
+   returning an 8 MB state dict, and of a call taking one as its argument
+   (made outside the timing: new tensors each call, or the same tensors
+   written again, as a trainer's are); also that state dict loaded into a
+   model (the data touched, as a trainer would). Goals: small calls no
+   slower, 8 MB at least 2x faster, both ways. The 8 MB calls are measured
+   with the *default* handle (torch imported: tensors through shared memory
+   without asking) and with an explicit ``with_transport(TensorTransport)``
+   handle; the pull also with the transport the default handle used before
+   (``SharedMemoryTransport``: tensors pickled by torch, for reference).
 2. Ray services (``backend="ray"``) against a plain call on a Ray named actor
    (same object, same Ray): goal at most 1.2x its time.
 
@@ -58,6 +60,9 @@ class Holder:
     def state_dict(self):
         return self.state
 
+    def take(self, state):
+        return len(state)
+
 
 # ------------------------------------------------------------- rpc peer
 _HOLDER = None
@@ -69,6 +74,10 @@ def _rpc_echo(x):
 
 def _rpc_state_dict():
     return _HOLDER.state
+
+
+def _rpc_take(state):
+    return len(state)
 
 
 def _rpc_peer(rank, port):
@@ -85,22 +94,25 @@ def free_port():
         return s.getsockname()[1]
 
 
-def median_seconds(fn, calls):
+def median_seconds(fn, calls, make=None):
+    """Median time of ``fn()``, or of ``fn(make())`` with ``make()`` outside the timing."""
     times = []
     for _ in range(calls):
+        arg = make() if make is not None else None
         start = time.perf_counter()
-        out = fn()
+        out = fn(arg) if make is not None else fn()
         times.append(time.perf_counter() - start)
-        del out
+        del out, arg
     return statistics.median(times)
 
 
 def best_of(rounds, contenders):
-    """contenders: name -> (fn, calls); taking turns, best median of ``rounds``."""
+    """contenders: name -> (fn, calls) or (fn, calls, make); taking turns, best median
+    of ``rounds``."""
     best = {name: float("inf") for name in contenders}
     for _ in range(rounds):
-        for name, (fn, calls) in contenders.items():
-            best[name] = min(best[name], median_seconds(fn, calls))
+        for name, (fn, calls, *make) in contenders.items():
+            best[name] = min(best[name], median_seconds(fn, calls, *make))
     return best
 
 
@@ -140,6 +152,19 @@ def bench_process(rounds):
             "before": (lambda: before.call("state_dict"), BIG_CALLS),
             "rpc": (lambda: rpc.rpc_sync("peer", _rpc_state_dict), BIG_CALLS),
         })
+        kept = make_state()
+
+        def updated():  # a trainer's tensors: the same ones, written again each step
+            for v in kept.values():
+                v.add_(1.0)
+            return kept
+
+        pushed, pushed_kept = (best_of(rounds, {
+            "default": (lambda state: service.call("take", state), BIG_CALLS, make),
+            "ours": (lambda state: handle.call("take", state), BIG_CALLS, make),
+            "rpc": (lambda state: rpc.rpc_sync("peer", _rpc_take, args=(state,)), BIG_CALLS,
+                    make),
+        }) for make in (make_state, updated))
         loaded = best_of(rounds, {
             "ours": (lambda: load(handle.call("state_dict")), BIG_CALLS),
             "rpc": (lambda: load(rpc.rpc_sync("peer", _rpc_state_dict)), BIG_CALLS),
@@ -157,6 +182,11 @@ def bench_process(rounds):
     report("8 MB state dict, TensorTransport handle", big["ours"], big["rpc"], "goal: 2x faster",
            0.5)
     report("8 MB state dict, default handle before", big["before"], big["rpc"])
+    for title, got in (("new", pushed), ("kept", pushed_kept)):
+        report(f"8 MB argument ({title} tensors), default handle", got["default"], got["rpc"],
+               "goal: 2x faster", 0.5)
+        report(f"8 MB argument ({title} tensors), TensorTransport", got["ours"], got["rpc"],
+               "goal: 2x faster", 0.5)
     report("8 MB state dict returned and loaded", loaded["ours"], loaded["rpc"])
 
 

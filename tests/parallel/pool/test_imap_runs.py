@@ -7,9 +7,11 @@ after a failed item (as the stdlib's)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
-from _pool_funcs import TaskError
+from _pool_funcs import TaskError, boxed
 
 from easycore.common.parallel import Pool
 
@@ -112,3 +114,13 @@ def test_a_lazy_input_is_read_ahead_as_runs_are_read(pool):
     it = pool.imap(abs, (-x for x in range(2000)), 16)
     assert [next(it) for _ in range(10)] == list(range(10))
     assert list(it) == list(range(10, 2000))
+
+
+def test_a_result_handed_over_is_no_longer_held(pool):
+    # CPython's issue #14406, for a run of several results: the iterator keeps
+    # no reference to what it already returned.
+    for obj in pool.imap(boxed, range(12), 6):
+        ref = weakref.ref(obj)
+        del obj
+        gc.collect()
+        assert ref() is None
