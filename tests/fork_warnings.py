@@ -11,6 +11,7 @@ run on purpose (the case it tests) is marked ``forks_with_threads``.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import warnings
@@ -25,7 +26,10 @@ ACTIVE = sys.version_info >= (3, 12)
 def _checked(item: pytest.Item):
     """Run one phase of ``item``, failing it if a fork came from a process with threads."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        # pytest's own filters stay (they were copied): only what it would record
+        # is kept here, so no ignored warning keeps its source (a file) alive.
+        warnings.filterwarnings("always", message=f".*{re.escape(FORK_WARNING)}",
+                                category=DeprecationWarning)
         result = yield
     forked = []
     for w in caught:

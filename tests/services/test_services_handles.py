@@ -124,6 +124,7 @@ def test_handles_in_pool_tasks(no_leaks, method):
         assert sorted(h.call("history")) == list(range(20))
 
 
+@pytest.mark.forks_with_threads  # forks while the handle's reader thread runs
 def test_a_global_handle_inherited_by_fork(no_leaks):
     """A forked child opens its own connection; the parent's keeps working."""
     with Service.start(Tool) as h:

@@ -164,6 +164,7 @@ def test_a_pickle_loaded_within_its_lease_works(no_leaks, tmp_path):
         assert wait_for_file(marker)
 
 
+@pytest.mark.forks_with_threads  # forks while the service client's thread runs
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_a_process_that_loaded_a_pickled_ref_and_died_releases_it(no_leaks, tmp_path, method):
     """A loaded copy is its connection's: a loader that dies takes it along."""

@@ -107,7 +107,10 @@ def _install() -> None:
         for base in TESTS:
             name = f"Test{method.capitalize()}{base.__name__.replace('Mixin', '')}"
             attrs = {"executor_type": Executor, "__module__": __name__, **_skips(base)}
-            globals()[name] = type(name, (base, mixin, cpython.BaseTestCase), attrs)
+            cls = type(name, (base, mixin, cpython.BaseTestCase), attrs)
+            if method == "fork":  # as CPython 3.13's own suite, which ignores the warning
+                cls = pytest.mark.forks_with_threads(cls)
+            globals()[name] = cls
 
 
 _install()

@@ -53,7 +53,10 @@ def _torch_pool(*args, **kwargs):
 
 
 #: kind -> (CPython's TYPE, what self.Pool builds, pytest marks)
-KINDS = {f"Process{m.capitalize()}": ("processes", functools.partial(_process_pool, m), [])
+# Under fork, CPython's tests start pools while a class's pool runs (CPython 3.13's
+# own suite ignores the warning about forking then: ignore_fork_in_thread_...).
+KINDS = {f"Process{m.capitalize()}": ("processes", functools.partial(_process_pool, m),
+                                      [pytest.mark.forks_with_threads] if m == "fork" else [])
          for m in METHODS}
 KINDS["Thread"] = ("threads", _thread_pool, [])
 KINDS["Torch"] = ("processes", _torch_pool, [needs("torch", "easycore.torch")])

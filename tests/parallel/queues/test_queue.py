@@ -67,6 +67,7 @@ def test_order_sizes_and_errors_in_one_process(no_leaks):
     del first
 
 
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_pool_workers_put_the_caller_gets(no_leaks, start_method):
     if start_method not in multiprocessing.get_all_start_methods():
@@ -82,6 +83,7 @@ def test_pool_workers_put_the_caller_gets(no_leaks, start_method):
     assert segments(q) == []
 
 
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 def test_the_caller_puts_a_worker_gets(no_leaks):
     with Queue() as q, Pool(1) as pool:
         result = pool.apply_async(consume, (q, 6))
@@ -198,6 +200,7 @@ def test_close_wakes_waiters_everywhere(no_leaks):
     there.close()
 
 
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 def test_a_full_queue_times_out_in_a_worker_and_frees_its_segment(no_leaks):
     with Queue(maxsize=1) as q:
         q.put(0)
@@ -207,6 +210,7 @@ def test_a_full_queue_times_out_in_a_worker_and_frees_its_segment(no_leaks):
         assert q.get(timeout=5) == 0
 
 
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 def test_a_background_task_produces_into_a_queue(no_leaks):
     """A prefetching BackgroundTask calls its target again and again: each call puts one."""
     with Queue(maxsize=2) as q, BackgroundTask(produce, args=(q, 0, 1, BIG), workers=1) as task:
@@ -247,6 +251,7 @@ def test_the_owner_closes_at_once_with_connections_open(no_leaks):
         client.close()
 
 
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_two_tasks_of_one_worker_put_big_items(method, no_leaks):
     """Each task unpickles its own end of the queue: their segments' names must differ.

@@ -68,6 +68,7 @@ class _Owner:
 
 
 # ------------------------------------------------------------------ item 1
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 @pytest.mark.parametrize("method", METHODS)
 def test_a_silent_connection_does_not_block_other_clients(method):
     """A socket that connects and never answers the challenge (and one that
@@ -181,6 +182,7 @@ def test_a_put_timeout_on_a_full_queue_gives_its_room_back(method):
 
 
 # ------------------------------------------------------------------ item 5
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 @pytest.mark.parametrize("method", METHODS)
 def test_short_lived_threads_share_a_few_connections(method):
     """300 puts from 300 threads left 300 descriptors in the producer and ~150

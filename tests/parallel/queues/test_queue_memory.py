@@ -30,6 +30,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 # ------------------------------------------------------------------ item 3
+@pytest.mark.forks_with_threads  # the queue's server threads run while fork workers start
 @pytest.mark.parametrize("method", METHODS)
 def test_maxsize_bounds_a_producers_shared_memory(method):
     """maxsize=2 and nobody taking: the producer had 171 x 1 MiB in /dev/shm."""

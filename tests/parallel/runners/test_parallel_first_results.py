@@ -55,6 +55,7 @@ def in_thread(fn):
     return t, box
 
 
+@pytest.mark.forks_with_threads  # started from a thread
 @pytest.mark.parametrize("method", METHODS)
 def test_a_pool_answers_while_another_worker_still_starts(method, tmp_path, no_leaks):
     held = HeldBack(tmp_path)
@@ -98,6 +99,7 @@ def test_the_late_worker_joins_once_ready(method, tmp_path, no_leaks):
         pool.terminate()
 
 
+@pytest.mark.forks_with_threads  # started from a thread
 def test_a_background_task_gives_a_first_result_while_another_worker_starts(tmp_path,
                                                                                no_leaks):
     held = HeldBack(tmp_path)

@@ -99,6 +99,7 @@ def _construct_in_thread(cls, *args, **kwargs):
     return made, done
 
 
+@pytest.mark.forks_with_threads  # started from a thread
 def test_the_constructor_returns_before_the_workers_started(no_leaks):
     made, done = _construct_in_thread(Pids, 2)
     # The workers cannot finish starting until the gate opens.
@@ -125,6 +126,7 @@ def test_the_first_items_go_to_every_worker_not_the_first_one_ready(no_leaks):
         runner.close()
 
 
+@pytest.mark.forks_with_threads  # started from a thread
 def test_a_runner_with_producer_init_still_waits_for_every_worker(no_leaks):
     made, done = _construct_in_thread(PidsWithInit, 2)
     try:
