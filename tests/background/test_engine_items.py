@@ -153,6 +153,9 @@ def test_random_ctrl_c_during_put_and_get_leaves_the_queue_usable(no_leaks):
                 surface()  # the SIGINT has been sent: if still pending, it raises here
             except KeyboardInterrupt:
                 interrupted += 1
+            # The SIGINT may have cut the join above short (it landed there):
+            # it is the timer's only one, so this join is not interrupted.
+            timer.join(timeout=WAIT)
             assert not timer.is_alive()
             while len(q):  # a put that went in before the interrupt: drain it
                 assert q.get(timeout=WAIT) == 1
