@@ -3,6 +3,7 @@ cache, and a registry restored after every test."""
 
 import base64
 import collections
+import contextlib
 import gzip
 import http.server
 import os
@@ -69,6 +70,7 @@ class LoopbackServer:
         self.gate = threading.Event()
         self.stop = threading.Event()
         self._lock = threading.Lock()
+        self._connections: dict = {}  # socket -> the thread serving it (keep-alive)
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -93,6 +95,16 @@ class LoopbackServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self._thread.join(timeout=10)
+        # A kept-alive connection's thread waits for the client's next request for
+        # ever: end its connection, so that no thread of the server outlives it
+        # (a later fork in this process would fork a process with threads).
+        with self._lock:
+            open_ones = list(self._connections.items())
+        for sock, _ in open_ones:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for _, thread in open_ones:
+            thread.join(timeout=10)
 
     def _hit(self, method: str, path: str, authorization) -> int:
         with self._lock:
@@ -106,6 +118,18 @@ class LoopbackServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:  # ended by __exit__, whatever the client keeps open
+                    server._connections[self.connection] = threading.current_thread()
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    with server._lock:
+                        server._connections.pop(self.connection, None)
 
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
@@ -250,9 +274,10 @@ def _who(headers) -> bytes:
     return base64.b64decode(encoded)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server():
-    """One loopback server for the session; tests keep apart by using unique paths."""
+    """One loopback server per test module; tests keep apart by using unique paths. Ended
+    with the module: its threads must not run while later suites fork."""
     with LoopbackServer() as srv:
         yield srv
 

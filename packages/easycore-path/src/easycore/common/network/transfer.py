@@ -443,7 +443,13 @@ def _cut_short(url: str, expected: Optional[int], received: Optional[int] = None
 def _progress_bar(total: Optional[int], name: str) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name)
+    class _Bar(tqdm):
+        # tqdm's monitor thread would outlive the download (a later fork in
+        # this process would then fork a process with threads); the bar is
+        # updated per chunk, so it has no use for it.
+        monitor_interval = 0
+
+    return _Bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name)
 
 
 def _create_temporary_file(dst: str, mode: int) -> Tuple[int, str]:
