@@ -184,3 +184,17 @@ def test_a_long_name_that_fits_downloads_with_shorter_lock_and_temporary_names(
         assert f.read() == expected_body(path)
     others = [name for name in os.listdir(tmp_path) if name != "n" * length]
     assert len(others) == 1 and others[0].endswith("@.lock") and len(others[0]) <= 255
+
+
+# ------------------------------------------------------- a progress bar's threads
+def test_a_download_with_a_progress_bar_leaves_no_thread_behind(server, uid, tmp_path, capsys):
+    # tqdm's monitor thread would outlive the bar: a later fork in this process
+    # (a fork pool's workers) would then fork a process with threads.
+    import threading
+
+    before = set(threading.enumerate())
+    path = download_file(server.url(f"/big/100000/{uid}.bin"), str(tmp_path), progress=True)
+    assert os.path.getsize(path) == 100000
+    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()
+            and "process_request_thread" not in t.name]  # the test server's, kept alive
+    assert left == []
