@@ -173,6 +173,8 @@ def retire_launcher(timeout: float = 5.0) -> None:
         launcher = _launcher
         if launcher is None:
             return  # the usual case: every worker was started on the main thread
+        if launcher.thread is threading.current_thread():
+            return  # a back-end collected on the launcher itself: it cannot answer now
         from concurrent.futures import Future
 
         future: Future = Future()
