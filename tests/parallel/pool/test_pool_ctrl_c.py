@@ -18,7 +18,7 @@ import time
 
 import pytest
 from _parallel_support import METHODS, SCRIPTS
-from _pool_funcs import announce_and_nap, announce_then_block, square, wait_for_file
+from _pool_funcs import announce_and_nap, announce_then_block, nap, square, wait_for_file
 
 from easycore.common.parallel import Pool
 
@@ -116,3 +116,39 @@ def test_ctrl_c_from_a_terminal_to_the_whole_process_group(method):
         "shm": [],
     }
     assert "KeyboardInterrupt" not in err
+
+
+def _ctrl_c_as_submit_returns(frame, event, arg):
+    """A trace function: a KeyboardInterrupt raised as ``Pool._submit`` returns, the
+    moment between a job's submission and the wait for its result."""
+    if event == "call" and frame.f_code is Pool._submit.__code__:
+        def on_return(frame, event, arg):
+            if event == "return":
+                raise KeyboardInterrupt
+            return on_return
+
+        return on_return
+    return None
+
+
+@pytest.mark.parametrize("call", ["map", "starmap"])
+def test_a_ctrl_c_between_submitting_and_waiting_cancels_the_job(call, no_leaks):
+    # The job's 2,000 items of 50 ms would keep the workers busy for 50 s: a job
+    # left running there held the pool's next calls (and its join) until its
+    # result was garbage-collected.
+    with Pool(2) as pool:
+        sys.settrace(_ctrl_c_as_submit_returns)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                if call == "map":
+                    pool.map(nap, [0.05] * 2000, 1)
+                else:
+                    pool.starmap(nap, [(0.05,)] * 2000, 1)
+        finally:
+            sys.settrace(None)
+        assert pool.map(square, range(3)) == [0, 1, 4]
+        pool.close()
+        joiner = threading.Thread(target=pool.join)
+        joiner.start()
+        joiner.join(WAIT)
+        assert not joiner.is_alive(), "the interrupted job ran on"

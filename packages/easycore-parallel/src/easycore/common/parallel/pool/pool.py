@@ -50,7 +50,7 @@ from typing import (
     overload,
 )
 
-from .._os import stacks
+from .._os import interrupts, stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
 from ..engine import door
@@ -238,6 +238,7 @@ class Pool(door.WorkerStacks):
         self._readers = Readers()  # the threads that read lazy imap inputs
         self._pickle_code = self._options.backend != "thread"
         self._codes: Dict[Any, bytes] = {}  # job functions pickled by reference (job_code)
+        self._submitted = threading.local()  # the last job each thread submitted (_wait)
 
     def _start_engine(self, spec: BackendSpec) -> None:
         """The back-end and the engine over it, through the one door; work goes
@@ -312,25 +313,40 @@ class Pool(door.WorkerStacks):
         self._check_running()
         check_chunksize(chunksize)
         timeout = self._options.timeout_for(task_timeout)
-        job = self._engine.submit_job(
-            job_code(func, mode, pass_context, self._pickle_code, self._codes,
-                     self._backend.main_code), source, sink,
-            ordered=ordered, lazy=lazy, timeout=timeout, chunker=self._chunker(func),
-            chunk_size=chunksize, targets=targets, window=window,
-        )
+        code = job_code(func, mode, pass_context, self._pickle_code, self._codes,
+                        self._backend.main_code)
+        # A Ctrl-C landing here is held until the job is noted, so that the
+        # blocking call that made it (_wait) can cancel it.
+        with interrupts.deferred():
+            job = self._engine.submit_job(
+                code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
+                chunker=self._chunker(func), chunk_size=chunksize, targets=targets,
+                window=window,
+            )
+            self._submitted.job = job
         with self._lock:
             if not job.done:
                 self._jobs.add(job)
         return job
 
-    def _wait(self, result: AsyncResult) -> Any:
+    def _wait(self, start: Callable[[], AsyncResult]) -> Any:
+        """A blocking call: submit its job (``start()``) and wait for its result.
+
+        A Ctrl-C (or any error) once the job exists cancels it, wherever it
+        lands: while the result is waited for, or between the job's submission
+        and the wait (a job left running there ran on until its result was
+        garbage-collected, ahead of the pool's next calls).
+        """
+        self._submitted.job = None
         try:
-            return result.get()
+            return start().get()
         except BaseException:
-            # Ctrl-C (or any error) while waiting: stop sending the job's items.
-            if result._job is not None and not result._job.done:
-                self._engine.cancel(result._job)
+            job = self._submitted.job
+            if job is not None and not job.done:
+                self._engine.cancel(job)
             raise
+        finally:
+            self._submitted.job = None
 
     def _progress_bar(self, total: Optional[int], func: Callable) -> Progress:
         return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
@@ -352,8 +368,8 @@ class Pool(door.WorkerStacks):
         Returns:
             Any: what ``func`` returned.
         """
-        return self._wait(self.apply_async(func, args, kwds, task_timeout=task_timeout,
-                                           pass_context=pass_context))
+        return self._wait(lambda: self.apply_async(func, args, kwds, task_timeout=task_timeout,
+                                                   pass_context=pass_context))
 
     def apply_async(self, func: Callable[..., T], args: Sequence[Any] = (),
                     kwds: Optional[Mapping[str, Any]] = None,
@@ -416,16 +432,16 @@ class Pool(door.WorkerStacks):
         Returns:
             list:
         """
-        return self._wait(self._map_async(func, MAP, iterable, chunksize, None, None,
-                                          task_timeout, pass_context))
+        return self._wait(lambda: self._map_async(func, MAP, iterable, chunksize, None, None,
+                                                  task_timeout, pass_context))
 
     def starmap(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
                 pass_context: bool = False) -> List[T]:
         """``[func(*args) for args in iterable]`` across the workers, in order."""
-        return self._wait(self.starmap_async(func, iterable, chunksize,
-                                             task_timeout=task_timeout,
-                                             pass_context=pass_context))
+        return self._wait(lambda: self.starmap_async(func, iterable, chunksize,
+                                                     task_timeout=task_timeout,
+                                                     pass_context=pass_context))
 
     @overload
     def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
@@ -573,14 +589,18 @@ class Pool(door.WorkerStacks):
             list: one result per worker.
         """
         n = len(self._devices)
-        result: MapResult[T] = MapResult()
-        sink = MapSink(result, n, self._engine, Progress(False, None, ""))
-        job = self._submit(fn, STAR, [tuple(args)] * n, sink, ordered=False, lazy=False,
-                           chunksize=1, task_timeout=task_timeout, pass_context=pass_context,
-                           targets=list(range(n)))
-        sink.job = job
-        result._job = job
-        return self._wait(result)
+
+        def start() -> MapResult[T]:
+            result: MapResult[T] = MapResult()
+            sink = MapSink(result, n, self._engine, Progress(False, None, ""))
+            job = self._submit(fn, STAR, [tuple(args)] * n, sink, ordered=False, lazy=False,
+                               chunksize=1, task_timeout=task_timeout,
+                               pass_context=pass_context, targets=list(range(n)))
+            sink.job = job
+            result._job = job
+            return result
+
+        return self._wait(start)
 
     @property
     def devices(self) -> List[str]:
