@@ -50,7 +50,7 @@ from typing import (
     overload,
 )
 
-from .._os import interrupts, stacks
+from .._os import stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
 from ..engine import door
@@ -238,7 +238,7 @@ class Pool(door.WorkerStacks):
         self._readers = Readers()  # the threads that read lazy imap inputs
         self._pickle_code = self._options.backend != "thread"
         self._codes: Dict[Any, bytes] = {}  # job functions pickled by reference (job_code)
-        self._submitted = threading.local()  # the last job each thread submitted (_wait)
+        self._submitted = threading.local()  # the sink of the job each thread submits (_wait)
 
     def _start_engine(self, spec: BackendSpec) -> None:
         """The back-end and the engine over it, through the one door; work goes
@@ -315,15 +315,13 @@ class Pool(door.WorkerStacks):
         timeout = self._options.timeout_for(task_timeout)
         code = job_code(func, mode, pass_context, self._pickle_code, self._codes,
                         self._backend.main_code)
-        # A Ctrl-C landing here is held until the job is noted, so that the
-        # blocking call that made it (_wait) can cancel it.
-        with interrupts.deferred():
-            job = self._engine.submit_job(
-                code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
-                chunker=self._chunker(func), chunk_size=chunksize, targets=targets,
-                window=window,
-            )
-            self._submitted.job = job
+        # The engine sets sink.job before a Ctrl-C can land (submit_job defers
+        # it): the blocking call that made the job (_wait) finds it there.
+        self._submitted.sink = sink
+        job = self._engine.submit_job(
+            code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
+            chunker=self._chunker(func), chunk_size=chunksize, targets=targets, window=window,
+        )
         with self._lock:
             if not job.done:
                 self._jobs.add(job)
@@ -337,16 +335,17 @@ class Pool(door.WorkerStacks):
         and the wait (a job left running there ran on until its result was
         garbage-collected, ahead of the pool's next calls).
         """
-        self._submitted.job = None
+        self._submitted.sink = None
         try:
             return start().get()
         except BaseException:
-            job = self._submitted.job
+            sink = self._submitted.sink
+            job = sink.job if sink is not None else None
             if job is not None and not job.done:
                 self._engine.cancel(job)
             raise
         finally:
-            self._submitted.job = None
+            self._submitted.sink = None
 
     def _progress_bar(self, total: Optional[int], func: Callable) -> Progress:
         return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
