@@ -150,13 +150,8 @@ def _launcher_main(launcher: _Launcher) -> None:
 def _thread_children(tid: int) -> bool:
     """Whether the thread ``tid`` of this process has a child (alive or not yet
     reaped); True when the kernel does not say (the launcher then stays)."""
-    if not _proc_children_readable():
-        return True
-    try:
-        with open(f"/proc/{os.getpid()}/task/{tid}/children", "rb") as f:
-            return bool(f.read().split())
-    except OSError:
-        return True
+    kids = _task_children(os.getpid(), tid) if _proc_children_readable() else None
+    return kids is None or bool(kids)
 
 
 def retire_launcher(timeout: float = 5.0) -> None:
@@ -342,12 +337,19 @@ def _proc_children(pid: int) -> List[int]:
         return []  # gone: its children were re-parented, nothing is ours below it
     kids: List[int] = []
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                kids += [int(k) for k in f.read().split()]
-        except (OSError, ValueError):
-            continue  # the thread ended meanwhile (its children moved to another)
+        # None: the thread ended meanwhile (its children moved to another)
+        kids += _task_children(pid, int(tid)) or []
     return kids
+
+
+def _task_children(pid: int, tid: int) -> Optional[List[int]]:
+    """The ids of the children of thread ``tid`` of ``pid`` (a child belongs to
+    the thread that forked it); None if its ``children`` file cannot be read."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+            return [int(k) for k in f.read().split()]
+    except (OSError, ValueError):
+        return None
 
 
 def kill_pids(procs: List[Any], sig: int = 9) -> None:
