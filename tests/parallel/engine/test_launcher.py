@@ -17,6 +17,7 @@ import threading
 
 import pytest
 from _engine_funcs import pid, square
+from processes import in_thread
 
 from easycore.common.parallel import Pool
 
@@ -30,14 +31,13 @@ def launchers() -> list:
     return [t for t in threading.enumerate() if t.name == LAUNCHER]
 
 
-def in_a_thread(fn, *args):
-    """Run ``fn(*args)`` in a thread that ends before this returns; what it returned."""
-    out = {}
-    thread = threading.Thread(target=lambda: out.setdefault("value", fn(*args)))
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive()
-    return out["value"]
+def in_a_thread(fn):
+    """``fn()`` in a thread that has ended when this returns; what it returned."""
+    finished, value = in_thread(fn, WAIT)
+    assert finished
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 @pytest.mark.parametrize("method", [
