@@ -11,9 +11,11 @@ invisible to ``producer_work`` and ``consumer_work``.
 
 from __future__ import annotations
 
-from typing import Optional
+import threading
+import types
+from typing import Any, Callable, Dict, Optional
 
-__all__ = ["AdaptiveChunker"]
+__all__ = ["AdaptiveChunker", "ChunkersByFunction"]
 
 
 class AdaptiveChunker:
@@ -89,3 +91,42 @@ class AdaptiveChunker:
         ideal = min(self.target_seconds / spi, self.target_bytes / bpi)
         ideal = min(ideal, self._size * self.growth, self.max_items)
         self._size = max(1, int(ideal))
+
+
+class ChunkersByFunction:
+    """One [`AdaptiveChunker`][easycore.common.parallel.engine.chunking.AdaptiveChunker]
+    per function, for a pool whose jobs run many functions (thread-safe).
+
+    Keyed by what does not hold the caller's objects: a bound method's
+    function, not its instance (``submit(obj.method)`` must not keep ``obj``
+    alive, as CPython's ``test_no_stale_references`` checks); other callable
+    objects by id (a reused id only shares a chunk-size estimate). Past
+    ``limit`` functions the estimates start afresh.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._chunkers: Dict[Any, AdaptiveChunker] = {}
+
+    def get(self, func: Callable) -> AdaptiveChunker:
+        """The chunker of ``func`` (made on first use).
+
+        Args:
+            func (callable): the job's function.
+
+        Returns:
+            AdaptiveChunker:
+        """
+        key: Any = getattr(func, "__func__", func)
+        if not (isinstance(key, (types.FunctionType, type)) or (
+                isinstance(key, types.BuiltinFunctionType)  # len, not [].append
+                and isinstance(key.__self__, (types.ModuleType, type(None))))):
+            key = (type(func), id(func))
+        with self._lock:
+            chunker = self._chunkers.get(key)
+            if chunker is None:
+                if len(self._chunkers) > self._limit:
+                    self._chunkers.clear()
+                chunker = self._chunkers[key] = AdaptiveChunker()
+        return chunker

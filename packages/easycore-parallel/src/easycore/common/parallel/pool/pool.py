@@ -29,7 +29,6 @@ import contextlib
 import os
 import sys
 import threading
-import types
 import warnings
 import weakref
 from typing import (
@@ -54,7 +53,7 @@ from .._os import stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
 from ..engine import door
-from ..engine.chunking import AdaptiveChunker
+from ..engine.chunking import AdaptiveChunker, ChunkersByFunction
 from ..engine.core import Engine
 from ..engine.door import BackendSpec, DevicePolicy
 from ..engine.job import Job, JobSink
@@ -230,7 +229,7 @@ class Pool(door.WorkerStacks):
         self._progress = self._options.progress
         self._state = "RUN"
         self._owner = os.getpid()
-        self._chunkers: Dict[Any, AdaptiveChunker] = {}
+        self._chunkers = ChunkersByFunction()
         self._lock = threading.Lock()
         # Jobs not finished yet (the engine holds those): a finished job, with
         # its sink and results, is not kept by the pool.
@@ -286,24 +285,6 @@ class Pool(door.WorkerStacks):
         raise NotImplementedError("pool objects cannot be passed between processes or pickled")
 
     # ------------------------------------------------------------ job making
-    def _chunker(self, func: Callable) -> AdaptiveChunker:
-        # Keyed by what does not hold the caller's objects: a bound method's
-        # function, not its instance (submit(obj.method) must not keep obj
-        # alive, as CPython's test_no_stale_references checks); other callable
-        # objects by id (a reused id only shares a chunk-size estimate).
-        key: Any = getattr(func, "__func__", func)
-        if not (isinstance(key, (types.FunctionType, type)) or (
-                isinstance(key, types.BuiltinFunctionType)  # len, not [].append
-                and isinstance(key.__self__, (types.ModuleType, type(None))))):
-            key = (type(func), id(func))
-        with self._lock:
-            chunker = self._chunkers.get(key)
-            if chunker is None:
-                if len(self._chunkers) > 64:
-                    self._chunkers.clear()
-                chunker = self._chunkers[key] = AdaptiveChunker()
-        return chunker
-
     def _submit(self, func: Callable, mode: str, source: Any, sink: JobSink, *, ordered: bool,
                 lazy: bool, chunksize: Optional[int], task_timeout: Optional[float],
                 pass_context: bool, targets: Optional[List[int]] = None,
@@ -320,7 +301,7 @@ class Pool(door.WorkerStacks):
         self._submitted.sink = sink
         job = self._engine.submit_job(
             code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
-            chunker=self._chunker(func), chunk_size=chunksize, targets=targets, window=window,
+            chunker=self._chunkers.get(func), chunk_size=chunksize, targets=targets, window=window,
         )
         with self._lock:
             if not job.done:
