@@ -171,12 +171,10 @@ class Zygote:
             os.close(status_w)
         return ZygoteChild(pid, status_r, name)
 
-    def close(self, timeout: float = 5.0) -> None:
-        """End the zygote (its workers, if any still run, are killed); never raises.
-
-        It exits as soon as it sees the end of the socket; after ``timeout``
-        seconds (a loaded machine can take one) it is killed instead.
-        """
+    def shutdown(self) -> None:
+        """Tell the zygote to exit (its workers, if any still run, are killed), without
+        waiting: it exits while the caller goes on; later forks raise ``ZygoteGone``.
+        Never raises; ``close`` reaps it."""
         with self._lock:
             sock, self._sock = self._sock, None
         if sock is not None:
@@ -185,6 +183,14 @@ class Zygote:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # the zygote sees EOF and exits
             sock.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the zygote (its workers, if any still run, are killed); never raises.
+
+        It exits as soon as it sees the end of the socket; after ``timeout``
+        seconds (a loaded machine can take one) it is killed instead.
+        """
+        self.shutdown()
         if self.process.pid is None:
             return
         with contextlib.suppress(Exception):

@@ -563,6 +563,11 @@ class ProcessBackend(Backend):
                 h.expected_exit = True
                 with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
+            if self._zygote is not None and not any(
+                    isinstance(h.process, zygote.ZygoteChild) for h in self._by_slot.values()):
+                # No worker is its child (it would kill them): it exits while
+                # the workers end, not after them (abort reaps it).
+                self._zygote.shutdown()
 
             def handle(slot: int, message: Any) -> None:
                 h = self._by_slot[slot]
