@@ -261,18 +261,18 @@ class CallerSegments:
     def _reserve(self, worker: int) -> list[str] | None:
         """New names for ``worker``'s own segments, registered now; None if it holds enough.
 
-        One until the worker's results came in a segment, then as many as
-        grants (the engine makes that its credits plus one): a worker runs up
-        to that many chunks, each of which may make one, before the name of
-        the first comes back. Each costs two messages to the tracker now and
-        two more when the unused ones are released at ``cleanup``: reserved
-        for every worker of a pool whose results are small, they took more
-        of a fresh pool's first call than the call itself.
+        As many as grants (the engine makes that its credits plus one): a
+        worker runs up to that many chunks, each of which may make one, before
+        the name of the first comes back. A few microseconds each, a line to
+        the tracker; the unused ones are released at ``cleanup``. (Only one
+        until a worker's results used a segment was tried: its first chunks
+        outran the one name, made their own, and one killed as it registered
+        left the tracker a false alarm.)
         """
         held = self.reserved.get(worker)
         if held is None:
             held = self.reserved[worker] = []
-        want = self.t.grants_per_worker if worker in self.big_results else 1
+        want = self.t.grants_per_worker
         if len(held) >= want:
             return None
         new = []
