@@ -20,7 +20,7 @@ import pytest
 from _engine_funcs import pid, square
 from _parallel_support import kill_quietly, run_script, wait_gone
 
-from easycore.common.parallel import Pool, WorkerDiedError
+from easycore.common.parallel import Pool, TaskTimeoutError, UnorderedRunner, WorkerDiedError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -160,3 +160,52 @@ def test_planned_replacements_of_maxtasksperchild_come_from_the_zygote_too(no_le
 
 def parent_and_pid() -> tuple:
     return os.getppid(), os.getpid()
+
+
+class EndsInAFile(UnorderedRunner):
+    """Each worker writes its pid to ``cfg.ends/<pid>`` as it ends (``producer_end``)."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        if data == "slow":
+            threading.Event().wait(60)  # past task_timeout: the worker is replaced
+        return os.getpid()
+
+    @staticmethod
+    def producer_end(device, cfg):
+        threading.Event().wait(0.5)  # a slow end: a zygote gone meanwhile would kill its child
+        with open(os.path.join(cfg.ends, str(os.getpid())), "w"):
+            pass
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.pids = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.pids.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return cfg.pids
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_the_zygote_ends_at_close_but_never_before_its_workers_end(no_leaks, tmp_path,
+                                                                   replaced):
+    # At close the zygote is told to go while the workers end, unless a worker
+    # is its child: its exit kills its children, which must end as asked.
+    runner = EndsInAFile(["cpu"], start_method="fork", cfg={"ends": str(tmp_path)})
+    try:
+        zygote = runner._engine.state.backend._zygote.process
+        if replaced:
+            with pytest.raises(TaskTimeoutError):
+                runner(["slow"], task_timeout=0.5)
+        worker = runner([1])[0]
+        assert worker == runner.worker_pids[0]
+        assert (psutil.Process(worker).ppid() == os.getpid()) is not replaced
+    finally:
+        runner.close()
+    zygote.join(WAIT)
+    assert zygote.exitcode == 0  # it saw the end of its socket: not killed
+    assert os.listdir(tmp_path) == [str(worker)]  # the last worker's producer_end ran
