@@ -50,14 +50,53 @@ def test_functions_of_main_inherited_and_defined_again(method):
     report = _report(run_script("pool_main_inherited.py", method, timeout=120))
     assert report["map"] == [0, 1, 4, 9] and report["apply"] == [25, 36]
     assert report["jobqueue"] == 49 and report["partial"] == [0, 3, 6]
-    # Inherited by forked workers: by reference, no copy of the code to make.
-    assert report["cloudpickle"] is (method != "fork")
+    # Inherited by forked workers, defined again by spawned ones as they import
+    # the script: by reference, no copy of the code to make.
+    assert report["cloudpickle"] is False
     # Defined again after the workers started: the new code runs, not their copy,
     # also inside a wrapper (a JobQueue's call, a partial).
     assert report["redefined"] == [0, -1, -2, -3] and report["redefined_apply"] == -5
     assert report["redefined_jobqueue"] == -7
     assert report["redefined_partial"] == [0, -3, -6]
     assert report["untouched"] == [100, 101]
+
+
+@pytest.mark.parametrize("how", ["file", "module"])
+@pytest.mark.parametrize("method", METHODS)
+def test_functions_of_a_script_wherever_they_are_defined(method, how):
+    script = "pool_main_rerun.py"
+    if how == "file":
+        proc = run_script(script, method, timeout=120)
+    else:  # python -m: the workers import it again by name
+        proc = subprocess.run([sys.executable, "-m", script[:-3], method], capture_output=True,
+                              text=True, timeout=120, cwd=str(SCRIPTS))
+    report = _report(proc)
+    assert report["top"] == [0, 2, 4] and report["top_apply"] == 8
+    # Top-level functions: forked workers have them, spawned ones define them again.
+    assert report["cloudpickle"] is False
+    assert report["decorated"] == [1000, 1001]
+    assert report["in_a_block"] == [0, 3, 6]
+    assert report["guarded"] == [0, 5, 10]
+
+
+def test_functions_of_a_package_run_with_dash_m_go_by_value_too(tmp_path):
+    # python -m package runs package/__main__.py, which spawned workers do not
+    # import again: its top-level functions are not there by reference.
+    package = tmp_path / "rerun_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, sys\n"
+        "from easycore.common.parallel import Pool\n"
+        "def top(x):\n"
+        "    return x * 2\n"
+        "if __name__ == '__main__':\n"
+        "    with Pool(2, start_method='spawn') as pool:\n"
+        "        print(json.dumps(pool.map(top, range(3))))\n")
+    proc = subprocess.run([sys.executable, "-m", "rerun_package"], capture_output=True,
+                          text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 2, 4]
 
 
 @pytest.mark.parametrize("method", METHODS)

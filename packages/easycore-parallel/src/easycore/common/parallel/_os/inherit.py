@@ -150,6 +150,40 @@ def main_code(forked: bool) -> MainCode:
     return MainCode(types.MappingProxyType(names), forked)
 
 
+def rerun_defines(obj: Any) -> bool:
+    """Whether a worker that runs the main script again defines ``obj`` under its name.
+
+    A worker started with ``spawn`` or ``forkserver`` imports the main script
+    anew (as ``__mp_main__``, its ``if __name__ == "__main__":`` block skipped),
+    so that it has the script's top-level functions, as ``multiprocessing``
+    relies on. True for a function of the script's file whose ``def`` (or
+    first decorator) starts a line at the first column: the script's top
+    level, not a guarded block. False for anything else (a class, a lambda, a
+    notebook's or stdin's code, ``python -m package``, which workers do not
+    run again).
+
+    Args:
+        obj (Any): a function or class of ``__main__``.
+
+    Returns:
+        bool:
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    code = getattr(obj, "__code__", None)
+    if not isinstance(obj, types.FunctionType) or not isinstance(path, str) or code is None:
+        return False
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
+        return False  # a package's __main__: multiprocessing does not import it again
+    if os.path.abspath(code.co_filename) != os.path.abspath(path):
+        return False
+    import linecache
+
+    line = linecache.getline(path, code.co_firstlineno)
+    return line.startswith(("def ", "async def ", "@"))
+
+
 def inherited_as(main: MainCode, obj: Any) -> Optional[bool]:
     """How a back-end's workers know ``obj``, a function or class of ``__main__``,
     under its name (``main``: from

@@ -97,9 +97,11 @@ def dumps_either(obj: Any, main: Optional[inherit.MainCode] = None,
 
     With ``main`` (``__main__``'s code when the workers started): code that
     forked workers have, every piece of it, goes by reference alone (no
-    cloudpickle); code defined again since the workers started (a notebook
-    cell run again) goes by value alone, or a worker would find and run its
-    old copy.
+    cloudpickle), and so do functions at the top level of a script file,
+    which spawned workers define as they import the script again
+    ([`rerun_defines`][easycore.common.parallel._os.inherit.rerun_defines]);
+    code defined again since the workers started (a notebook cell run again)
+    goes by value alone, or a worker would find and run its old copy.
 
     Args:
         obj (Any): what to pickle.
@@ -114,7 +116,8 @@ def dumps_either(obj: Any, main: Optional[inherit.MainCode] = None,
         known = [inherit.inherited_as(main, code) for code in finder.code]
         if False in known:
             by_reference = None  # a worker's copy of that name is out of date
-        elif main.forked and all(known):
+        elif all(known) and (main.forked or all(map(inherit.rerun_defines, finder.code))):
+            # Forked workers have it; workers that run the script again define it.
             return by_reference
     import cloudpickle
 
