@@ -148,7 +148,8 @@ def before_env(env: dict, checkout: str) -> dict:
 
 
 def import_counts(env: dict) -> str:
-    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parallel")
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parallel",
+                         "layers")
     if not os.path.exists(os.path.join(tests, "test_import_cost.py")):
         code = ("import sys; b = set(sys.modules); import easycore.common.parallel; "
                 "from easycore.common.parallel import Pool, UnorderedRunner; "
