@@ -32,7 +32,6 @@ which holds for a runner's private snapshot of its cfg.
 
 from __future__ import annotations
 
-import inspect
 import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple, Type
 
@@ -331,12 +330,22 @@ def _lazy_class(base: Type[CfgNode]) -> Type[CfgNode]:
         for name in dir(inner):
             if name in _OVERLAY_SAFE:
                 continue
-            raw = inspect.getattr_static(inner, name)
+            raw = _static(inner, name)
             if isinstance(raw, _METHODS):
                 outer[name] = _filling(name, getattr(inner, name))
         cls = type(base.__name__, (inner,), outer)
         _CLASSES[base] = cls
     return cls
+
+
+def _static(cls: type, name: str) -> Any:
+    """``name`` as the class body that defines it holds it (a function, not a bound
+    method), as ``inspect.getattr_static`` finds it on a class (no import of
+    ``inspect``, which a script's cold start would pay for)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
 
 
 def _make(source: CfgNode, cache: TemplateCache) -> CfgNode:

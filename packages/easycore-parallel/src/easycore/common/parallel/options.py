@@ -9,7 +9,9 @@ survives, the workers' thread budget, the progress bar and insights. Each
 client builds one [`WorkerOptions`][easycore.common.parallel.options.WorkerOptions]
 from its arguments; building it checks every field, with one message per
 mistake, so the same bad value is refused the same way by every client (as
-mpire keeps its pool's parameters in one dataclass, ``params.py``). A
+mpire keeps its pool's parameters in one dataclass, ``params.py``; here a
+named tuple, whose class costs no import of ``dataclasses`` and ``inspect``
+in a script's cold start nor in each spawned worker). A
 ``BackgroundTask`` or ``JobQueue`` hands the object it checked to its pool,
 which does not check it again.
 
@@ -23,12 +25,12 @@ A leaf module: it imports nothing of easycore-parallel, so any layer may use it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Any, Collection, Dict, Mapping, Optional, Tuple, Union
+import types
+from typing import Any, Collection, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
+    "FIELDS",
     "WorkerOptions",
     "check_callable",
     "check_chunksize",
@@ -197,9 +199,33 @@ def check_options(backend: str, options: dict, accepted: Tuple[str, ...]) -> Non
         )
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
+class _OptionFields(NamedTuple):
+    """The fields of [`WorkerOptions`][easycore.common.parallel.options.WorkerOptions]
+    and their defaults, unchecked."""
+
+    backend: str = "process"
+    start_method: Optional[str] = None
+    task_timeout: Optional[float] = None
+    queue_scale: float = 3.0
+    max_deaths: int = 3
+    max_node_losses: Optional[int] = 10
+    maxtasksperchild: Optional[int] = None
+    max_worker_memory: Union[int, str, None] = None  #: bytes once checked
+    cpu_threads: _Threads = "auto"
+    progress: Any = False
+    insights: bool = False
+    backend_options: Mapping[str, Any] = types.MappingProxyType({})
+
+
+#: the names of ``WorkerOptions``' fields, in order
+FIELDS: Tuple[str, ...] = _OptionFields._fields
+
+
+class WorkerOptions(_OptionFields):
     """What runs the workers and how: the options of every client, checked when built.
+
+    A frozen record (a named tuple): built with keywords, changed with
+    [`replace`][easycore.common.parallel.options.WorkerOptions.replace], which checks again.
 
     Attributes:
         backend (str): the back-end's name in the client's ``backends`` table
@@ -225,36 +251,28 @@ class WorkerOptions:
             ``address``, ``ray_init_kwargs``); the back-end refuses others.
     """
 
-    backend: str = "process"
-    start_method: Optional[str] = None
-    task_timeout: Optional[float] = None
-    queue_scale: float = 3.0
-    max_deaths: int = 3
-    max_node_losses: Optional[int] = 10
-    maxtasksperchild: Optional[int] = None
-    max_worker_memory: Union[int, str, None] = None  #: bytes once checked
-    cpu_threads: _Threads = "auto"
-    progress: Any = False
-    insights: bool = False
-    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.backend, str):
-            raise ValueError(f"unknown backend {self.backend!r}: a back-end's name (str)")
-        if self.start_method is not None and not isinstance(self.start_method, str):
-            raise ValueError(f"unknown start_method {self.start_method!r}")
-        check_task_timeout(self.task_timeout)
-        check_queue_scale(self.queue_scale)
-        check_positive_int("max_deaths", self.max_deaths)
-        check_positive_int("max_node_losses", self.max_node_losses, allow_none=True, minimum=0)
-        if self.maxtasksperchild is not None and (
-            not isinstance(self.maxtasksperchild, int) or self.maxtasksperchild < 1
+    def __new__(cls, *args: Any, **kwargs: Any) -> WorkerOptions:
+        fields = _OptionFields(*args, **kwargs)  # its defaults, its errors for unknown names
+        if not isinstance(fields.backend, str):
+            raise ValueError(f"unknown backend {fields.backend!r}: a back-end's name (str)")
+        if fields.start_method is not None and not isinstance(fields.start_method, str):
+            raise ValueError(f"unknown start_method {fields.start_method!r}")
+        check_task_timeout(fields.task_timeout)
+        check_queue_scale(fields.queue_scale)
+        check_positive_int("max_deaths", fields.max_deaths)
+        check_positive_int("max_node_losses", fields.max_node_losses, allow_none=True, minimum=0)
+        if fields.maxtasksperchild is not None and (
+            not isinstance(fields.maxtasksperchild, int) or fields.maxtasksperchild < 1
         ):
             # (the stdlib's message)
             raise ValueError("maxtasksperchild must be a positive int or None")
-        object.__setattr__(self, "max_worker_memory", check_memory_limit(self.max_worker_memory))
-        # A copy: the caller's dict may change later; the object is frozen.
-        object.__setattr__(self, "backend_options", dict(self.backend_options))
+        checked = fields._replace(
+            max_worker_memory=check_memory_limit(fields.max_worker_memory),
+            # A copy: the caller's dict may change later; the object is frozen.
+            backend_options=dict(fields.backend_options))
+        return super().__new__(cls, *checked)
 
     @property
     def credits(self) -> int:
@@ -286,11 +304,11 @@ class WorkerOptions:
 
     def replace(self, **changes: Any) -> WorkerOptions:
         """A copy with ``changes``, checked again."""
-        return dataclasses.replace(self, **changes)
+        return type(self)(**{**self._asdict(), **changes})
 
     def pool_kwargs(self) -> Dict[str, Any]:
         """These options as ``Pool``'s keyword arguments."""
-        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name != "backend_options"}
+        kwargs = {name: value for name, value in self._asdict().items()
+                  if name != "backend_options"}
         kwargs.update(self.backend_options)
         return kwargs

@@ -8,14 +8,13 @@ which keywords may not come with it).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from easycore.common.config import CfgNode
 
 from .._os import threads as _threads
 from ..engine.door import BackendSpec, DevicePolicy
-from ..options import WorkerOptions, check_callable
+from ..options import FIELDS, WorkerOptions, check_callable
 from .program import PoolProgram
 
 __all__ = [
@@ -70,9 +69,9 @@ def given_options(arguments: Mapping[str, Any]) -> List[str]:
     """Pool's option keywords in ``arguments`` that differ from their defaults
     (``WorkerOptions``'s): those that may not come with ``options=``."""
     defaults = WorkerOptions()
-    return [f.name for f in dataclasses.fields(WorkerOptions)
-            if f.name != "backend_options" and f.name in arguments
-            and arguments[f.name] != getattr(defaults, f.name)]
+    return [name for name in FIELDS
+            if name != "backend_options" and name in arguments
+            and arguments[name] != getattr(defaults, name)]
 
 
 def checked_devices(policy: DevicePolicy, options: WorkerOptions,

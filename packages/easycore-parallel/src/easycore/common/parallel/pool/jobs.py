@@ -10,13 +10,12 @@ keywords.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..engine import door
 from ..engine.job import Job, JobSink
-from ..options import WorkerOptions
+from ..options import FIELDS, WorkerOptions
 from .pool import Pool
 from .program import MAP
 
@@ -46,7 +45,7 @@ def pool_options(pool_class: type, kwargs: Mapping[str, Any]
     Raises:
         ValueError: a bad option, or a back-end the pool class does not know.
     """
-    fields = {f.name for f in dataclasses.fields(WorkerOptions)} - {"backend_options"}
+    fields = set(FIELDS) - {"backend_options"}
     params: set = set()
     for klass in (pool_class, Pool):
         params |= {name for name, p in inspect.signature(klass).parameters.items()

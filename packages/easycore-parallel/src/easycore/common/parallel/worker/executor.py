@@ -26,8 +26,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..errors import ErrorReport, ResultEncodingError
 from .protocol import (
@@ -75,9 +74,12 @@ def reported(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         raise HookFailed(ErrorReport.capture(what, exc)) from None
 
 
-@dataclass(frozen=True)
-class WorkerContext:
+class WorkerContext(NamedTuple):
     """What a worker knows about itself, given to functions that ask for it.
+
+    A frozen record (a named tuple, whose class costs a spawned worker no
+    import of ``dataclasses`` and ``inspect``; its ``index`` field hides the
+    tuple's method of that name).
 
     Attributes:
         index (int): the worker's position in the pool (``0 .. processes - 1``).
@@ -86,7 +88,7 @@ class WorkerContext:
         context (Any): this worker's entry of ``worker_contexts`` (None without).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # (tuple.index: see above)
     device: str
     cfg: Any
     context: Any
