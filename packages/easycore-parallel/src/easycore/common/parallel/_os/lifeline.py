@@ -30,7 +30,6 @@ import contextlib
 import ctypes
 import functools
 import os
-import queue
 import signal
 import sys
 import threading
@@ -123,6 +122,8 @@ _RETIRE = object()  # the request to end the launcher if it has no live child
 
 class _Launcher:
     def __init__(self) -> None:
+        import queue  # (here: only a pool made off the main thread needs it)
+
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=_launcher_main, args=(self,),
                                        name="easycore-launcher", daemon=True)
