@@ -169,7 +169,7 @@ def loads_code(data: bytes) -> Any:
 
 
 def _share_main_globals(obj: Any, depth: int = 0) -> Any:
-    if isinstance(obj, tuple):
+    if type(obj) is tuple:  # (the code's own structure; a named tuple is the user's data)
         return tuple(_share_main_globals(part, depth) for part in obj)
     if depth < 2 and _is_wrapper(obj):
         # easycore's wrappers hold the user's code in attributes (a seeded
