@@ -99,6 +99,20 @@ def test_a_pools_first_map_and_close_load_no_heavy_module():
     assert heavy_in(loaded) == []
 
 
+def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
+    # The errors that are multiprocessing.pool's own classes (pool_errors) come
+    # with a Pool only; nothing of dataclasses/inspect on the way (named tuples).
+    loaded = probe("""
+        from _import_probe import runner_class
+        with runner_class()(2) as runner:
+            assert runner([1, 2, 3]) is None
+    """, cwd=str(Path(__file__).parents[1]))[-1]
+    assert "easycore.common.parallel.runner" in loaded
+    banned = ("multiprocessing.pool", "easycore.common.parallel.pool_errors",
+              "easycore.common.parallel.pool.pool", "dataclasses", "inspect")
+    assert [m for m in banned if m in loaded] == []
+
+
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
                                     if m in multiprocessing.get_all_start_methods()])
 def test_a_fresh_worker_imports_only_what_it_runs(method):

@@ -73,8 +73,8 @@ _LAZY = {
     "WorkerContext": ".worker.executor",
     "ParallelError": ".errors", "RunnerClosedError": ".errors", "WorkerError": ".errors",
     "WorkerDiedError": ".errors", "NodesLostError": ".errors", "TaskTimeoutError": ".errors",
-    "RemoteTraceback": ".errors",
-    "ResultEncodingError": ".errors", "ErrorReport": ".errors",
+    "RemoteTraceback": ".pool_errors",
+    "ResultEncodingError": ".pool_errors", "ErrorReport": ".errors",
     # The seams' base classes are `extending`'s (docs/extending.md lists them):
     # pages before issue 35 taught extensions to import them from here, and
     # they still do, but they are not in `__all__`.
@@ -99,8 +99,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
         ErrorReport,
         NodesLostError,
         ParallelError,
-        RemoteTraceback,
-        ResultEncodingError,
         RunnerClosedError,
         TaskTimeoutError,
         WorkerDiedError,
@@ -110,6 +108,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
     from .insights import Insights, Verdict, WorkerInsights
     from .jobqueue import JobQueue
     from .pool import AsyncResult, IMapIterator, MapResult, Pool
+    from .pool_errors import RemoteTraceback, ResultEncodingError
     from .queue import Queue, QueueClosedError, QueuePeerDiedError
     from .runner import BaseRunner, OrderedRunner, UnorderedRunner
     from .shared_list import SharedList

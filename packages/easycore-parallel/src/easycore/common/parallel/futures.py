@@ -47,12 +47,13 @@ from typing import (
 )
 
 from ._os.threads import ThreadsOption
-from .errors import ParallelError, RemoteTraceback, ResultEncodingError, WorkerDiedError
+from .errors import ParallelError, WorkerDiedError
 from .insights import Insights
 from .pool import Pool
 from .pool.program import STAR
 from .pool.results import FutureSink
 from .pool.results import TimeoutError as ResultTimeout
+from .pool_errors import RemoteTraceback, ResultEncodingError
 from .progress import ProgressOption
 
 __all__ = ["Executor", "broken_pool_error", "futures_exception"]

@@ -36,7 +36,8 @@ from typing import (
 
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
-from ..errors import RemoteTraceback, ResultEncodingError, WorkerError
+from ..errors import WorkerError
+from ..pool_errors import RemoteTraceback, ResultEncodingError
 from ..progress import Progress
 from .awaiting import until as await_until
 from .awaiting import wake as wake_awaiting

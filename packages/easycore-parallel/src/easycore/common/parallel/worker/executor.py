@@ -28,7 +28,7 @@ import pickle
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
-from ..errors import ErrorReport, ResultEncodingError
+from ..errors import ErrorReport
 from .protocol import (
     ChunkDone,
     ItemFailure,
@@ -409,5 +409,11 @@ def _drop_unencodable(results: List[Any]) -> List[ItemFailure]:
         except Exception as exc:  # noqa: BLE001 - a value's __reduce__ may raise anything
             results[i] = None
             failures.append(ItemFailure(i, ErrorReport.capture(
-                "sending results", ResultEncodingError.of(exc, value))))
+                "sending results", _encoding_error(exc, value))))
     return failures
+
+
+def _encoding_error(exc: BaseException, value: object) -> BaseException:
+    from ..pool_errors import ResultEncodingError  # (rare: a worker imports it when needed)
+
+    return ResultEncodingError.of(exc, value)
