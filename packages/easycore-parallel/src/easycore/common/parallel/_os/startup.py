@@ -111,32 +111,13 @@ def check_main_guard() -> None:
     os._exit(EXIT_NO_GUARD)
 
 
-def _callers_modules() -> List[str]:
-    """easycore's light modules this process has imported (the ones a Ray back-end
-    needs left out: Ray is never imported into the server).
-
-    Each worker imports the main script again, and with it what the script
-    imports from easycore (``from easycore.common.parallel import Pool``: the
-    pool's whole module tree): preloaded, the server imports them once.
-    """
-    return sorted(name for name, module in list(sys.modules.items())
-                  if module is not None and name.startswith(_LIGHT)
-                  and not name.rpartition(".")[2].startswith("ray"))
-
-
-#: the distributions whose modules may be preloaded (torch-free, no threads at import)
-_LIGHT = ("easycore.common.parallel.", "easycore.common.config.", "easycore.common.registry.")
-
-
 def warm_forkserver(context: Any) -> None:
     """Add ``WORKER_MODULES`` to the forkserver's preload list, unless it runs already.
 
     ``multiprocessing`` has one forkserver per process, and its preload list
     only counts before it starts: then this keeps what the user set
-    (``set_forkserver_preload``) and adds easycore's worker modules, and the
-    easycore modules the caller has imported (the main script, which each
-    worker imports again, imports them), so that every worker forked from
-    the server has them imported. A server already
+    (``set_forkserver_preload``) and adds easycore's worker modules, so that
+    every worker forked from the server has them imported. A server already
     running (the user's, or an earlier pool's) is left as it is.
     ``EASYCORE_FORKSERVER_PRELOAD=0`` turns it off.
 
@@ -157,6 +138,6 @@ def warm_forkserver(context: Any) -> None:
     if getattr(server, "_forkserver_pid", None) is not None:
         return
     current: List[str] = list(server._preload_modules or [])
-    wanted = list(dict.fromkeys([*current, *WORKER_MODULES, *_callers_modules()]))
+    wanted = current + [m for m in WORKER_MODULES if m not in current]
     if wanted != current:
         context.set_forkserver_preload(wanted)
