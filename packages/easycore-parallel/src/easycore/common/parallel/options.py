@@ -306,6 +306,13 @@ class WorkerOptions(_OptionFields):
         """A copy with ``changes``, checked again."""
         return type(self)(**{**self._asdict(), **changes})
 
+    # The named tuple's own ways to a changed copy (``copy.replace`` on 3.13+
+    # too) check again as well.
+    def _replace(self, **changes: Any) -> WorkerOptions:
+        return self.replace(**changes)
+
+    __replace__ = _replace
+
     def pool_kwargs(self) -> Dict[str, Any]:
         """These options as ``Pool``'s keyword arguments."""
         kwargs = {name: value for name, value in self._asdict().items()

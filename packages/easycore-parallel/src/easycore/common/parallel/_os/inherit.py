@@ -157,11 +157,11 @@ def rerun_defines(obj: Any) -> bool:
     ``__mp_main__``, its ``if __name__ == "__main__":`` block skipped); one
     started with ``forkserver`` has it from the server, which imported it so
     (its default preload), or imports it itself. Either way it has the
-    script's top-level functions, as ``multiprocessing`` relies on. True for a function of the script's file whose ``def`` (or
-    first decorator) starts a line at the first column: the script's top
-    level, not a guarded block. False for anything else (a class, a lambda, a
-    notebook's or stdin's code, ``python -m package``, which workers do not
-    run again).
+    script's top-level functions, as ``multiprocessing`` relies on. True for
+    a function of the script's file whose ``def`` (or first decorator) starts
+    a line at the first column: the script's top level, not a guarded block.
+    False for anything else (a class, a lambda, a notebook's or stdin's code,
+    ``python -m package``, whose ``__main__`` workers do not run again).
 
     Args:
         obj (Any): a function or class of ``__main__``.
