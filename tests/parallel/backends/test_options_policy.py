@@ -11,7 +11,9 @@ their pool through ``PoolJobs``, not its private attributes.
 from __future__ import annotations
 
 import ast
+import copy
 import math
+import pickle
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,16 @@ def test_options_are_one_frozen_checked_object():
     with pytest.raises(AttributeError):
         options.task_timeout = 3  # type: ignore[misc]
     assert check_task_timeout(None) is None
+    # Every way to a changed copy checks again (a named tuple has its own).
+    with pytest.raises(ValueError, match="queue_scale"):
+        options._replace(queue_scale=-1)
+    if hasattr(copy, "replace"):  # 3.13+
+        with pytest.raises(ValueError, match="max_deaths"):
+            copy.replace(options, max_deaths=0)
+    assert options.replace(max_deaths=5).max_deaths == 5
+    assert pickle.loads(pickle.dumps(options)) == options == copy.deepcopy(options)
+    assert WorkerOptions(max_worker_memory="1 KB").max_worker_memory == 1000
+    assert WorkerOptions(max_worker_memory="1 KB").replace(insights=True).max_worker_memory == 1000
 
 
 def test_pool_options_splits_worker_options_pool_arguments_and_backend_options():
