@@ -71,12 +71,18 @@ def test_functions_of_a_script_wherever_they_are_defined(method, how):
         proc = subprocess.run([sys.executable, "-m", script[:-3], method], capture_output=True,
                               text=True, timeout=120, cwd=str(SCRIPTS))
     report = _report(proc)
+    assert report["runner"] == [0, 3, 6]
+    # The runner's class: inherited under fork; a spawned worker defines it
+    # again, which this process can tell where Python says where the class
+    # statement is (3.13+): by reference alone then, without cloudpickle.
+    assert report["cloudpickle_runner"] is (method != "fork" and sys.version_info < (3, 13))
     assert report["top"] == [0, 2, 4] and report["top_apply"] == 8
     # Top-level functions: forked workers have them, spawned ones define them again.
     assert report["cloudpickle"] is False
     assert report["decorated"] == [1000, 1001]
     assert report["in_a_block"] == [0, 3, 6]
     assert report["guarded"] == [0, 5, 10]
+    assert report["guarded_runner"] == [0, -3, -6]
 
 
 def test_functions_of_a_package_run_with_dash_m_go_by_value_too(tmp_path):

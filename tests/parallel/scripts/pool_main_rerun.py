@@ -13,7 +13,7 @@ import functools
 import json
 import sys
 
-from easycore.common.parallel import Pool
+from easycore.common.parallel import OrderedRunner, Pool
 
 
 def traced(fn):
@@ -33,6 +33,26 @@ def decorated(x):
     return x
 
 
+class Triples(OrderedRunner):
+    """A runner written in the script, at its top level."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return 3 * data
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.got = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.got.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return list(cfg.got)
+
+
 if sys.platform != "no such platform":
 
     def in_a_block(x):
@@ -44,12 +64,28 @@ if __name__ == "__main__":
     def guarded(x):
         return x * 5
 
+    class GuardedTriples(Triples):
+        """A runner written inside the guard: no worker defines it again."""
+
+        @staticmethod
+        def producer_work(device, cfg, data):
+            return -3 * data
+
     report = {}
-    with Pool(2, start_method=sys.argv[1]) as pool:
+    method = sys.argv[1]
+    with Pool(2, start_method=method) as pool:
         report["top"] = pool.map(top, range(3))
         report["top_apply"] = pool.apply(top, (4,))
         report["cloudpickle"] = "cloudpickle" in sys.modules
+    # A runner's class goes by reference alone where Python says where its
+    # class statement is (3.13+).
+    with Triples(1, start_method=method) as runner:
+        report["runner"] = runner(range(3))
+        report["cloudpickle_runner"] = "cloudpickle" in sys.modules
+    with Pool(2, start_method=method) as pool:
         report["decorated"] = pool.map(decorated, range(2))
         report["in_a_block"] = pool.map(in_a_block, range(3))
         report["guarded"] = pool.map(guarded, range(3))
+    with GuardedTriples(1, start_method=method) as runner:
+        report["guarded_runner"] = runner(range(3))
     print(json.dumps(report))

@@ -160,8 +160,11 @@ def rerun_defines(obj: Any) -> bool:
     script's top-level functions, as ``multiprocessing`` relies on. True for
     a function of the script's file whose ``def`` (or first decorator) starts
     a line at the first column: the script's top level, not a guarded block.
-    False for anything else (a class, a lambda, a notebook's or stdin's code,
-    ``python -m package``, whose ``__main__`` workers do not run again).
+    The same for a class (a runner defined in the script) where Python says
+    where its ``class`` statement is (``__firstlineno__``, 3.13+) and its
+    methods come from the script's file. False for anything else (a lambda, a
+    class on older Pythons, a notebook's or stdin's code, ``python -m
+    package``, whose ``__main__`` workers do not run again).
 
     Args:
         obj (Any): a function or class of ``__main__``.
@@ -171,18 +174,29 @@ def rerun_defines(obj: Any) -> bool:
     """
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    code = getattr(obj, "__code__", None)
-    if not isinstance(obj, types.FunctionType) or not isinstance(path, str) or code is None:
+    if not isinstance(path, str):
         return False
     spec_name = getattr(getattr(main, "__spec__", None), "name", None)
     if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
         return False  # a package's __main__: multiprocessing does not import it again
-    if os.path.abspath(code.co_filename) != os.path.abspath(path):
+    if isinstance(obj, types.FunctionType):
+        codes, first = [obj.__code__], obj.__code__.co_firstlineno
+    elif isinstance(obj, type) and isinstance(getattr(obj, "__firstlineno__", None), int):
+        codes = [f.__code__ for f in map(_function_of, vars(obj).values()) if f is not None]
+        first = obj.__firstlineno__  # type: ignore[attr-defined]
+    else:
         return False
+    if any(os.path.abspath(code.co_filename) != os.path.abspath(path) for code in codes):
+        return False  # e.g. made by exec()
     import linecache
 
-    line = linecache.getline(path, code.co_firstlineno)
-    return line.startswith(("def ", "async def ", "@"))
+    return linecache.getline(path, first).startswith(("def ", "async def ", "class ", "@"))
+
+
+def _function_of(member: Any) -> Optional[types.FunctionType]:
+    """The plain function a class member holds (a method, static or class method), if any."""
+    member = getattr(member, "__func__", member)
+    return member if isinstance(member, types.FunctionType) else None
 
 
 def inherited_as(main: MainCode, obj: Any) -> Optional[bool]:

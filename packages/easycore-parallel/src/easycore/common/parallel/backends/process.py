@@ -57,7 +57,7 @@ __all__ = ["ProcessBackend"]
 _DUMP = pickle.HIGHEST_PROTOCOL
 
 
-def _dump_spec(spec: WorkerSpec) -> bytes:
+def _dump_spec(spec: WorkerSpec, main: Optional[inherit.MainCode] = None) -> bytes:
     """Pickle a worker's spec; code from ``__main__`` also goes by value (cloudpickle).
 
     A runner class defined in a notebook, in stdin or under ``if __name__ ==
@@ -67,7 +67,7 @@ def _dump_spec(spec: WorkerSpec) -> bytes:
     [`dumps_either`][easycore.common.parallel.transport.pickling.dumps_either].
     """
     if getattr(spec.program, "by_value", False):
-        return dumps_either(spec)
+        return dumps_either(spec, main)
     return pickle.dumps(spec, protocol=_DUMP)
 
 
@@ -337,7 +337,7 @@ class ProcessBackend(Backend):
             program, slot, self.devices[slot], self._cfg_payload, context,
             self.transport, self._item_slots_name,
         )
-        spec_bytes = _dump_spec(worker_spec)
+        spec_bytes = _dump_spec(worker_spec, self.main_code)
         # Under fork the worker inherits the bytes with the Process object. A
         # spawned one would get them inside its start, written by
         # Process.start() while the caller waits for the child to boot and
