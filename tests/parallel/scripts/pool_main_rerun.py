@@ -38,19 +38,19 @@ class Triples(OrderedRunner):
 
     @staticmethod
     def producer_work(device, cfg, data):
-        return 3 * data
+        return data + data + data  # (runs in the worker)
 
     @staticmethod
     def consumer_init(cfg):
-        cfg.got = []
+        cfg.got = ""  # "0,3,6," as the results come, in order
 
     @staticmethod
     def consumer_work(cfg, data):
-        cfg.got.append(data)
+        cfg.got += f"{data},"
 
     @staticmethod
     def consumer_end(cfg):
-        return list(cfg.got)
+        return [int(x) for x in cfg.got.split(",") if x]
 
 
 if sys.platform != "no such platform":
