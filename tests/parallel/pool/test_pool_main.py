@@ -77,6 +77,7 @@ def test_functions_of_a_script_wherever_they_are_defined(method, how):
     # statement is (3.13+): by reference alone then, without cloudpickle.
     assert report["cloudpickle_runner"] is (method != "fork" and sys.version_info < (3, 13))
     assert report["top"] == [0, 2, 4] and report["top_apply"] == 8
+    assert report["cached"] is True
     # Top-level functions: forked workers have them, spawned ones define them again.
     assert report["cloudpickle"] is False
     assert report["decorated"] == [1000, 1001]

@@ -76,6 +76,8 @@ if __name__ == "__main__":
     with Pool(2, start_method=method) as pool:
         report["top"] = pool.map(top, range(3))
         report["top_apply"] = pool.apply(top, (4,))
+        # The same bytes every time: pickled once for the pool, as a module's function.
+        report["cached"] = any(code[0] is top for code in pool._codes)
         report["cloudpickle"] = "cloudpickle" in sys.modules
     # A runner's class goes by reference alone where Python says where its
     # class statement is (3.13+).

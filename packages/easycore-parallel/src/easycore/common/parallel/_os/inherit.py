@@ -34,7 +34,8 @@ import threading
 import types
 from typing import Any, Dict, Mapping, NamedTuple, Optional
 
-__all__ = ["Inherited", "keep", "release", "forked", "MainCode", "main_code", "inherited_as"]
+__all__ = ["Inherited", "keep", "release", "forked", "MainCode", "main_code", "inherited_as",
+           "rerun_defines", "workers_have"]
 
 #: token -> object, in the process that registered it (and, by inheritance,
 #: in every worker forked from it afterwards)
@@ -218,3 +219,20 @@ def inherited_as(main: MainCode, obj: Any) -> Optional[bool]:
         return None
     held = main.names.get(name)
     return None if held is None else held is obj
+
+
+def workers_have(main: MainCode, obj: Any) -> bool:
+    """Whether the back-end's workers have ``obj``, a function or class of
+    ``__main__``, under its name: it held that name when they started, and they
+    are copies of this process from then (``fork``) or define it again
+    ([`rerun_defines`][easycore.common.parallel._os.inherit.rerun_defines]).
+    Then it goes to them by reference alone, the same bytes every time.
+
+    Args:
+        main (MainCode): ``__main__`` when the workers started.
+        obj (Any):
+
+    Returns:
+        bool:
+    """
+    return inherited_as(main, obj) is True and (main.forked or rerun_defines(obj))

@@ -90,10 +90,11 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
             small call (``apply``) no longer pickles its function each time.
         main (MainCode or None): ``__main__``'s code when the workers started
             ([`main_code`][easycore.common.parallel._os.inherit.main_code]). A
-            function of ``__main__`` that forked workers have goes by
-            reference alone, as a module's does (no copy of its code;
-            cloudpickle is not imported); one defined again since the workers
-            started goes by value alone, under every start method.
+            function of ``__main__`` that the workers have (forked, or a
+            script's top-level function they define again) goes by reference
+            alone, as a module's does (no copy of its code; cloudpickle is not
+            imported); one defined again since the workers started goes by
+            value alone, under every start method.
 
     Raises:
         TypeError: ``func`` is not callable (the stdlib's words).
@@ -103,9 +104,10 @@ def job_code(func: Callable, mode: str, pass_context: bool, by_value: bool,
     blob = (func, mode, pass_context)
     if not by_value:
         return blob
-    # A function of __main__ the forked workers have is the same bytes every
-    # time too (by reference, like a module's).
-    inherited = main is not None and main.forked and inherit.inherited_as(main, func)
+    # A function of __main__ the workers have (forked, or defined again as they
+    # import the script) is the same bytes every time too (by reference, like a
+    # module's).
+    inherited = main is not None and inherit.workers_have(main, func)
     if cache is None or not (inherited or by_reference(func)):
         code = dumps_code(blob, main)
         warn_if_big_function(func, len(code))

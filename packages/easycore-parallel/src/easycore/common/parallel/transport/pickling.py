@@ -113,11 +113,9 @@ def dumps_either(obj: Any, main: Optional[inherit.MainCode] = None,
     """
     by_reference, finder = pickled if pickled is not None else _by_reference(obj)
     if main is not None and by_reference is not None and finder.code:
-        known = [inherit.inherited_as(main, code) for code in finder.code]
-        if False in known:
+        if any(inherit.inherited_as(main, code) is False for code in finder.code):
             by_reference = None  # a worker's copy of that name is out of date
-        elif all(known) and (main.forked or all(map(inherit.rerun_defines, finder.code))):
-            # Forked workers have it; workers that run the script again define it.
+        elif all(inherit.workers_have(main, code) for code in finder.code):
             return by_reference
     import cloudpickle
 
