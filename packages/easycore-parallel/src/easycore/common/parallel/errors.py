@@ -23,6 +23,8 @@ import signal
 import traceback
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
+from ._lazy import exports
+
 __all__ = [
     "ParallelError",
     "RunnerClosedError",
@@ -444,11 +446,7 @@ class QueuePeerDiedError(ParallelError):
         return (QueuePeerDiedError, (str(self), self.pid))
 
 
-def __getattr__(name: str) -> Any:
-    # The two classes that are the stdlib pool's own (``pool_errors``): imported
-    # when asked for, so that what uses no Pool never imports ``multiprocessing.pool``.
-    if name in ("RemoteTraceback", "ResultEncodingError"):
-        from . import pool_errors
-
-        return getattr(pool_errors, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The two classes that are the stdlib pool's own (``pool_errors``): imported when
+# asked for, so that what uses no Pool never imports ``multiprocessing.pool``.
+__getattr__, __dir__ = exports(__name__, dict.fromkeys(
+    ("RemoteTraceback", "ResultEncodingError"), f"{__package__}.pool_errors"))

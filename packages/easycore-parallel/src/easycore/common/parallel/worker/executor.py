@@ -407,13 +407,9 @@ def _drop_unencodable(results: List[Any]) -> List[ItemFailure]:
             # Out-of-band buffers (arrays) are not copied: only whether it pickles counts.
             pickle.dumps(value, protocol=5, buffer_callback=lambda _: True)
         except Exception as exc:  # noqa: BLE001 - a value's __reduce__ may raise anything
+            from ..pool_errors import ResultEncodingError  # (rare: imported when needed)
+
             results[i] = None
             failures.append(ItemFailure(i, ErrorReport.capture(
-                "sending results", _encoding_error(exc, value))))
+                "sending results", ResultEncodingError.of(exc, value))))
     return failures
-
-
-def _encoding_error(exc: BaseException, value: object) -> BaseException:
-    from ..pool_errors import ResultEncodingError  # (rare: a worker imports it when needed)
-
-    return ResultEncodingError.of(exc, value)
