@@ -30,7 +30,9 @@ import pickle
 import signal
 import socket
 import struct
+import sys
 import threading
+import time
 import weakref
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
@@ -38,12 +40,52 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import lifeline
 
-__all__ = ["Zygote", "ZygoteChild", "ZygoteGone"]
+__all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "settle_ended_threads"]
 
 _LEN = struct.Struct("!Q")
 _CODE = struct.Struct("!i")
 #: a worker whose exit code never came (the zygote died first): reported as killed
 _LOST = -int(getattr(signal, "SIGKILL", 9))
+
+
+#: OS threads of this process that outlived a settle: a library's own (a
+#: native thread pool, say), not ending; never waited for again
+_staying: set = set()
+
+
+def settle_ended_threads(limit: float = 0.02) -> None:
+    """Before a fork from a process whose Python threads all ended: let their OS
+    threads finish ending.
+
+    Before CPython 3.13, ``Thread.join`` returns once the thread's Python code
+    is done, a few microseconds before the kernel's thread is gone: a fork
+    right then (a pool started just after the user joined a thread, or after
+    easycore's launcher retired) came from a process the kernel still counted
+    as multi-threaded, and 3.12 warned (after 22 of 3,000 joins on the 2-core VM).
+    Nothing can wait for that end (3.13's join does), so the task list is
+    read until they are gone, at most ``limit`` seconds; a thread still there
+    then is not ending and is not waited for again. Live Python threads: a
+    fork warns whatever this does, nothing to wait for.
+
+    Args:
+        limit (float): the longest wait, in seconds.
+    """
+    if sys.version_info >= (3, 13) or not sys.platform.startswith("linux"):
+        return
+    if threading.active_count() > 1:
+        return
+    me = str(threading.get_native_id())
+    try:
+        ending = set(os.listdir("/proc/self/task")) - _staying - {me}
+        deadline = time.monotonic() + limit
+        while ending and time.monotonic() < deadline:
+            # A poll, not a join: no call waits for a kernel thread's end here.
+            # Short sleeps leave the CPU to the thread that is ending.
+            time.sleep(0.0002)
+            ending &= set(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: nothing to read, fork as before
+        return
+    _staying.update(ending)
 
 
 class ZygoteGone(OSError):
@@ -114,6 +156,7 @@ class Zygote:
             start (callable): ``start(process)`` starts a process (the back-end's
                 way: from a thread that lives as long as the caller, SIGINT blocked).
         """
+        settle_ended_threads()
         ours, theirs = socket.socketpair()
         self._sock: Optional[socket.socket] = ours
         self._lock = threading.Lock()  # one request at a time
