@@ -151,10 +151,11 @@ def check_leaks(
         allowed_threads: names of threads that may be new (made once per process).
         allowed_thread: a predicate for other such threads.
         fds: also check this process's file descriptors (Linux); starts the resource
-            tracker first (its pipe lives as long as the process) and collects garbage
-            before looking (a worker's sentinel closes when its Process is collected).
-        process_wide_fds: callables naming descriptors that may be new, asked after
-            the block (e.g. :func:`forkserver_fd`).
+            tracker first (its pipe lives as long as the process), allows the
+            forkserver's liveness pipe (the same) and collects garbage before
+            looking (a worker's sentinel closes when its Process is collected).
+        process_wide_fds: callables naming other descriptors that may be new, asked
+            after the block (e.g. :func:`resource_sharer_fds`).
         allowed_fd_target: a predicate on a new descriptor's ``readlink`` target.
         empty_dir: a directory that must hold no file afterwards (services' sockets).
         process_grace: seconds to wait for strays to go: calls join everything before
@@ -193,6 +194,9 @@ def check_leaks(
     if fds:
         gc.collect()  # a failed call's traceback may hold a sentinel in a cycle
         leaked_fds = open_fds() - fds_before
+        # The forkserver is started once per interpreter, by whichever test first
+        # takes it (the default start method of Python 3.14): its pipe is no leak.
+        leaked_fds -= forkserver_fd()
         for allowance in process_wide_fds:
             leaked_fds -= allowance()
         if allowed_fd_target is not None:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from leaks import check_leaks, forkserver_fd
+from leaks import check_leaks
 
 HERE = Path(__file__).resolve().parent
 # Read by Ray when it is imported (the Ray tests import it at collection), as
@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 @pytest.fixture
 def no_leaks():
     """Fail the test if it leaves processes, threads, shared memory or descriptors behind."""
-    with check_leaks(fds=True, process_wide_fds=(forkserver_fd,)):
+    with check_leaks(fds=True):
         yield
 
 

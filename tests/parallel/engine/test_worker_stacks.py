@@ -23,7 +23,7 @@ import time
 
 import pytest
 from _stack_funcs import StuckAtEnd, StuckRunner, spin_in_c, stuck_on, wait_here
-from leaks import check_leaks, forkserver_fd
+from leaks import check_leaks
 
 from easycore.common.parallel import (
     BackgroundTask,
@@ -46,8 +46,7 @@ METHODS = ["fork", "forkserver", "spawn"]
 @pytest.fixture
 def no_leaks():
     """No process, thread, segment or descriptor left (the dump files included)."""
-    with check_leaks(shm=("ecp-{pid:x}-",), fds=True,
-                     process_wide_fds=(forkserver_fd,)):
+    with check_leaks(shm=("ecp-{pid:x}-",), fds=True):
         yield
     assert not glob.glob(os.path.join(tempfile.gettempdir(), f"easycore-stack-{os.getpid()}-*"))
 
