@@ -171,3 +171,27 @@ lifeline.detach_from_forkserver()
 print(json.dumps({"ok": True}))
 """
     assert run_without(code) == {"ok": True}
+
+
+def test_an_executors_task_error_keeps_its_traceback_without_the_private_cause_class():
+    # The executor raises a task's error from concurrent.futures' own (private)
+    # _RemoteTraceback, so that code matching the stdlib's cause keeps working; a
+    # standard library without that name gets a cause of the same shape.
+    code = """
+import json
+from concurrent.futures import process
+stdlib_cause = process._RemoteTraceback
+del process._RemoteTraceback
+from easycore.common.parallel import Executor
+with Executor(1, start_method="fork") as executor:
+    try:
+        executor.submit(int, "not a number").result(timeout=60)
+    except ValueError as err:
+        cause = err.__cause__
+print(json.dumps({"stdlib": isinstance(cause, stdlib_cause), "tb": cause.tb, "str": str(cause),
+                  "text": cause.text}))
+"""
+    report = run_without(code)
+    assert report["stdlib"] is False
+    assert "invalid literal for int()" in report["tb"]
+    assert report["str"] == report["tb"] == report["text"]

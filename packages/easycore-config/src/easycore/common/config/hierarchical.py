@@ -6,7 +6,7 @@ import errno
 import math
 import os
 import stat
-from _collections_abc import Mapping  # collections.abc without importing `collections`
+from collections.abc import Mapping
 
 from .errors import ConfigError, ConfigFileNotFoundError
 from .files import describe_mode, refuse_url, url_scheme

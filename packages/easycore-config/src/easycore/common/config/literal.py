@@ -13,8 +13,7 @@ something else are quoted (the dumper does that, see `yaml_dialect`).
 
 from __future__ import annotations
 
-# collections.abc without importing `collections` (see node.py)
-from _collections_abc import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError
 from .yaml_io import MAX_DEPTH

@@ -23,10 +23,7 @@ Imports are kept to the standard library's lightest modules: PyYAML, `ast`,
 from __future__ import annotations
 
 import os
-
-# collections.abc is `from _collections_abc import *` behind the import of the
-# whole `collections` package; the interpreter has already loaded this one.
-from _collections_abc import Mapping
+from collections.abc import Mapping
 
 from . import files, yaml_io
 from .errors import ConfigError, ConfigKeyError, FrozenError, UnknownOverrideKeyError

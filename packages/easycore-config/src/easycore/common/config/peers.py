@@ -22,8 +22,7 @@ pickles and lazy copies carry it without sharing anything that can change.
 
 from __future__ import annotations
 
-# collections.abc without importing `collections` (see node.py)
-from _collections_abc import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError, ConfigKeyError
 

@@ -31,7 +31,8 @@ import pickle
 import threading
 import time
 import weakref
-from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
+from concurrent.futures import process as _cf_process
+from concurrent.futures.process import BrokenProcessPool
 from typing import (
     Any,
     Callable,
@@ -69,7 +70,21 @@ _draining: Dict[int, threading.Thread] = {}  # pools shut down without waiting
 _registry_lock = threading.Lock()
 
 _BROKEN_TYPES: Dict[Tuple[type, type], type] = {}
-_FuturesRemoteTraceback: Any = _RemoteTraceback  # (typeshed wants a traceback; it takes text)
+
+
+class _TextTraceback(Exception):
+    """A worker's traceback as an exception's cause, its text in ``tb`` (the stdlib's shape)."""
+
+    def __init__(self, tb: str) -> None:
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+# The cause concurrent.futures' own executor raises from, so that code matching it keeps
+# working; a private name, so a standard library without it gets one of the same shape.
+_FuturesRemoteTraceback: Any = getattr(_cf_process, "_RemoteTraceback", _TextTraceback)
 
 
 def broken_pool_error(error: BaseException, kinds: Tuple[type, ...] = (WorkerDiedError,),
