@@ -158,3 +158,24 @@ def test_every_public_name_is_importable_and_listed():
         ecp.NoSuchName  # noqa: B018
     with pytest.raises(ImportError):
         exec("from easycore.common.parallel import NoSuchName", {})
+
+
+def test_a_name_whose_module_fails_to_import_says_why():
+    # An AttributeError while a lazily exported name's module is imported (a dependency
+    # of another version, say) must not read as "cannot import name 'Executor'": here
+    # concurrent.futures, which easycore's Executor is built on, cannot import.
+    code = textwrap.dedent("""
+        import threading
+        del threading._register_atexit  # concurrent.futures registers its exit with it
+        try:
+            from easycore.common.parallel import Executor
+        except ImportError as exc:
+            print(type(exc.__cause__).__name__, "|", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    cause, _, message = done.stdout.strip().partition(" | ")
+    assert cause == "AttributeError"
+    assert "'Executor'" in message and "easycore.common.parallel.futures" in message
+    assert "_register_atexit" in message

@@ -32,7 +32,15 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        try:
+            defining = importlib.import_module(module, package)
+        except AttributeError as exc:
+            # Raised from here as it is, ``from package import name`` would say
+            # only "cannot import name": the module's own failure (a dependency
+            # of the wrong version, say) is what needs fixing.
+            raise ImportError(f"cannot import {name!r} from {package!r}: importing "
+                              f"{package}{module} failed: {exc!r}", name=package) from exc
+        value = getattr(defining, name)
         setattr(sys.modules[package], name, value)
         return value
 
