@@ -58,10 +58,11 @@ def settle_ended_threads(limit: float = 0.02) -> None:
     threads finish ending.
 
     Before CPython 3.13, ``Thread.join`` returns once the thread's Python code
-    is done, a few microseconds before the kernel's thread is gone: a fork
+    is done, a moment before the kernel's thread is gone: a fork
     right then (a pool started just after the user joined a thread, or after
     easycore's launcher retired) came from a process the kernel still counted
-    as multi-threaded, and 3.12 warned (after 22 of 3,000 joins on the 2-core VM).
+    as multi-threaded, and 3.12 warned (after 22 of 3,000 joins on the 2-core VM;
+    the end took up to 5 ms there idle, 16 ms with the CPUs busy).
     Nothing can wait for that end (3.13's join does), so the task list is
     read until they are gone, at most ``limit`` seconds; a thread still there
     then is not ending and is not waited for again. Live Python threads: a
