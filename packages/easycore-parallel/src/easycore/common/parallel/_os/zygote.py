@@ -48,9 +48,26 @@ _CODE = struct.Struct("!i")
 _LOST = -int(getattr(signal, "SIGKILL", 9))
 
 
-#: OS threads of this process that outlived a settle: a library's own (a
-#: native thread pool, say), not ending; never waited for again
+#: OS threads of this process that are not Python's: a library's own (a native
+#: thread pool, say), not ending; never waited for. Those already running when
+#: this module is imported (NumPy's BLAS pool, imported first), then any that
+#: outlived a settle.
 _staying: set = set()
+
+
+def _native_threads() -> set:
+    """This process's OS threads that no Python thread runs on (Linux; else empty)."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    try:
+        tasks = set(os.listdir("/proc/self/task"))
+    except OSError:
+        return set()
+    return tasks - {str(t.native_id) for t in threading.enumerate()}
+
+
+if sys.version_info < (3, 13):
+    _staying.update(_native_threads())
 
 
 def settle_ended_threads(limit: float = 0.02) -> None:
