@@ -179,3 +179,19 @@ def test_a_name_whose_module_fails_to_import_says_why():
     assert cause == "AttributeError"
     assert "'Executor'" in message and "easycore.common.parallel.futures" in message
     assert "_register_atexit" in message
+    # A name whose module is given absolute (errors' pool classes) says its path once.
+    code = textwrap.dedent("""
+        import multiprocessing.pool
+        del multiprocessing.pool.MaybeEncodingError
+        try:
+            from easycore.common.parallel.errors import ResultEncodingError
+        except ImportError as exc:
+            print(type(exc.__cause__).__name__, "|", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    cause, _, message = done.stdout.strip().partition(" | ")
+    assert cause == "AttributeError"
+    assert "importing easycore.common.parallel.pool_errors failed" in message
+    assert "MaybeEncodingError" in message

@@ -38,8 +38,11 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
             # Raised from here as it is, ``from package import name`` would say
             # only "cannot import name": the module's own failure (a dependency
             # of the wrong version, say) is what needs fixing.
+            from importlib.util import resolve_name  # (the error's path only)
+
+            where = resolve_name(module, package)  # relative (".futures") or absolute
             raise ImportError(f"cannot import {name!r} from {package!r}: importing "
-                              f"{package}{module} failed: {exc!r}", name=package) from exc
+                              f"{where} failed: {exc!r}", name=package) from exc
         value = getattr(defining, name)
         setattr(sys.modules[package], name, value)
         return value
