@@ -55,19 +55,16 @@ _LOST = -int(getattr(signal, "SIGKILL", 9))
 _staying: set = set()
 
 
-def _native_threads() -> set:
-    """This process's OS threads that no Python thread runs on (Linux; else empty)."""
-    if not sys.platform.startswith("linux"):
-        return set()
+def _tasks() -> set:
+    """The ids of this process's OS threads (Linux's ``/proc``; elsewhere, none)."""
     try:
-        tasks = set(os.listdir("/proc/self/task"))
+        return set(os.listdir("/proc/self/task"))
     except OSError:
         return set()
-    return tasks - {str(t.native_id) for t in threading.enumerate()}
 
 
 if sys.version_info < (3, 13):
-    _staying.update(_native_threads())
+    _staying.update(_tasks() - {str(t.native_id) for t in threading.enumerate()})
 
 
 def settle_ended_threads(limit: float = 0.02) -> None:
@@ -88,21 +85,15 @@ def settle_ended_threads(limit: float = 0.02) -> None:
     Args:
         limit (float): the longest wait, in seconds.
     """
-    if sys.version_info >= (3, 13) or not sys.platform.startswith("linux"):
+    if sys.version_info >= (3, 13) or threading.active_count() > 1:
         return
-    if threading.active_count() > 1:
-        return
-    me = str(threading.get_native_id())
-    try:
-        ending = set(os.listdir("/proc/self/task")) - _staying - {me}
-        deadline = time.monotonic() + limit
-        while ending and time.monotonic() < deadline:
-            # A poll, not a join: no call waits for a kernel thread's end here.
-            # Short sleeps leave the CPU to the thread that is ending.
-            time.sleep(0.0002)
-            ending &= set(os.listdir("/proc/self/task"))
-    except OSError:  # no /proc: nothing to read, fork as before
-        return
+    ending = _tasks() - _staying - {str(threading.get_native_id())}  # (no /proc: none)
+    deadline = time.monotonic() + limit
+    while ending and time.monotonic() < deadline:
+        # A poll, not a join: no call waits for a kernel thread's end here.
+        # Short sleeps leave the CPU to the thread that is ending.
+        time.sleep(0.0002)
+        ending &= _tasks()
     _staying.update(ending)
 
 
