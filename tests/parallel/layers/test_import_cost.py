@@ -160,11 +160,20 @@ def test_every_public_name_is_importable_and_listed():
         exec("from easycore.common.parallel import NoSuchName", {})
 
 
+def _import_failure(code: str) -> tuple:
+    """Run ``code`` (which prints an ImportError's cause type and message) fresh; both."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    cause, _, message = done.stdout.strip().partition(" | ")
+    return cause, message
+
+
 def test_a_name_whose_module_fails_to_import_says_why():
     # An AttributeError while a lazily exported name's module is imported (a dependency
     # of another version, say) must not read as "cannot import name 'Executor'": here
     # concurrent.futures, which easycore's Executor is built on, cannot import.
-    code = textwrap.dedent("""
+    cause, message = _import_failure("""
         import threading
         del threading._register_atexit  # concurrent.futures registers its exit with it
         try:
@@ -172,15 +181,11 @@ def test_a_name_whose_module_fails_to_import_says_why():
         except ImportError as exc:
             print(type(exc.__cause__).__name__, "|", exc)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    cause, _, message = done.stdout.strip().partition(" | ")
     assert cause == "AttributeError"
     assert "'Executor'" in message and "easycore.common.parallel.futures" in message
     assert "_register_atexit" in message
     # A name whose module is given absolute (errors' pool classes) says its path once.
-    code = textwrap.dedent("""
+    cause, message = _import_failure("""
         import multiprocessing.pool
         del multiprocessing.pool.MaybeEncodingError
         try:
@@ -188,10 +193,6 @@ def test_a_name_whose_module_fails_to_import_says_why():
         except ImportError as exc:
             print(type(exc.__cause__).__name__, "|", exc)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    cause, _, message = done.stdout.strip().partition(" | ")
     assert cause == "AttributeError"
     assert "importing easycore.common.parallel.pool_errors failed" in message
     assert "MaybeEncodingError" in message
