@@ -101,6 +101,7 @@ def test_a_group_that_cannot_form_names_the_step(no_leaks):
     assert f"rank {err.rank} of 2" in str(err) and "MPI" in str(err)
 
 
+@pytest.mark.forks_with_threads  # each call starts its ranks from a thread of the test's
 def test_two_calls_at_once_do_not_collide(no_leaks):
     results: dict = {}
     errors: list = []

@@ -228,6 +228,7 @@ def test_ctx_starmap(no_leaks):
     _close(pool)
 
 
+@pytest.mark.forks_with_threads  # the second pool starts while the first one's threads run
 def test_multiple_ctx_map(no_leaks):
     pool = _ctx_pool(processes=2, worker_contexts=[0, 1])
     pool2 = _ctx_pool(processes=2, worker_contexts=[2, 3])

@@ -12,12 +12,15 @@ from queue_support import check_room_before_memory
 
 from easycore.torch.parallel import Pool, Queue, TensorTransport
 
+# The queue's server threads run while the test's fork workers start.
+FORK = pytest.param("fork", marks=pytest.mark.forks_with_threads)
+
 
 def _segments(q):
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith(q._prefix))
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("start_method", [FORK, "spawn"])
 def test_tensors_to_a_worker_and_back(no_leaks, start_method):
     big = torch.arange(1 << 20, dtype=torch.float32).reshape(1024, 1024)
     sent = [
@@ -42,7 +45,7 @@ def test_tensors_to_a_worker_and_back(no_leaks, start_method):
     assert _segments(inbox) == [] and _segments(outbox) == []
 
 
-@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("start_method", [FORK, "forkserver", "spawn"])
 def test_maxsize_bounds_a_producers_shared_memory(start_method):
     """Issue 34 item 3, the torch variant: 117 tensors in /dev/shm through maxsize=4."""
     with Queue(maxsize=4) as q:

@@ -59,7 +59,8 @@ KINDS = {f"Process{m.capitalize()}": ("processes", functools.partial(_process_po
                                       [pytest.mark.forks_with_threads] if m == "fork" else [])
          for m in METHODS}
 KINDS["Thread"] = ("threads", _thread_pool, [])
-KINDS["Torch"] = ("processes", _torch_pool, [needs("torch", "easycore.torch")])
+KINDS["Torch"] = ("processes", _torch_pool, [needs("torch", "easycore.torch")] + (
+    [pytest.mark.forks_with_threads] if "fork" in METHODS else []))
 
 
 def _install() -> None:
