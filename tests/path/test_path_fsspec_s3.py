@@ -1,6 +1,7 @@
 """FsspecPathHandler against a real S3 endpoint on 127.0.0.1: moto's server mode, reached
 through s3fs (nothing of fsspec or s3fs is mocked)."""
 
+import gc
 import hashlib
 import json
 import logging
@@ -35,12 +36,48 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def endpoint():
-    """moto's S3 in a thread of this process, on a free loopback port."""
+    """moto's S3 in a thread of this process, on a free loopback port; fsspec's own loop
+    thread, which s3fs starts, ends with it."""
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    before = _manager._handlers.get("s3://")
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        try:
+            # The tests' handler goes (as the module found it: none, until first use).
+            if before is None:
+                _manager._handlers.pop("s3://", None)
+            else:
+                _manager._handlers["s3://"] = before
+            _manager._prefixes = tuple(sorted(_manager._handlers, key=len, reverse=True))
+            _end_fsspec_loop()
+        finally:
+            server.stop()
+
+
+def _end_fsspec_loop() -> None:
+    """End the event loop thread (and its executor's) that fsspec runs its async
+    filesystems on for the rest of the process: a later suite's fork must not come from
+    a process with threads (tests/fork_warnings.py). The next use starts a new one."""
+    import asyncio
+
+    import s3fs
+    from fsspec import asyn
+
+    loop, thread = asyn.loop[0], asyn.iothread[0]
+    if loop is None or thread is None:
+        return
+    # Unreferenced, each instance's finalizer closes its session on the loop, still running.
+    s3fs.S3FileSystem.clear_instance_cache()
+    gc.collect()
+    asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(30)
+    assert not thread.is_alive(), "fsspec's loop thread did not end"
+    loop.close()
+    asyn.reset_lock()  # fsspec's own reset (made for forked children): a new loop next time
 
 
 def options(endpoint: str, secret: str = SECRET, key: str = KEY) -> dict:
