@@ -9,11 +9,12 @@ recording) and fails the phase that forked so. A test that forks while threads
 run on purpose (the case it tests) is marked ``forks_with_threads``.
 
 Before 3.12 (CI's main run, and the only Python the torch and distributed
-suites run on), an ``os.register_at_fork`` hook notes each fork made while
-another Python thread runs, as the same warning. It cannot see a native
-library's threads (3.12 counts the kernel's), and it leaves out
-``multiprocessing.resource_sharer``'s thread, which torch's own tensor sharing
-starts and keeps (as the leak checks do).
+suites run on), an ``os.register_at_fork`` hook notes each ``os.fork`` made
+while another Python thread runs, as the same warning (not a subprocess's
+fork for its ``preexec_fn``, which CPython does not warn about either). It
+cannot see a native library's threads (3.12 counts the kernel's), and it
+leaves out ``multiprocessing.resource_sharer``'s thread, which torch's own
+tensor sharing starts and keeps (as the leak checks do).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import subprocess
 import sys
 import threading
 import warnings
@@ -40,12 +42,14 @@ def _note_fork() -> None:
     """``os.register_at_fork``'s ``before``: note a fork while another Python thread runs."""
     from leaks import resource_sharer_thread
 
+    frame = sys._getframe(1)
+    if frame.f_code.co_filename == subprocess.__file__:
+        return  # a subprocess with a preexec_fn: exec follows, and CPython does not warn
     me = threading.current_thread()
     others = [t.name for t in threading.enumerate()
               if t is not me and not resource_sharer_thread(t)]
     if not others and me is threading.main_thread():
         return
-    frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename == os.__file__
                                  or frame.f_code.co_filename.startswith(_MULTIPROCESSING)):
         frame = frame.f_back  # the code that asked for the fork

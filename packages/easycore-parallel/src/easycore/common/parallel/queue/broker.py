@@ -130,8 +130,9 @@ class Broker(Handler):
         self.open = True
         self.deaths = 0  # processes that ended without closing their end
         self.last_death: Tuple[str, int] = ("a process using the queue died", 0)
-        self.unreported = False  # a death no get was waiting to hear of
-        self.local_getters = 0
+        # Deaths some get was told of: a get on the empty queue is told of the last death
+        # while fewer were (a get waiting at a death is told too, once the queue is empty).
+        self.reported = 0
         self.gets: Deque[_Ask] = collections.deque()
         self.rooms: Deque[_Ask] = collections.deque()
         self.held: Deque[Peer] = collections.deque()
@@ -203,24 +204,20 @@ class Broker(Handler):
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             deaths = self.deaths
-            self.local_getters += 1
-            try:
-                while not self.items:
-                    if not self.open:
-                        raise QueueClosedError("the queue was closed")
-                    if self.unreported or self.deaths != deaths:
-                        self.unreported = False
-                        raise QueuePeerDiedError(*self.last_death)
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if not block or (remaining is not None and remaining <= 0):
-                        raise _stdqueue.Empty("the queue is empty")
-                    self.cond.wait(_POLL if remaining is None else min(_POLL, remaining))
-                payload = self.items.popleft()
-                self.cond.notify_all()
-                self._kick()
-                return payload
-            finally:
-                self.local_getters -= 1
+            while not self.items:
+                if not self.open:
+                    raise QueueClosedError("the queue was closed")
+                if self.reported < self.deaths or self.deaths != deaths:
+                    self.reported = self.deaths
+                    raise QueuePeerDiedError(*self.last_death)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not block or (remaining is not None and remaining <= 0):
+                    raise _stdqueue.Empty("the queue is empty")
+                self.cond.wait(_POLL if remaining is None else min(_POLL, remaining))
+            payload = self.items.popleft()
+            self.cond.notify_all()
+            self._kick()
+            return payload
 
     def qsize(self) -> int:
         with self.cond:
@@ -317,8 +314,8 @@ class Broker(Handler):
             elif kind == "get":
                 if self.items:
                     self._send_item(peer, rid)
-                elif self.unreported:
-                    self.unreported = False
+                elif self.reported < self.deaths:
+                    self.reported = self.deaths
                     peer.send(dumps(("died", rid, *self.last_death)))
                 elif not block or (deadline is not None and deadline <= time.monotonic()):
                     peer.send(dumps(("empty", rid)))
@@ -430,13 +427,14 @@ class Broker(Handler):
         self.last_death = (
             f"process {pid} ended without closing its end of the queue (killed or crashed); "
             "items it would have put may never come", pid)
-        waiting = bool(self.local_getters or self.gets)
-        # Every get waiting on the empty queue now is told; if none waits, the next one is.
-        self.unreported = not waiting
-        if not self.items:
+        # Every get waiting on the empty queue now is told (one here waits on the condition
+        # and sees ``deaths`` change); if none is, because none waits or the queue has items
+        # that it takes, the next get on the empty queue is (``reported``).
+        if not self.items and self.gets:
             while self.gets:
                 ask = self.gets.popleft()
                 ask.peer.send(dumps(("died", ask.rid, *self.last_death)))
+            self.reported = self.deaths
 
     def crashed(self) -> None:
         """The server's loop crashed: the queue is closed for everyone."""
