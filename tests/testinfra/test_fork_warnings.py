@@ -19,8 +19,18 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
 
-CASES = """
+FORK = """
 import os
+
+
+def fork_and_reap():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+CASES = FORK + """
 import threading
 
 import pytest
@@ -32,10 +42,7 @@ def fork_while(thread_runs):
     if thread_runs:
         thread.start()
     try:
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+        fork_and_reap()
     finally:
         stop.set()
         if thread_runs:
@@ -98,9 +105,7 @@ def test_a_fork_from_a_process_with_threads_fails_its_test_unless_marked(cases):
     assert "fork(s) from a process with threads" in out.stdout
 
 
-SHARER_CASE = """
-import os
-
+SHARER_CASE = FORK + """
 from multiprocessing import resource_sharer
 
 
@@ -108,10 +113,7 @@ def test_fork_while_the_resource_sharer_runs():
     r, w = os.pipe()
     try:
         resource_sharer.DupFd(r)  # starts its thread, kept (as torch's sharing does)
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+        fork_and_reap()
     finally:
         resource_sharer.stop()
         os.close(r)
