@@ -29,10 +29,11 @@ How it works:
   costs the caller its timeout, and what it gave up on is cancelled, not
   lost).
 * **Death**: a process whose connection ends without saying goodbye (killed,
-  crashed) is recorded: every ``get`` waiting on the empty queue then, and the
-  next one to find it empty, raises
+  crashed) is recorded: every ``get`` waiting on the empty queue then raises
   [`QueuePeerDiedError`][easycore.common.parallel.QueuePeerDiedError] naming
-  its pid, instead of waiting for items that may never come. In other
+  its pid, instead of waiting for items that may never come; if no ``get``
+  was told (none waited, or the one waiting took the dead producer's last
+  item), the next one to find the queue empty is. In other
   processes, a queue whose owner died or closed it raises
   [`QueueClosedError`][easycore.common.parallel.QueueClosedError].
 * **No leaks, no lost items**: every segment's name is registered with the
