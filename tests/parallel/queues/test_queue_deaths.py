@@ -114,7 +114,7 @@ def test_a_death_while_another_processs_get_is_served_an_item_is_told_to_its_nex
     # served the item at the next tick, and its next get is told.
     broker = _broker()
     consumer = _Peer(1111)
-    broker.gets.append(_Ask(consumer, 1, None, None, broker.deaths))
+    broker.gets.append(_Ask(consumer, 1, None, None))
     _dies(broker, _Peer(4242), with_item=("plain", 1))
     broker.tick(0.0)
     broker._ask(consumer, consumer.data, 2, "get", True, None, None)
@@ -125,7 +125,7 @@ def test_a_death_while_another_processs_get_is_served_an_item_is_told_to_its_nex
 def test_a_parked_get_on_the_empty_queue_is_told_at_once_and_only_once():
     broker = _broker()
     consumer = _Peer(1111)
-    broker.gets.append(_Ask(consumer, 1, None, None, broker.deaths))
+    broker.gets.append(_Ask(consumer, 1, None, None))
     _dies(broker, _Peer(4242))
     assert [m[:2] for m in consumer.sent] == [("died", 1)]
     broker._ask(consumer, consumer.data, 2, "get", False, None, None)

@@ -88,15 +88,13 @@ def discard(payload: Any) -> None:
 class _Ask:
     """A parked request: a ``get`` or a reservation of room, waiting."""
 
-    __slots__ = ("arg", "deadline", "deaths", "peer", "rid")
+    __slots__ = ("arg", "deadline", "peer", "rid")
 
-    def __init__(self, peer: Peer, rid: int, deadline: Optional[float], arg: Any,
-                 deaths: int) -> None:
+    def __init__(self, peer: Peer, rid: int, deadline: Optional[float], arg: Any) -> None:
         self.peer = peer
         self.rid = rid
         self.deadline = deadline
         self.arg = arg
-        self.deaths = deaths
 
 
 class _Client:
@@ -320,14 +318,14 @@ class Broker(Handler):
                 elif not block or (deadline is not None and deadline <= time.monotonic()):
                     peer.send(dumps(("empty", rid)))
                 else:
-                    self.gets.append(_Ask(peer, rid, deadline, arg, self.deaths))
+                    self.gets.append(_Ask(peer, rid, deadline, arg))
             elif kind == "room":
                 if self._room():
                     self._grant(peer, rid, arg)
                 elif not block or (deadline is not None and deadline <= time.monotonic()):
                     peer.send(dumps(("full", rid)))
                 else:
-                    self.rooms.append(_Ask(peer, rid, deadline, arg, self.deaths))
+                    self.rooms.append(_Ask(peer, rid, deadline, arg))
             elif kind == "names":
                 names = [self._hand_out(client) for _ in range(max(1, min(int(arg), 64)))]
                 peer.send(dumps(("names", rid, names)))
