@@ -48,13 +48,18 @@ def endpoint():
         try:
             # The tests' handler goes (as the module found it: none, until first use).
             if before is None:
-                _manager._handlers.pop("s3://", None)
+                _forget_s3_handler()
             else:
-                _manager._handlers["s3://"] = before
-            _manager._prefixes = tuple(sorted(_manager._handlers, key=len, reverse=True))
+                PathManager.register(before, override=True)
             _end_fsspec_loop()
         finally:
             server.stop()
+
+
+def _forget_s3_handler() -> None:
+    """No handler for ``s3://``: the next use registers one, as in a fresh process."""
+    _manager._handlers.pop("s3://", None)
+    _manager._prefixes = tuple(p for p in _manager._prefixes if p != "s3://")
 
 
 def _end_fsspec_loop() -> None:
@@ -366,8 +371,7 @@ def test_s3_registers_on_first_use_from_the_environment(endpoint, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    _manager._handlers.pop("s3://", None)
-    _manager._prefixes = tuple(p for p in _manager._prefixes if p != "s3://")
+    _forget_s3_handler()
     bucket = f"auto-{uuid.uuid4().hex[:10]}"
     PathManager.makedirs(f"s3://{bucket}")
     write(f"s3://{bucket}/x", b"auto")
