@@ -74,6 +74,10 @@ class Batches:
 
 if __name__ == "__main__":
     method, kind = sys.argv[1], sys.argv[2]
+    # A caller with a tracker from the start, so that every worker has names
+    # before its first result (under fork the tracker otherwise starts once a
+    # worker asks for names: test_shm_tracker_lazily.py).
+    shm.ensure_tracker()
     report = {"kind": kind, "pid": os.getpid()}
     if kind == "runner":
         runner = Arrays(2, start_method=method)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from easycore.common.parallel import Pool, WorkerError
+from easycore.common.config import CfgNode
+from easycore.common.parallel import UnorderedRunner, WorkerError
 from easycore.common.parallel.transport import shm
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "shm_churn.py"
@@ -52,33 +53,43 @@ def test_opening_a_removed_segment_says_which_one_vanished():
 
 
 class _Owner:
-    """Holds whose progress segments a forked worker removes; while it lives."""
+    """Holds whose segments a forked worker removes; while it lives."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
 
-def _remove_progress_at_boot(owner: _Owner) -> None:
-    """An after-fork hook: the forked worker removes its pool's progress segment
-    before it opens it (what another process deleting /dev/shm entries does)."""
-    prefix = f"ecs-{owner.pid:x}-"
+def _remove_segments_at_boot(owner: _Owner) -> None:
+    """An after-fork hook: the forked worker removes its runner's segments (the
+    cfg's) before it opens them (what another process deleting /dev/shm entries
+    does)."""
     for entry in os.listdir("/dev/shm"):
-        if entry.startswith(prefix):
+        # ecp-<pid>-...: easycore-parallel's; ect-<pid>-... once torch is loaded
+        # (the default policy then moves tensors with easycore-torch's transport)
+        if entry.startswith("ec") and entry.split("-")[1:2] == [f"{owner.pid:x}"]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/{entry}")
+
+
+class _Echo(UnorderedRunner):
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return data
 
 
 def test_a_worker_whose_segment_vanished_names_it(no_leaks):
     owner = _Owner(os.getpid())
     # The registry holds `owner` weakly (and the function, a module global,
     # strongly): the hook is gone with `owner`, for every later fork.
-    util.register_after_fork(owner, _remove_progress_at_boot)
+    util.register_after_fork(owner, _remove_segments_at_boot)
+    cfg = CfgNode({"table": bytearray(1 << 20)})  # big: the workers map its segment
     try:
-        with pytest.raises(WorkerError) as info:
-            Pool(1, start_method="fork")
+        with pytest.raises(WorkerError) as info, _Echo(devices=1, cfg=cfg,
+                                                        start_method="fork") as runner:
+            runner([1])
     finally:
         del owner
         gc.collect()
-    assert not any(f is _remove_progress_at_boot for _, _, f in list(util._afterfork_registry))
+    assert not any(f is _remove_segments_at_boot for _, _, f in list(util._afterfork_registry))
     message = str(info.value)
-    assert "vanished" in message and "item slots" in message and "'/ecs-" in message
+    assert "vanished" in message and "the cfg" in message and "'/ec" in message

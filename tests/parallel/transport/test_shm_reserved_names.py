@@ -73,6 +73,10 @@ def halves(no_leaks, books):
     """A caller half and a worker half (as a worker unpickles it), after the first message."""
     caller = SharedMemoryTransport(threshold=1024)
     caller.prepare()
+    # A caller with a tracker (one that registered a name before, or whose
+    # workers spawn): names come with the first message. Without one, they come
+    # once a worker asks (test_shm_tracker_lazily.py).
+    shm.ensure_tracker()
     worker = pickle.loads(pickle.dumps(caller))
     worker.bind_worker(0)
     first = caller.feedback(0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from easycore.common.parallel import SharedMemoryTransport
+from easycore.common.parallel.transport import shm
 from easycore.common.parallel.transport.shared_memory import CallerFeedback, WorkerFeedback
 from easycore.common.parallel.transport.shm import AVAILABLE
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason="no POSIX shared memory")
 def halves(no_leaks):
     caller = SharedMemoryTransport(threshold=1024)
     caller.prepare()
+    shm.ensure_tracker()  # a caller with a tracker: names come with the first message
     worker = pickle.loads(pickle.dumps(caller))  # what a worker gets: configuration only
     worker.bind_worker(0)
     first = caller.feedback(0)  # with the first message: a name for its own results

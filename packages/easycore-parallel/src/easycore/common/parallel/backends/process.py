@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import mmap
 import os
 import pickle
 import select
@@ -165,10 +166,11 @@ def _quietly(fn: Any, *args: Any) -> None:
 
 
 def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional[str],
-              inherited: Optional[inherit.Inherited] = None,
+              inherited: Tuple[inherit.Inherited, ...] = (),
               forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
-    inherit.release(inherited)  # no later fork needs it: let the program go
+    for ref in inherited:
+        inherit.release(ref)  # no later fork needs it: let the program go
     below: List[tuple] = []
     for h in handles:
         # Expected: an engine still pumping (a pool's coordinator at
@@ -228,6 +230,7 @@ class ProcessBackend(Backend):
         self._cfg_payload: Any = None
         self._item_slots_name: Optional[str] = None
         self._item_slots: Optional[ItemSlots] = None
+        self._item_slots_ref: Optional[inherit.Inherited] = None  # fork: the inherited mapping
         self._finalizer: Any = None
         self._closed = False
         # Under fork the program (and what it holds: a target's object, an
@@ -279,10 +282,17 @@ class ProcessBackend(Backend):
         startup.check_main_guard()  # a worker importing a script without the guard: exits
         if self._method == "forkserver":
             startup.warm_forkserver(self._ctx)
+        if self._method != "fork":
+            # The standard library starts the resource tracker for these workers
+            # anyway; started now, the workers get names for segments of their own
+            # from the first message (see ``shm.ensure_tracker``).
+            shm.ensure_tracker()
         self.transport.prepare()
         self.main_code = inherit.main_code(forked=self._method == "fork")
         if self._method == "fork":
             self._program_ref = inherit.keep(self._spec.program)
+            if self._spec.item_slots:
+                self._inherit_item_slots()
             if self._spec.threads is not None:
                 threads.prepare_fork()  # once per caller: the workers inherit the scan
             # Before any pipe of ours exists (the zygote holds none) and any
@@ -290,18 +300,18 @@ class ProcessBackend(Backend):
             try:
                 self._zygote = zygote.Zygote(self._ctx, _start_process)
             except BaseException:
-                inherit.release(self._program_ref)
+                self._release_inherited()
                 raise
         self._mux = Multiplexer()
         self._finalizer = util.Finalize(
             self, _kill_all,
-            args=(self._handles, self.transport, None, self._program_ref, self._zygote),
+            args=(self._handles, self.transport, None, self._inherited(), self._zygote),
             exitpriority=10
         )
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
             mm = None
-            if self._spec.item_slots and shm.AVAILABLE:
+            if self._spec.item_slots and self._item_slots is None and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
                 # A full /dev/shm: task timeouts then count per chunk.
                 with contextlib.suppress(shm.SharedMemoryFull):
@@ -312,7 +322,7 @@ class ProcessBackend(Backend):
                 self._finalizer.cancel()
                 self._finalizer = util.Finalize(
                     self, _kill_all, args=(self._handles, self.transport, name,
-                                           self._program_ref, self._zygote), exitpriority=10
+                                           self._inherited(), self._zygote), exitpriority=10
                 )
             for slot in range(len(self.devices)):
                 self._start_one(slot)
@@ -327,6 +337,26 @@ class ProcessBackend(Backend):
             self.abort()
             raise
 
+    def _inherit_item_slots(self) -> None:
+        """Item slots for forked workers: an anonymous shared mapping made before the
+        zygote, which every worker forked from here or from the zygote inherits.
+
+        It has no name, so nothing can leak it and no resource tracker needs to
+        know it (a tracker is a whole interpreter to start): it goes with the
+        last process that maps it.
+        """
+        mm = mmap.mmap(-1, ItemSlots.nbytes(len(self.devices)))
+        self._item_slots = ItemSlots(mm)
+        self._item_slots.clear(len(self.devices))
+        self._item_slots_ref = inherit.keep(mm)
+
+    def _inherited(self) -> Tuple[inherit.Inherited, ...]:
+        return tuple(r for r in (self._program_ref, self._item_slots_ref) if r is not None)
+
+    def _release_inherited(self) -> None:
+        for ref in self._inherited():
+            inherit.release(ref)
+
     def _start_one(self, slot: int, replacement: bool = False) -> None:
         spec = self._spec
         task_r, task_w = self._ctx.Pipe(duplex=False)
@@ -335,7 +365,8 @@ class ProcessBackend(Backend):
         program: Any = spec.program if self._program_ref is None else self._program_ref
         worker_spec = WorkerSpec(
             program, slot, self.devices[slot], self._cfg_payload, context,
-            self.transport, self._item_slots_name,
+            self.transport,
+            self._item_slots_ref if self._item_slots_ref is not None else self._item_slots_name,
         )
         spec_bytes = _dump_spec(worker_spec, self.main_code)
         # Under fork the worker inherits the bytes with the Process object. A
@@ -622,7 +653,7 @@ class ProcessBackend(Backend):
             if self._finalizer is not None:
                 self._finalizer()  # kills what is left, cleans up the transport
                 self._finalizer = None
-            inherit.release(self._program_ref)  # the finalizer did, unless it was never made
+            self._release_inherited()  # the finalizer did, unless it was never made
 
     def _discard_pending(self, h: _Handle) -> None:
         if h.closed:

@@ -120,7 +120,10 @@ class Queue:
         if not hasattr(socket, "AF_UNIX"):  # pragma: no cover - Windows
             raise OSError("Queue needs Unix-domain sockets, which this platform lacks")
         transport = transport if transport is not None else SharedMemoryTransport()
-        transport.prepare()  # the resource tracker, before any worker starts
+        # The resource tracker, before any worker starts: the queue's peers
+        # register segments of their own, and must all report to this one.
+        shm.ensure_tracker()
+        transport.prepare()
         prefix = shm.make_prefix("ecq")
         authkey = secrets.token_bytes(32)
         address = new_socket_address(services_dir())

@@ -18,7 +18,16 @@ message, as two named messages:
 [`CallerFeedback`][easycore.common.parallel.transport.segments.CallerFeedback]
 (caller to worker: grants, segments to unmap, grants revoked, names reserved)
 and [`WorkerFeedback`][easycore.common.parallel.transport.segments.WorkerFeedback]
-(worker to caller: input segments returned, grants unused, ``/dev/shm`` full).
+(worker to caller: input segments returned, grants unused, ``/dev/shm`` full,
+names wanted).
+
+No resource tracker is needed before the first segment: the caller
+registers every name it and its workers use, and starts reserving names for
+a worker once it has a tracker anyway (a segment of its own, ``cfg``, items)
+or the worker asks. A worker forked before its caller had a tracker registers
+nothing itself: its results travel through the pipe until its names come
+(``wants_names``). So a pool of small items never starts a tracker under
+``fork``.
 """
 
 from __future__ import annotations
@@ -33,12 +42,17 @@ from . import shm
 __all__ = [
     "CallerFeedback",
     "CallerSegments",
+    "NoNameYet",
     "Returns",
     "Segment",
     "SegmentSettings",
     "WorkerFeedback",
     "WorkerSegments",
 ]
+
+
+class NoNameYet(Exception):
+    """A worker has no name to make a segment under yet: this result travels in-band."""
 
 
 class SegmentSettings(Protocol):
@@ -78,6 +92,8 @@ class WorkerFeedback(NamedTuple):
     unused: list[str]
     #: ``/dev/shm`` was full: some results travelled in-band
     full: bool
+    #: results travelled in-band for want of a reserved name: the caller reserves some
+    wants_names: bool = False
 
 
 class Returns:
@@ -136,6 +152,7 @@ class CallerSegments:
         self.returns = Returns()  # result views
         self.cfg_name: str | None = None
         self.big_results: set[int] = set()  # workers whose results came in a segment
+        self.want_names: set[int] = set()  # workers that asked for reserved names
         # Names registered for a worker's own next segments (shm.reserve), not
         # yet seen in its results; and those of gone workers that made them.
         self.reserved: dict[int, list[str]] = {}
@@ -269,6 +286,8 @@ class CallerSegments:
         outran the one name, made their own, and one killed as it registered
         left the tracker a false alarm.)
         """
+        if worker not in self.want_names and not shm.has_tracker():
+            return None  # no tracker to start for a worker that may never need one
         held = self.reserved.get(worker)
         if held is None:
             held = self.reserved[worker] = []
@@ -292,6 +311,8 @@ class CallerSegments:
             self.orphans.discard(name)
 
     def on_feedback(self, worker: int, data: WorkerFeedback) -> None:
+        if data.wants_names:
+            self.want_names.add(worker)
         for name in data.returned:  # inputs the worker no longer views
             seg = self.segs.get(name)
             if seg is not None and seg.state == "items":
@@ -341,6 +362,7 @@ class CallerSegments:
         self.granted.pop(worker, None)
         self.revoke.discard(worker)
         self.big_results.discard(worker)
+        self.want_names.discard(worker)
         for name in self.reserved.pop(worker, ()):
             if shm.exists(name):
                 # Made: a message of it not read yet may still name it
@@ -392,6 +414,7 @@ class WorkerSegments:
         self.returns = Returns()  # item views
         self.unused: list[str] = []  # grants handed back
         self.full = False
+        self.wants_names = False  # a result went in-band for want of a reserved name
 
     def map(self, name: str, size: int) -> Any:
         """The mapping of a segment the caller lent (opened once, kept open)."""
@@ -422,6 +445,11 @@ class WorkerSegments:
     def _new_segment(self, size: int) -> str:
         """Make a segment of this worker's own; its name."""
         if not self.reserved:
+            if self.t.reserve_names and not shm.has_tracker():
+                # Forked before the caller had a tracker: one started here
+                # would die with this worker, removing segments in flight.
+                self.wants_names = True
+                raise NoNameYet
             # No name reserved (a service, or more new segments than names
             # before the caller's next message): registered here. The pid in
             # the name: a replacement worker (same index) never collides with
@@ -462,6 +490,7 @@ class WorkerSegments:
         returned = self.returns.collect()
         unused, self.unused = self.unused, []
         full, self.full = self.full, False
-        if not returned and not unused and not full:
+        wants, self.wants_names = self.wants_names, False
+        if not returned and not unused and not full and not wants:
             return None
-        return WorkerFeedback(returned, unused, full)
+        return WorkerFeedback(returned, unused, full, wants)

@@ -73,7 +73,14 @@ from . import shm
 from .inline import inline_size
 from .interface import PickleTransport, Transport, unpickled
 from .pickling import dumps_data
-from .segments import CallerFeedback, CallerSegments, Returns, WorkerFeedback, WorkerSegments
+from .segments import (
+    CallerFeedback,
+    CallerSegments,
+    NoNameYet,
+    Returns,
+    WorkerFeedback,
+    WorkerSegments,
+)
 
 # (Transport, PickleTransport, CallerFeedback and WorkerFeedback were defined
 # here before the transport was split: their old import path keeps working.)
@@ -231,6 +238,9 @@ class SharedMemoryTransport(Transport):
             total += len(data)
         try:
             name, size, mm = segment_for(total)
+        except NoNameYet:
+            data = dumps_data(obj, _HIGHEST)  # in-band until the worker's names come
+            return data, len(data)
         except shm.SharedMemoryFull:
             self._full = True
             # In-band through the pipe: slower, but the call goes on.
@@ -364,10 +374,12 @@ class SharedMemoryTransport(Transport):
 
     # ---------------------------------------------------------- caller side
     def prepare(self) -> None:
-        if self.available:
-            # Forked workers must share the caller's tracker; one started
-            # lazily inside a worker would "clean up" segments still in flight.
-            shm.resource_tracker.ensure_running()
+        if self.available and not self.reserve_names:
+            # Workers that register their own segments must share the caller's
+            # tracker: one started inside a worker would "clean up" segments
+            # still in flight. Where the caller registers every name (the
+            # engine), the first name it registers starts the tracker.
+            shm.ensure_tracker()
 
     def encode_cfg(self, cfg: Any) -> Any:
         return self._encode(cfg, self._caller.cfg_segment, self._warn_full)[0]

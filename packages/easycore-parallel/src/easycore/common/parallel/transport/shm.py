@@ -119,6 +119,46 @@ AVAILABLE = _posixshmem is not None
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
+# Whether this process started the resource tracker or registered a name with it
+# through this module; a process forked afterwards inherits both the tracker's
+# pipe and this flag, one forked before has neither.
+_tracker_here = False
+
+
+def ensure_tracker() -> None:
+    """Start multiprocessing's resource tracker now, if it is not running.
+
+    Needed by a process whose children register names of their own: they
+    must report to this process's tracker, not start one each. A tracker is
+    a whole interpreter to start, so the engine, which registers every name
+    its workers use itself, leaves it to the first name it registers.
+    """
+    global _tracker_here
+    resource_tracker.ensure_running()
+    _tracker_here = True
+
+
+def has_tracker() -> bool:
+    """Whether names registered here reach a tracker this process family shares.
+
+    True in a process that started the tracker, registered a name or asked
+    for the tracker's identity through this module, and in a process forked
+    from one after that. False in a worker forked before its caller had a
+    tracker, which must then register nothing itself: a tracker it started
+    would end with it and remove segments still in flight.
+
+    Returns:
+        bool:
+    """
+    return _tracker_here
+
+
+def _register(name: str) -> None:
+    global _tracker_here
+    resource_tracker.register(name, "shared_memory")  # starts the tracker if needed
+    _tracker_here = True
+
+
 class SharedMemoryFull(OSError):
     """``/dev/shm`` has no room for a new segment (or shared memory is unavailable)."""
 
@@ -147,7 +187,7 @@ def reserve(name: str) -> None:
         name (str): the POSIX name, ``/`` first.
     """
     if AVAILABLE:
-        resource_tracker.register(name, "shared_memory")
+        _register(name)
 
 
 def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
@@ -174,7 +214,7 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
     # tracker does not remove once the process family is gone. Registered
     # after shm_open, a kill between the two leaked the segment.
     if register:
-        resource_tracker.register(name, "shared_memory")
+        _register(name)
     try:
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
     except FileExistsError:
@@ -315,7 +355,7 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
         # Whether the tracker knows the name is not known here (a sweep's
         # find, another process's segment): unregistering an unknown name
         # makes the tracker print a traceback, registering first is harmless.
-        resource_tracker.register(name, "shared_memory")
+        _register(name)
     _unlink(name)
 
 
@@ -440,13 +480,15 @@ def tracker_identity() -> tuple[int, int] | None:
     Returns:
         tuple or None: ``(st_dev, st_ino)`` of the tracker's pipe.
     """
+    global _tracker_here
     if not AVAILABLE:
         return None
     try:
-        fd = resource_tracker.getfd()
+        fd = resource_tracker.getfd()  # starts the tracker if none runs
         if fd is None:
             return None
         st = os.fstat(fd)
     except (OSError, RuntimeError):  # no tracker (it failed to start): in-band
         return None
+    _tracker_here = True
     return (st.st_dev, st.st_ino)

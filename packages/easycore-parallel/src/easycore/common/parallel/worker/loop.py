@@ -52,7 +52,9 @@ class WorkerSpec(NamedTuple):
     cfg: Any  #: the transport's payload of the cfg
     context: Any  #: this worker's entry of worker_contexts (Pool)
     transport: Any
-    item_slots: Optional[str]  #: shared-memory name of the item slots
+    #: the item slots: a shared-memory segment's name, or (``fork``) the mapping
+    #: itself, inherited (see ``ProcessBackend._inherit_item_slots``)
+    item_slots: Any
 
 
 def process_main(
@@ -189,10 +191,12 @@ def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> WorkerHandler:
         transport.bind_worker(spec.slot)
         cfg = transport.decode_cfg(spec.cfg)
         slots = None
-        if spec.item_slots is not None:
+        if isinstance(spec.item_slots, str):
             from ..transport import shm
 
             slots = ItemSlots(shm.open_existing(spec.item_slots, ItemSlots.nbytes(spec.slot + 1)))
+        elif spec.item_slots is not None:
+            slots = ItemSlots(spec.item_slots)
         ctx = WorkerContext(spec.slot, spec.device, cfg, spec.context)
         return WorkerHandler(spec.program, ctx, slots, transport)
 

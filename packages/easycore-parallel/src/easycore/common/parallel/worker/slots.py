@@ -10,8 +10,9 @@ From a slot the caller tells which item overran its ``task_timeout`` or killed
 its worker, and whether a worker that died had received its chunk at all.
 
 The slots are a flat array of ``(job, seq, item, started)`` records over any
-writable buffer: a shared-memory segment between processes, a ``bytearray``
-between threads. ``started`` is ``time.monotonic()``, the same clock in every
+writable buffer: between processes an anonymous shared mapping the workers
+inherit (``fork``) or a shared-memory segment (``spawn``, ``forkserver``), a
+``bytearray`` between threads. ``started`` is ``time.monotonic()``, the same clock in every
 process of a machine. These are not the progress bar (``progress=``), which
 counts delivered results in the caller.
 """
