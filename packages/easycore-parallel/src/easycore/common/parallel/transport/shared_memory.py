@@ -33,9 +33,10 @@ travel inline, as with every transport. What it guarantees:
   [`shm`][easycore.common.parallel.transport.shm]).
 * **No false alarms from killed workers**: the caller registers the names a
   worker will make its own result segments under (``reserved``, with the
-  feedback) and releases each, made or not, so a worker killed between the
-  registration and ``shm_open`` leaves nothing the tracker reports "leaked"
-  when the program ends. Only for callers that outlive their workers (the
+  feedback, once the caller has a tracker or the worker asks for names: no
+  tracker is started for a pool of small items) and releases each, made or
+  not, so a worker killed between the registration and ``shm_open`` leaves
+  nothing the tracker reports "leaked" when the program ends. Only for callers that outlive their workers (the
   engine's); services, whose peers may outlive them, let each side register
   its own (``reserve_names = False``).
 
