@@ -36,9 +36,9 @@ travel inline, as with every transport. What it guarantees:
   feedback, once the caller has a tracker or the worker asks for names: no
   tracker is started for a pool of small items) and releases each, made or
   not, so a worker killed between the registration and ``shm_open`` leaves
-  nothing the tracker reports "leaked" when the program ends. Only for callers that outlive their workers (the
-  engine's); services, whose peers may outlive them, let each side register
-  its own (``reserve_names = False``).
+  nothing the tracker reports "leaked" when the program ends. Only for
+  callers that outlive their workers (the engine's); services, whose peers
+  may outlive them, let each side register its own (``reserve_names = False``).
 
 How it is built: both directions run the same two steps. *Encoding*
 (``_encode``) pickles the object once, out-of-band buffers apart, and copies
