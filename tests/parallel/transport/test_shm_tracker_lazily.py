@@ -14,7 +14,7 @@ import pickle
 
 import numpy as np
 import pytest
-from _parallel_support import run_script
+from _parallel_support import METHODS, run_script, shm_segments
 
 from easycore.common.parallel import SharedMemoryTransport
 from easycore.common.parallel.transport import shm
@@ -25,8 +25,7 @@ pytestmark = [
     pytest.mark.timeout(120),
 ]
 
-fork_only = pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
-                               reason="no fork on this platform")
+fork_only = pytest.mark.skipif("fork" not in METHODS, reason="no fork on this platform")
 
 
 def _report(mode: str) -> dict:
@@ -43,7 +42,7 @@ def test_a_fork_pool_of_small_items_starts_no_tracker_until_a_segment_is_needed(
     assert report["tracker_after_small"] is False
     assert report["big_arg"] == 256 * 1024  # the big argument went through a segment...
     assert report["tracker_after_big"] is True  # ...whose name started the tracker
-    assert report["left"] == []
+    assert shm_segments(report["pid"]) == []
 
 
 @fork_only
@@ -55,7 +54,7 @@ def test_big_results_from_workers_forked_before_the_tracker_are_right_and_leave_
     # have had them before its first large result)...
     assert report["asked"] and set(report["asked"]) <= {0, 1}
     assert report["in_segments"] == [0, 1]  # ...and then sent results in segments
-    assert report["left"] == []
+    assert shm_segments(report["pid"]) == []
 
 
 @pytest.fixture
