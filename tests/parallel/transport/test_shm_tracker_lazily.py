@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from _parallel_support import METHODS, run_script, shm_segments
 
-from easycore.common.parallel import SharedMemoryTransport
+from easycore.common.parallel import Pool, SharedMemoryTransport
 from easycore.common.parallel.transport import shm
 from easycore.common.parallel.transport.shared_memory import Packed
 
@@ -89,6 +89,14 @@ def test_a_worker_without_a_tracker_or_names_sends_in_band_and_asks(no_leaks, no
         del got
     finally:
         caller.cleanup()
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "fork"])
+def test_a_spawned_worker_knows_it_shares_its_callers_tracker(method):
+    # spawn and forkserver hand each worker its caller's tracker: such a worker
+    # registers a segment of its own when it runs out of reserved names.
+    with Pool(1, start_method=method) as pool:
+        assert pool.apply(shm.has_tracker) is True
 
 
 def test_a_transport_whose_workers_register_starts_the_tracker_at_prepare(no_tracker_here):

@@ -133,8 +133,19 @@ def ensure_tracker() -> None:
     a whole interpreter to start, so the engine, which registers every name
     its workers use itself, leaves it to the first name it registers.
     """
-    global _tracker_here
     resource_tracker.ensure_running()
+    tracker_shared()
+
+
+def tracker_shared() -> None:
+    """Record that this process reports to its family's resource tracker.
+
+    Called where that is known: after this module started or used the tracker,
+    and in a worker that ``spawn`` or ``forkserver`` started (the standard
+    library hands each one its caller's tracker). See
+    [`has_tracker`][easycore.common.parallel.transport.shm.has_tracker].
+    """
+    global _tracker_here
     _tracker_here = True
 
 
@@ -142,10 +153,11 @@ def has_tracker() -> bool:
     """Whether names registered here reach a tracker this process family shares.
 
     True in a process that started the tracker, registered a name or asked
-    for the tracker's identity through this module, and in a process forked
-    from one after that. False in a worker forked before its caller had a
-    tracker, which must then register nothing itself: a tracker it started
-    would end with it and remove segments still in flight.
+    for the tracker's identity through this module, in a process forked from
+    one after that, and in a worker started with ``spawn`` or ``forkserver``.
+    False in a worker forked before its caller had a tracker, which must then
+    register nothing itself: a tracker it started would end with it and
+    remove segments still in flight.
 
     Returns:
         bool:
@@ -154,9 +166,8 @@ def has_tracker() -> bool:
 
 
 def _register(name: str) -> None:
-    global _tracker_here
     resource_tracker.register(name, "shared_memory")  # starts the tracker if needed
-    _tracker_here = True
+    tracker_shared()
 
 
 class SharedMemoryFull(OSError):
@@ -480,7 +491,6 @@ def tracker_identity() -> tuple[int, int] | None:
     Returns:
         tuple or None: ``(st_dev, st_ino)`` of the tracker's pipe.
     """
-    global _tracker_here
     if not AVAILABLE:
         return None
     try:
@@ -490,5 +500,5 @@ def tracker_identity() -> tuple[int, int] | None:
         st = os.fstat(fd)
     except (OSError, RuntimeError):  # no tracker (it failed to start): in-band
         return None
-    _tracker_here = True
+    tracker_shared()
     return (st.st_dev, st.st_ino)

@@ -97,6 +97,12 @@ def process_main(
     elif expected_ppid != owner_pid:
         os._exit(EXIT_PARENT_GONE)  # the parent died before the signal was armed
     _start_watchdog(expected_ppid)
+    if start_method != "fork":
+        from ..transport import shm
+
+        # The standard library hands a spawn or forkserver child its caller's
+        # tracker: this worker may register segments of its own with it.
+        shm.tracker_shared()
 
     def post(message: Any) -> None:
         results.send_bytes(pickle.dumps(message, protocol=_DUMP))
