@@ -6,12 +6,15 @@ not at their budget. Their pools end at the budget, the caller's stay as they we
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 np = pytest.importorskip("numpy")
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
 from _parallel_helpers import _Collect  # noqa: E402
+from _parallel_support import METHODS, run_script  # noqa: E402
 
 from easycore.common.parallel import Pool, UnorderedRunner  # noqa: E402
 from easycore.common.parallel._os import threads  # noqa: E402
@@ -68,3 +71,16 @@ def test_forked_workers_reuse_the_callers_scan_and_end_at_the_budget(kind, budge
         assert pools == [(api, budget) for api, _ in before]
         assert scans == 0  # the worker did not scan again
     assert _caller_pools() == before  # the caller's own pools are untouched
+
+
+@pytest.mark.skipif("fork" not in METHODS, reason="no fork on this platform")
+@pytest.mark.parametrize("kind", ["runner", "pool"])
+def test_a_fresh_scripts_first_workers_find_the_scan_current(kind):
+    # In a fresh interpreter, starting the zygote imports a module after the
+    # first scan: the scan is refreshed before the first workers fork, so a
+    # worker's check is a length comparison (a walk of sys.modules right
+    # after a fork costs each worker its copy-on-write faults).
+    out = run_script("scan_at_fork.py", kind, timeout=100)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found and all(check == [True] for check in found), found

@@ -302,6 +302,12 @@ class ProcessBackend(Backend):
             except BaseException:
                 self._release_inherited()
                 raise
+            if self._spec.threads is not None:
+                # Starting the zygote imported a module or two (pure Python): the
+                # scan is refreshed here, once, so that each worker's check of it
+                # is a length comparison, not a walk of sys.modules (which, just
+                # after a fork, costs every worker its copy-on-write faults).
+                threads.prepare_fork()
         self._mux = Multiplexer()
         self._finalizer = util.Finalize(
             self, _kill_all,
