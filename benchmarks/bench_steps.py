@@ -18,6 +18,13 @@ Sections (``--only NAME,...``):
   ``multiprocessing.Pool.apply``, each against the pipe floor (one byte each
   way between two processes, ``os.write``/``os.read``), taking turns, medians
   of the rounds. Goal: the runner and ``Pool.apply`` within 5x the floor.
+  Two more rows place the same round trip (where the platform lets a
+  thread be held on a CPU, and has two): both processes on one CPU, and
+  on two. They are context, not the floor: on a virtual machine the
+  first is a hand-over of the CPU (a few microseconds) and the second a
+  wake-up on another CPU (tens of microseconds); the unplaced floor is
+  whichever of the two the scheduler chose, and a call through several
+  processes and threads pays some of each.
 * ``imap``: ``Pool.imap`` over 200,000 tiny items (``x * x``) against
   ``multiprocessing.Pool.imap(chunksize=256)``. Goal: at least 1.5x.
 * ``cfg``: ``runner([7])`` with a 100,000-key ``cfg`` whose consumer writes a
@@ -39,7 +46,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from _harness import (
     Contender,
@@ -67,7 +74,9 @@ now = time.perf_counter  # CLOCK_MONOTONIC on Linux: one clock for every process
 
 
 # ------------------------------------------------------------- the pipe floor
-def _echo(r: int, w: int) -> None:
+def _echo(r: int, w: int, cpu: Optional[int] = None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     while True:
         b = os.read(r, 1)
         if not b or b == b"q":
@@ -78,11 +87,11 @@ def _echo(r: int, w: int) -> None:
 class PipeFloor:
     """A child that echoes one byte: a raw round trip between two processes."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: Optional[int] = None) -> None:
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
         ctx = multiprocessing.get_context("fork")
-        self._p = ctx.Process(target=_echo, args=(r1, w2), daemon=True)
+        self._p = ctx.Process(target=_echo, args=(r1, w2, cpu), daemon=True)
         self._p.start()
         os.close(r1)
         os.close(w2)
@@ -469,6 +478,31 @@ def _median_rows(title: str, got: Dict[str, Any], peer: str, calls: int) -> None
         print(line)
 
 
+def _pinned(run: Callable[[], bool], cpu: int) -> Callable[[], bool]:
+    """``run`` with the calling thread held on ``cpu`` (its affinity restored after)."""
+    def pinned() -> bool:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        try:
+            return run()
+        finally:
+            os.sched_setaffinity(0, before)
+    return pinned
+
+
+def _placed_floors(calls: int) -> Dict[str, Any]:
+    """Context for the floor: the same round trip with both processes held on one
+    CPU, and on two (where the platform places threads and has two CPUs)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        return {}
+    here, there = cpus[0], cpus[1]
+    return {
+        "pipe round trip, both on one CPU": (PipeFloor(here), here),
+        "pipe round trip, on two CPUs": (PipeFloor(there), here),
+    }
+
+
 def section_floor(cfg) -> List[str]:
     calls = cfg.latency_calls
     rounds = cfg.rounds + 4
@@ -477,11 +511,14 @@ def section_floor(cfg) -> List[str]:
     flush()
     ok = expect(True)
     floor = PipeFloor()
+    placed = _placed_floors(calls)
     try:
         with StepSquare(2) as runner, ecp.Pool(2) as pool, multiprocessing.Pool(2) as mp:
             got = take_turns([
                 Contender("pipe round trip (1 byte each way)", _repeat(floor.call, True, calls),
                           ok),
+                *(Contender(name, _pinned(_repeat(echo.call, True, calls), cpu), ok)
+                  for name, (echo, cpu) in placed.items()),
                 Contender("runner([7])", _repeat(lambda: runner([7]), 49, calls), ok),
                 Contender("easycore Pool.apply(square, (7,))",
                           _repeat(lambda: pool.apply(square, (7,)), 49, calls), ok),
@@ -490,6 +527,8 @@ def section_floor(cfg) -> List[str]:
             ], rounds)
     finally:
         floor.close()
+        for echo, _cpu in placed.values():
+            echo.close()
     peer = "pipe round trip (1 byte each way)"
     _median_rows("  one call, kept alive", got, peer, calls)
     f = got[peer].median
