@@ -256,8 +256,14 @@ class Engine:
                 return job
             state.active.append(job)
             self.dispatcher.dispatch()
-        if not self.caller_pumps:
-            state.backend.wakeup()  # the coordinator sees the new job
+            # The coordinator must see a new job whose chunks it will send, or
+            # time: not one whose first chunk is out without a deadline (its
+            # result, or its worker's exit, wakes the coordinator, which then
+            # sends the rest). Waking it for nothing costs a kept-alive call a
+            # thread switch.
+            wake = job.timeout is not None or job.seq == 0
+        if wake and not self.caller_pumps:
+            state.backend.wakeup()
         return job
 
     def feed(self, job: Job, budget: Optional[float] = None) -> bool:
