@@ -30,21 +30,19 @@ def checks(_=None):
 
 
 class Checks(UnorderedRunner):
-    @staticmethod
-    def producer_work(device, cfg, data):
-        return checks()
+    """Each worker's checks, gathered by the consumer."""
+
+    producer_work = staticmethod(lambda device, cfg, data: checks())
 
     @staticmethod
     def consumer_init(cfg):
-        cfg.out = []
+        cfg.found = []
 
     @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
+    def consumer_work_batch(cfg, batch):
+        cfg.found.extend(batch)
 
-    @staticmethod
-    def consumer_end(cfg):
-        return list(cfg.out)
+    consumer_end = staticmethod(lambda cfg: list(cfg.found))
 
 
 if __name__ == "__main__":
