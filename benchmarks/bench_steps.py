@@ -490,7 +490,7 @@ def _pinned(run: Callable[[], bool], cpu: int) -> Callable[[], bool]:
     return pinned
 
 
-def _placed_floors(calls: int) -> Dict[str, Any]:
+def _placed_floors() -> Dict[str, Any]:
     """Context for the floor: the same round trip with both processes held on one
     CPU, and on two (where the platform places threads and has two CPUs)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -511,7 +511,7 @@ def section_floor(cfg) -> List[str]:
     flush()
     ok = expect(True)
     floor = PipeFloor()
-    placed = _placed_floors(calls)
+    placed = _placed_floors()
     try:
         with StepSquare(2) as runner, ecp.Pool(2) as pool, multiprocessing.Pool(2) as mp:
             got = take_turns([

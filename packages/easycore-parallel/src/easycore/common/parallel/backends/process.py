@@ -294,7 +294,7 @@ class ProcessBackend(Backend):
             if self._spec.item_slots:
                 self._inherit_item_slots()
             if self._spec.threads is not None:
-                threads.prepare_fork()  # once per caller: the workers inherit the scan
+                threads.prepare_fork()  # the zygote, and the replacements it forks, inherit it
             # Before any pipe of ours exists (the zygote holds none) and any
             # thread runs: replacements come from this single-threaded copy.
             try:
