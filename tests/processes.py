@@ -29,6 +29,16 @@ def stray_children(before: set) -> list:
     ]
 
 
+def descendants(pid: int) -> list:
+    """The pids of every process below ``pid`` now (workers, zygote, resource tracker,
+    forkserver). A script cannot print a helper it starts later: under ``fork`` the
+    resource tracker starts with the first shared-memory name, not with the runner."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def wait_gone(pids: Iterable[Optional[int]], timeout: float = 20.0) -> list:
     """Wait until none of ``pids`` (None entries ignored) is a live process.
 

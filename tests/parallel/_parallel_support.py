@@ -12,7 +12,7 @@ from typing import Optional
 
 import leaks
 import pytest
-from processes import kill_quietly, stray_children, wait_gone  # noqa: F401  (re-exported)
+from processes import descendants, kill_quietly, stray_children, wait_gone  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"

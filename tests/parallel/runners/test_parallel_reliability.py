@@ -23,7 +23,14 @@ import threading
 import time
 
 import pytest
-from _parallel_support import METHODS, SCRIPTS, kill_quietly, run_script, wait_gone
+from _parallel_support import (
+    METHODS,
+    SCRIPTS,
+    descendants,
+    kill_quietly,
+    run_script,
+    wait_gone,
+)
 
 from easycore.common.parallel import (
     RunnerClosedError,
@@ -73,6 +80,7 @@ def test_workers_die_with_a_sigkilled_parent(method, where, state, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(SCRIPTS),
     )
     info = None
+    family: list = []
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
@@ -82,6 +90,7 @@ def test_workers_die_with_a_sigkilled_parent(method, where, state, tmp_path):
             # both workers are inside sum(range(10**12)) (or about to enter it)
             assert _wait_for(lambda: len(os.listdir(tmp_path)) == 2, 60), os.listdir(tmp_path)
             assert sorted(int(p) for p in os.listdir(tmp_path)) == sorted(info["pids"])
+        family = descendants(proc.pid)  # with the helpers started after the print
         proc.kill()  # SIGKILL: none of the parent's cleanup code runs
         proc.wait(30)
     finally:
@@ -93,8 +102,9 @@ def test_workers_die_with_a_sigkilled_parent(method, where, state, tmp_path):
         alive = wait_gone(info["pids"], 15) if info else []
         kill_quietly(alive)  # do not leave a spinning orphan on the machine
     assert alive == [], f"workers outlived their SIGKILLed parent: {alive}"
-    # the fork server and the resource tracker follow once no worker holds them
-    assert wait_gone(info["helpers"], 20) == []
+    # the fork server, the zygote and the resource tracker follow once no worker
+    # holds them
+    assert wait_gone(info["helpers"] + family, 20) == []
 
 
 # --- 11: what producer_init started ends with its worker after a failed call ------

@@ -15,6 +15,7 @@ from _parallel_helpers import Arrays, SumSquares
 from _parallel_support import (
     METHODS,
     SCRIPTS,
+    descendants,
     run_script,
     shm_named,
     shm_segments,
@@ -149,6 +150,7 @@ def test_workers_exit_when_the_parent_is_sigkilled(method, mode):
         assert len(info["pids"]) == 2 and all(info["pids"])
         if mode == "busy":
             assert _wait_for_shm(info["prefix"], 30), "no result in flight yet"
+        family = descendants(proc.pid)  # with the helpers started after the print
         proc.kill()  # SIGKILL: no cleanup code of the parent runs
         proc.wait(30)
     finally:
@@ -159,7 +161,7 @@ def test_workers_exit_when_the_parent_is_sigkilled(method, mode):
     assert wait_gone(info["pids"], 10) == [], "workers outlived their parent"
     # the resource tracker (and forkserver) follow once the workers are gone,
     # and the tracker removes shared memory that was in flight
-    assert wait_gone(info["helpers"], 20) == []
+    assert wait_gone(info["helpers"] + family, 20) == []
     assert shm_named(info["prefix"]) == []
 
 

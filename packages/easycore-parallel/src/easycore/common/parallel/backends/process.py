@@ -30,7 +30,6 @@ import functools
 import mmap
 import os
 import pickle
-import select
 import signal
 import struct
 import threading
@@ -52,6 +51,7 @@ from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, startup_error, wait_ended
 from .multiplexer import Multiplexer
+from .process_handle import WorkerHandle
 
 __all__ = ["ProcessBackend"]
 
@@ -102,60 +102,6 @@ def _zygote_worker(owner_pid: int, fds: List[int], spec_bytes: bytes, n_threads:
                  Connection(res_w, readable=False), stack_file)
 
 
-class _Handle:
-    """The caller's side of one worker process."""
-
-    def __init__(self, slot: int, device: str, process: Any, tasks: Any, results: Any,
-                 dump: Optional[stacks.DumpFile] = None) -> None:
-        self.slot = slot
-        self.device = device
-        self.process = process
-        self.tasks = tasks  # write end of the task pipe (non-blocking)
-        self.task_fd = tasks.fileno()
-        self.results = results  # read end of the result pipe
-        # Connection.poll() builds a selector on every call (~20 us); one poll
-        # object per pipe makes "is there another message?" one system call.
-        self.poller: Any = None
-        if hasattr(select, "poll"):
-            self.poller = select.poll()
-            self.poller.register(results.fileno(), select.POLLIN)
-        self.pid: Optional[int] = None
-        self.oom_base = oom.kills()  # the out-of-memory killer's count as it starts
-        self.out = bytearray()  # framed bytes the pipe could not take yet
-        self.ready = False
-        self.ended = False  # answered a stop
-        self.failed = False  # reported an init/end error: its exit is no surprise
-        self.expected_exit = False  # we stopped or killed it
-        self.gone = False  # exited and reaped
-        self.closed = False
-        # Serialises sends with close(): a closed pipe's file descriptor number
-        # may be reused, a write must never race it.
-        self.lock = threading.Lock()
-        #: where its stacks are dumped when asked (None: no POSIX signals)
-        self.dump = dump
-
-    def started(self) -> bool:
-        return self.process is not None and self.process.pid is not None
-
-    def readable(self) -> bool:
-        """Whether a message (or EOF) waits on the result pipe (never blocks)."""
-        if self.poller is None:
-            return self.results.poll()
-        return bool(self.poller.poll(0))
-
-    def close(self) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-            for conn in (self.tasks, self.results):
-                with contextlib.suppress(OSError):
-                    conn.close()
-            self.out.clear()
-            if self.dump is not None:
-                self.dump.close()
-
-
 def _quietly(fn: Any, *args: Any) -> None:
     """``fn(*args)``, whatever it raises: one step of a cleanup that must never raise
     (at interpreter exit, in ``abort``), where a step that fails must not stop the next."""
@@ -165,7 +111,7 @@ def _quietly(fn: Any, *args: Any) -> None:
         pass
 
 
-def _kill_all(handles: List[_Handle], transport: Transport, item_slots: Optional[str],
+def _kill_all(handles: List[WorkerHandle], transport: Transport, item_slots: Optional[str],
               inherited: Tuple[inherit.Inherited, ...] = (),
               forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
@@ -223,8 +169,8 @@ class ProcessBackend(Backend):
         self._spec = spec
         self._ctx = context
         self._method = context.get_start_method()
-        self._handles: List[_Handle] = []
-        self._by_slot: Dict[int, _Handle] = {}
+        self._handles: List[WorkerHandle] = []
+        self._by_slot: Dict[int, WorkerHandle] = {}
         self._mux: Optional[Multiplexer] = None  # made by start
         self._poll_lock = threading.RLock()
         self._cfg_payload: Any = None
@@ -384,7 +330,7 @@ class ProcessBackend(Backend):
         dump = stacks.DumpFile() if stacks.AVAILABLE else None
         stack_file = dump.path if dump is not None else None
         name = f"easycore-parallel-{slot}[{self.devices[slot]}]"
-        h = _Handle(slot, self.devices[slot], None, task_w, res_r, dump)
+        h = WorkerHandle(slot, self.devices[slot], None, task_w, res_r, dump)
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
@@ -444,7 +390,7 @@ class ProcessBackend(Backend):
         assert self._mux is not None
         self._mux.want_write(worker)  # the polling thread flushes it when the pipe has room
 
-    def _flush(self, h: _Handle) -> bool:
+    def _flush(self, h: WorkerHandle) -> bool:
         """Write what the pipe takes; True when the buffer is empty."""
         with h.lock:
             if h.closed or h.gone:
@@ -493,7 +439,8 @@ class ProcessBackend(Backend):
         h = self._by_slot.get(slot)
         return None if h is None or h.closed or h.gone else h.task_fd
 
-    def _drain(self, h: _Handle, out: List[Tuple[int, Any]], known_readable: bool = False) -> None:
+    def _drain(self, h: WorkerHandle, out: List[Tuple[int, Any]],
+               known_readable: bool = False) -> None:
         # ``known_readable``: the selector just said so; the first read needs no
         # second look (a poll per message, saved on every small call).
         conn = h.results
@@ -516,7 +463,7 @@ class ProcessBackend(Backend):
             # under its lock; after stop() the transport is cleaned up anyway.
             out.append((h.slot, message))
 
-    def _reap(self, h: _Handle, out: List[Tuple[int, Any]]) -> None:
+    def _reap(self, h: WorkerHandle, out: List[Tuple[int, Any]]) -> None:
         if h.gone:
             return
         h.process.join(1.0)  # the sentinel fired: it is exiting now
@@ -525,7 +472,7 @@ class ProcessBackend(Backend):
         expected = h.expected_exit or h.ended or h.failed
         out.append((h.slot, WorkerExited(h.pid, h.process.exitcode, expected)))
 
-    def _unregister(self, h: _Handle) -> None:
+    def _unregister(self, h: WorkerHandle) -> None:
         if self._mux is not None:
             self._mux.forget(h.slot, h.results.fileno() if not h.closed else None,
                              h.process.sentinel)
@@ -661,7 +608,7 @@ class ProcessBackend(Backend):
                 self._finalizer = None
             self._release_inherited()  # the finalizer did, unless it was never made
 
-    def _discard_pending(self, h: _Handle) -> None:
+    def _discard_pending(self, h: WorkerHandle) -> None:
         if h.closed:
             return
         try:
@@ -675,7 +622,7 @@ class ProcessBackend(Backend):
         except Exception:  # noqa: BLE001 -- EOF (drained), or a message that does not
             pass  # unpickle (the user's results): nobody waits for it, abort goes on
 
-    def _terminate(self, handles: List[_Handle], graceful: bool) -> None:
+    def _terminate(self, handles: List[WorkerHandle], graceful: bool) -> None:
         """End ``handles``: SIGTERM and a short grace if ``graceful``, then SIGKILL,
         for the workers and every process below them."""
         if not handles:
