@@ -41,12 +41,12 @@ from typing import (
     Iterator,
     List,
     Mapping,
-    NamedTuple,
     Optional,
     Sequence,
     Tuple,
 )
 
+from ._named_tuples import NamedTuple
 from ._os import inherit
 from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError

@@ -21,9 +21,10 @@ from __future__ import annotations
 import pickle
 import signal
 import traceback
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._lazy import exports
+from ._named_tuples import NamedTuple
 
 __all__ = [
     "ParallelError",

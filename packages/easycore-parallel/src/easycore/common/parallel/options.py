@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Collection, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Collection, Dict, Mapping, Optional, Tuple, Union
+
+from ._named_tuples import NamedTuple
 
 __all__ = [
     "FIELDS",

@@ -32,7 +32,9 @@ import os
 import sys
 import threading
 import types
-from typing import Any, Dict, Mapping, NamedTuple, Optional
+from typing import Any, Dict, Mapping, Optional
+
+from .._named_tuples import NamedTuple
 
 __all__ = ["Inherited", "keep", "release", "forked", "MainCode", "main_code", "inherited_as",
            "rerun_defines", "workers_have"]

@@ -14,7 +14,9 @@ Where ``/proc`` is not there (macOS, Windows) every reading is None.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional
+from typing import Optional
+
+from .._named_tuples import NamedTuple
 
 __all__ = ["AVAILABLE", "Reading", "format_bytes", "read", "resident"]
 

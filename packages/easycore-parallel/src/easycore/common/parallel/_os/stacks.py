@@ -32,7 +32,9 @@ import tempfile
 import threading
 import time
 import types
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from .._named_tuples import NamedTuple
 
 __all__ = [
     "SIGNAL",

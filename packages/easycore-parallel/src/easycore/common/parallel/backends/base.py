@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
+from .._named_tuples import NamedTuple
 from .._os.inherit import MainCode
 from .._os.memory import Reading
 from .._os.stacks import Stack

@@ -62,8 +62,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .._named_tuples import NamedTuple
 from ..errors import DeathCause, ErrorReport, ParallelError, WorkerError
 from ..options import check_options, check_seconds
 from ..transport.interface import DirectTransport

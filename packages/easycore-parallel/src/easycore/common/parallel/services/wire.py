@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import pickle
 import sys
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
+from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
 
 __all__ = [

@@ -35,8 +35,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
+from .._named_tuples import NamedTuple
 from . import shm
 
 __all__ = [

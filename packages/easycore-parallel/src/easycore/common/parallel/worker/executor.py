@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
 from .protocol import (
     ChunkDone,

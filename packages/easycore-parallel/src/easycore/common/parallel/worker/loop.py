@@ -28,8 +28,9 @@ import pickle
 import signal
 import sys
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
+from .._named_tuples import NamedTuple
 from .._os import interrupts, lifeline, stacks, threads
 from ..errors import ErrorReport
 from .executor import HookFailed, Terminated, WorkerContext, WorkerHandler, WorkerProgram, reported

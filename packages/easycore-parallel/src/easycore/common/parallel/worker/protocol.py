@@ -29,8 +29,9 @@ the protocol does not look inside them.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
 
 __all__ = [

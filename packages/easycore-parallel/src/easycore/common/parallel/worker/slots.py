@@ -20,7 +20,9 @@ counts delivered results in the caller.
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple, Tuple
+from typing import Any, Tuple
+
+from .._named_tuples import NamedTuple
 
 __all__ = ["MARK_INDEX", "MARK_NONE", "MARK_TIMES", "ItemSlot", "ItemSlots"]
 
