@@ -101,7 +101,8 @@ def test_a_pools_first_map_and_close_load_no_heavy_module():
 
 def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
     # The errors that are multiprocessing.pool's own classes (pool_errors) come
-    # with a Pool only; nothing of dataclasses/inspect on the way (named tuples).
+    # with a Pool only; nothing of dataclasses/inspect on the way (named tuples);
+    # traceback (with linecache, tokenize, textwrap: ~2 ms) once a hook fails.
     loaded = probe("""
         from _import_probe import runner_class
         with runner_class()(2) as runner:
@@ -109,7 +110,7 @@ def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
     """, cwd=str(Path(__file__).parents[1]))[-1]
     assert "easycore.common.parallel.runner" in loaded
     banned = ("multiprocessing.pool", "easycore.common.parallel.pool_errors",
-              "easycore.common.parallel.pool.pool", "dataclasses", "inspect")
+              "easycore.common.parallel.pool.pool", "dataclasses", "inspect", "traceback")
     assert [m for m in banned if m in loaded] == []
 
 
@@ -128,6 +129,7 @@ def test_a_fresh_worker_imports_only_what_it_runs(method):
     assert "easycore.common.parallel.worker.loop" in worker
     assert heavy_in(worker) == []
     assert [m for m in worker if any(m == c or m.startswith(c + ".") for c in CALLER_ONLY)] == []
+    assert "traceback" not in worker  # (imported once a hook fails)
 
 
 def test_insights_are_imported_when_asked_for():

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import pickle
 import signal
-import traceback
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._lazy import exports
@@ -81,6 +80,10 @@ class ErrorReport(NamedTuple):
         Returns:
             ErrorReport:
         """
+        # Here, not at the top: traceback (with linecache, tokenize and textwrap,
+        # about 2 ms) is needed once a hook fails, never by a call that succeeds.
+        import traceback
+
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         blob: Optional[bytes]
         try:
