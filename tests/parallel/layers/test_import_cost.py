@@ -132,6 +132,24 @@ def test_a_fresh_worker_imports_only_what_it_runs(method):
     assert "traceback" not in worker  # (imported once a hook fails)
 
 
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
+                                    if m in multiprocessing.get_all_start_methods()])
+def test_a_runners_fresh_worker_imports_no_back_end_nor_pool(method):
+    # docs/platforms.md: the runner's module brings the engine's modules, no more.
+    worker, _ = probe(f"""
+        from _import_probe_runner import WorkerModules
+        with WorkerModules(1, start_method={method!r}) as runner:
+            print(json.dumps(runner([0])))
+    """, cwd=str(Path(__file__).parents[1]))
+    assert "easycore.common.parallel.runner" in worker and "_import_probe_runner" in worker
+    assert heavy_in(worker) == []
+    # (the pool's program is the forkserver's preload, for every worker: not banned)
+    assert [m for m in worker if m.startswith(("easycore.common.parallel.backends.process",
+                                               "easycore.common.parallel.pool.pool",
+                                               "easycore.common.parallel.pool.results",
+                                               "multiprocessing.pool", "traceback"))] == []
+
+
 def test_insights_are_imported_when_asked_for():
     loaded = loaded_by("""
         from easycore.common.parallel import Pool
