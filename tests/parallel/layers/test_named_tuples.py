@@ -29,43 +29,34 @@ class _Named:
         return self.name
 
 
-class Point(NamedTuple):
-    """A point."""
+def _point_class(base):
+    """The same class body on ``base``: easycore's ``NamedTuple`` or ``typing``'s."""
 
-    x: int
-    y: Optional[int] = None
-    label: str = "p"
-    named = _Named()
+    class Point(base):
+        """A point."""
 
-    @property
-    def norm1(self) -> int:
-        return abs(self.x) + abs(self.y or 0)
+        x: int
+        y: Optional[int] = None
+        label: str = "p"
+        named = _Named()
 
-    def __str__(self) -> str:
-        return f"({self.x}, {self.y})"
+        @property
+        def norm1(self) -> int:
+            return abs(self.x) + abs(self.y or 0)
 
-    @classmethod
-    def origin(cls) -> Point:
-        return cls(0, 0)
+        def __str__(self) -> str:
+            return f"({self.x}, {self.y})"
+
+        @classmethod
+        def origin(cls):
+            return cls(0, 0)
+
+    Point.__qualname__ = Point.__name__ = "Point" if base is NamedTuple else "PointRef"
+    return Point
 
 
-class PointRef(typing.NamedTuple):
-    """A point."""
-
-    x: int
-    y: Optional[int] = None
-    label: str = "p"
-
-    @property
-    def norm1(self) -> int:
-        return abs(self.x) + abs(self.y or 0)
-
-    def __str__(self) -> str:
-        return f"({self.x}, {self.y})"
-
-    @classmethod
-    def origin(cls) -> PointRef:
-        return cls(0, 0)
+Point = _point_class(NamedTuple)
+PointRef = _point_class(typing.NamedTuple)
 
 
 def test_a_named_tuple_is_the_named_tuple_typing_makes():
