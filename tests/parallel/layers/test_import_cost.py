@@ -15,6 +15,7 @@ interpreter (nothing of this test session is loaded).
 
 from __future__ import annotations
 
+import ast
 import json
 import multiprocessing
 import subprocess
@@ -97,6 +98,7 @@ def test_a_pools_first_map_and_close_load_no_heavy_module():
             assert pool.map(abs, range(-50, 50)) == [abs(x) for x in range(-50, 50)]
     """)
     assert heavy_in(loaded) == []
+    assert "typing" not in loaded  # (the _hints module's stand-ins)
 
 
 def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
@@ -110,7 +112,8 @@ def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
     """, cwd=str(Path(__file__).parents[1]))[-1]
     assert "easycore.common.parallel.runner" in loaded
     banned = ("multiprocessing.pool", "easycore.common.parallel.pool_errors",
-              "easycore.common.parallel.pool.pool", "dataclasses", "inspect", "traceback")
+              "easycore.common.parallel.pool.pool", "dataclasses", "inspect", "traceback",
+              "typing")
     assert [m for m in banned if m in loaded] == []
 
 
@@ -148,6 +151,55 @@ def test_a_runners_fresh_worker_imports_no_back_end_nor_pool(method):
                                                "easycore.common.parallel.pool.pool",
                                                "easycore.common.parallel.pool.results",
                                                "multiprocessing.pool", "traceback"))] == []
+
+
+def _runtime_typing_imports(path: Path) -> List[str]:
+    """The lines of ``path`` that import ``typing`` when the module loads: at its top
+    level or in a class body, outside ``if TYPE_CHECKING:`` (a function's own import
+    runs only when it is called)."""
+    found = []
+
+    def visit(body) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                    and node.test.id == "TYPE_CHECKING":
+                visit(node.orelse)
+            elif isinstance(node, ast.Import) and any(a.name == "typing" for a in node.names) \
+                    or isinstance(node, ast.ImportFrom) and node.module == "typing":
+                found.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_no_module_of_the_cold_path_imports_typing_when_it_loads():
+    # typing costs a fresh interpreter 2.5-4 ms (a short script's, every worker's):
+    # hints import it under ``if TYPE_CHECKING:``, run-time needs come from _hints.
+    packages = Path(__file__).parents[3] / "packages"
+    roots = [packages / "easycore-parallel" / "src", packages / "easycore-config" / "src"]
+    found = [line for root in roots for path in sorted(root.rglob("*.py"))
+             for line in _runtime_typing_imports(path)]
+    assert found == []
+
+
+def test_the_hints_stand_ins_behave_at_run_time():
+    from easycore.common.parallel._hints import Generic, ParamSpec, Protocol, TypeVar
+    from easycore.common.parallel.pool import AsyncResult
+
+    assert TypeVar("T") == "T" and ParamSpec("P") == "P" and Protocol is object
+    alias = AsyncResult[int]  # subscriptable as multiprocessing.pool.AsyncResult
+    assert alias.__origin__ is AsyncResult and alias.__args__ == (int,)
+    assert issubclass(AsyncResult, Generic)
+
+    class Box(Generic["T"]):  # a subclass of a subscripted base is a plain class
+        pass
+
+    assert Box.__mro__[1] is Generic and Box[str].__args__ == (str,)
 
 
 def test_insights_are_imported_when_asked_for():

@@ -33,10 +33,13 @@ which holds for a runner's private snapshot of its cfg.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple, Type
 
 from .node import CfgNode, _deepcopy, _rebuild
 from .peers import set_state, state_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type
 
 __all__ = ["OVERLAY_FROM", "lazy_copy"]
 
@@ -49,7 +52,7 @@ _IMMUTABLE = frozenset({int, float, str, bool, type(None), bytes, complex, range
 
 #: Per source node (by id, holding the node so the id stays its own): the keys
 #: whose values must be copied before they are handed out.
-TemplateCache = Dict[int, Tuple[CfgNode, FrozenSet[str]]]
+TemplateCache = dict[int, tuple[CfgNode, frozenset[str]]]
 
 
 def _shareable(value: Any) -> bool:

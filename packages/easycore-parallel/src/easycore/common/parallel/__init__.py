@@ -51,7 +51,6 @@ Examples:
     ```
 """
 
-from typing import TYPE_CHECKING
 
 from ._lazy import exports
 from ._version import __version__
@@ -87,6 +86,7 @@ _LAZY = {
     "Executor": ".futures",
 }
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
     from .backends.base import Backend as Backend
     from .backends.base import BackendSpec as BackendSpec

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import collections
 import types
-import typing
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Tuple
 
 __all__ = ["NamedTuple"]
 
@@ -40,6 +42,8 @@ class _NamedTupleMeta(type):
             # No annotations dictionary in the class body (a module without the
             # future import, under Python 3.14's lazy annotations), or another
             # base: typing.NamedTuple's own way, whatever it accepts.
+            import typing
+
             body = {k: v for k, v in ns.items() if k != "__qualname__"}
             theirs = tuple(typing.NamedTuple if b is NamedTuple else b for b in bases)
             made = types.new_class(name, theirs, exec_body=lambda n: n.update(body))

@@ -31,20 +31,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    ClassVar,
-    Deque,
-    Dict,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from collections.abc import Mapping
 
 from ._named_tuples import NamedTuple
 from ._os import inherit
@@ -55,14 +42,28 @@ from .pool import Pool, PoolJobs, pool_options
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams, SeededCall, WorkerStart, check_seed
 
-if TYPE_CHECKING:  # insights are imported when asked for
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and insights (imported when asked for) cost import time
+    from typing import (
+        Any,
+        Callable,
+        ClassVar,
+        Deque,
+        Dict,
+        Iterator,
+        List,
+        Optional,
+        Sequence,
+        Tuple,
+    )
+
     from .insights import Insights
 
-__all__ = ["BackgroundStats", "BackgroundTask"]
+    #: what a finished call is, on the caller's side: its result, or its error
+    _Outcome = Tuple[Any, Optional[BaseException]]
+    _Done = Callable[[Any, Optional[BaseException]], None]
 
-#: what a finished call is, on the caller's side: its result, or its error
-_Outcome = Tuple[Any, Optional[BaseException]]
-_Done = Callable[[Any, Optional[BaseException]], None]
+__all__ = ["BackgroundStats", "BackgroundTask"]
 
 
 class BackgroundStats(NamedTuple):

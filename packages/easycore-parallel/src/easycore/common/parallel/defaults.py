@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, List, Optional, Tuple, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Optional, Tuple, Union
 
 __all__ = [
     "chosen_transport",

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import pickle
 import signal
-from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._lazy import exports
 from ._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Optional, Sequence, Tuple
 
 __all__ = [
     "ParallelError",

@@ -14,8 +14,9 @@ page says what each name is for. Importing this module does not import Ray:
 `RayBackend` imports it when it starts.
 """
 
+from __future__ import annotations
+
 import warnings
-from typing import Any
 
 from ._os.threads import budget as thread_budget
 from .backends.base import Backend, BackendSpec, ChannelBroken, WorkerExited
@@ -40,6 +41,10 @@ from .worker.protocol import RunChunk, StopWorker  # caller to worker
 # isort: split
 from .worker.protocol import ChunkDone, ItemFailure, WorkerEnded, WorkerFailed, WorkerReady  # back
 from .worker.slots import ItemSlot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 __all__ = [
     # the seams' base classes

@@ -33,20 +33,8 @@ import time
 import weakref
 from concurrent.futures import process as _cf_process
 from concurrent.futures.process import BrokenProcessPool
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    Optional,
-    ParamSpec,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-)
 
+from ._hints import ParamSpec, TypeVar
 from ._os.threads import ThreadsOption
 from .errors import ParallelError, WorkerDiedError
 from .insights import Insights
@@ -56,6 +44,10 @@ from .pool.results import FutureSink
 from .pool.results import TimeoutError as ResultTimeout
 from .pool_errors import RemoteTraceback, ResultEncodingError
 from .progress import ProgressOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Type
 
 __all__ = ["Executor", "broken_pool_error", "futures_exception"]
 

@@ -24,7 +24,10 @@ import statistics
 import textwrap
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Optional, Sequence
 
 __all__ = ["Insights", "Recorder", "Verdict", "WorkerInsights"]
 

@@ -24,7 +24,6 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
 
 from .background import (
     BackgroundStats,
@@ -40,7 +39,10 @@ from .pool import Pool, PoolJobs
 from .pool import TimeoutError as PoolTimeoutError
 from .seeding import RandomStreams
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # insights are imported when asked for
+    from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence
+
     from .insights import Insights
 
 __all__ = ["JobQueue"]

@@ -15,10 +15,10 @@ death or a timeout, the slow path), ``INFO`` for what is planned
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     import logging
+    from typing import Any
 
     logger: logging.Logger
 

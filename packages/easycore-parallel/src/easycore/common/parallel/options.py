@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Collection, Dict, Mapping, Optional, Tuple, Union
 
 from ._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Collection, Dict, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "FIELDS",
@@ -45,7 +48,7 @@ __all__ = [
 ]
 
 #: ``cpu_threads``: ``"auto"``, an int, or None (see ``threads.budget``)
-_Threads = Union[int, str, None]
+_Threads = int | str | None
 
 
 def check_seconds(name: str, value: Any) -> Optional[float]:

@@ -12,7 +12,10 @@ script again, never imports ``multiprocessing.pool`` for them.
 from __future__ import annotations
 
 import multiprocessing.pool
-from typing import Any, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional
 
 __all__ = ["RemoteTraceback", "ResultEncodingError"]
 

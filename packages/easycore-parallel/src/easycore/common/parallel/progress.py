@@ -7,12 +7,19 @@ item. tqdm is imported only when a bar is asked for.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional, Union
 
 __all__ = ["Progress", "ProgressOption"]
 
 #: ``False`` (no bar), ``True`` (default bar) or a dict of ``tqdm`` keyword arguments.
-ProgressOption = Union[bool, Mapping[str, Any]]
+if TYPE_CHECKING:
+    ProgressOption = Union[bool, Mapping[str, Any]]
+else:  # the same union, made without typing
+    ProgressOption = bool | Mapping
 
 
 class Progress:

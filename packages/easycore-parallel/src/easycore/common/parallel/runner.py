@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterable
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Union
 
 from easycore.common.config import CfgNode
 from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
@@ -29,9 +29,10 @@ from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 from ._os import stacks as _stacks
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
+from ._runner_sink import ConsumerSink
 from .engine import door
 from .engine.chunking import AdaptiveChunker
-from .engine.core import Engine, ItemError, JobSink
+from .engine.core import Engine
 from .engine.door import BACKENDS, Backend, BackendSpec, DevicePolicy
 from .errors import RunnerClosedError, TaskTimeoutError
 from .options import WorkerOptions
@@ -40,44 +41,16 @@ from .transport.interface import Transport
 from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # insights are imported when asked for
+    from typing import Any, ClassVar, Dict, List, Mapping, Optional, Union
+
     from .insights import Insights, Recorder
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
-
-
-class _ConsumerSink(JobSink):
-    """Delivers a call's results to the runner's consumer hooks."""
-
-    def __init__(self, runner_cls: Any, cfg: CfgNode, progress: Progress,
-                 recorder: Optional[Recorder] = None) -> None:
-        self._batch = runner_cls.consumer_work_batch
-        self._cfg = cfg
-        self._progress = progress
-        self._recorder = recorder
-        self.error: Optional[BaseException] = None
-        self.finished = False
-
-    def deliver(self, first_index: int, results: List[Any], failed: Dict[int, ItemError]) -> None:
-        if failed:  # a fail-fast job fails before delivering; kept for safety
-            raise failed[min(failed)].exc
-        recorder = self._recorder
-        if recorder is None:
-            self._batch(self._cfg, results)
-        else:  # insights: the consumer's hooks are the caller's own stage
-            t0 = time.perf_counter()
-            try:
-                self._batch(self._cfg, results)
-            finally:
-                recorder.consumed(t0)
-        self._progress.update(len(results))
-
-    def finish(self, error: Optional[BaseException]) -> None:
-        self.error = error
-        self.finished = True
 
 
 class BaseRunner(door.WorkerStacks):
@@ -599,7 +572,7 @@ class BaseRunner(door.WorkerStacks):
             cls.consumer_init(cfg)
             bar = Progress(self._options.progress if progress is None else progress, _length(data),
                            cls.__name__, recorder)
-            sink = _ConsumerSink(cls, cfg, bar, recorder)
+            sink = ConsumerSink(cls, cfg, bar, recorder)
             job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
                                     timeout=timeout, chunker=self._chunker)
             while not job.done:

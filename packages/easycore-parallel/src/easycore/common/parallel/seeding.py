@@ -37,7 +37,10 @@ import hashlib
 import os
 import random
 import sys
-from typing import Any, Callable, Optional, Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["RandomStreams", "WorkerStart", "SeededCall", "check_seed"]
 

@@ -42,10 +42,15 @@ import os
 import pickle
 import weakref
 from array import array
+from collections.abc import Sequence
 from contextlib import suppress
-from typing import Any, Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
 
+from ._hints import TypeVar
 from .transport import shm
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Iterable, Iterator, Optional, Union, overload
 
 __all__ = ["SharedList"]
 
@@ -301,11 +306,12 @@ class SharedList(Sequence[T]):
     def __len__(self) -> int:
         return len(self._span)
 
-    @overload
-    def __getitem__(self, index: int) -> T: ...
+    if TYPE_CHECKING:  # what a type checker sees
+        @overload
+        def __getitem__(self, index: int) -> T: ...
 
-    @overload
-    def __getitem__(self, index: slice) -> SharedList[T]: ...
+        @overload
+        def __getitem__(self, index: slice) -> SharedList[T]: ...
 
     def __getitem__(self, index: Union[int, slice]) -> Union[T, SharedList[T]]:
         if isinstance(index, slice):

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Optional
 
 __all__ = ["visible_cuda_devices"]
 

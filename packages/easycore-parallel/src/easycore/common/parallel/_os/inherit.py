@@ -32,9 +32,12 @@ import os
 import sys
 import threading
 import types
-from typing import Any, Dict, Mapping, Optional
 
 from .._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Mapping, Optional
 
 __all__ = ["Inherited", "keep", "release", "forked", "MainCode", "main_code", "inherited_as",
            "rerun_defines", "workers_have"]

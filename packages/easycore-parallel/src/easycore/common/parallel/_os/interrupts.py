@@ -25,7 +25,10 @@ import contextlib
 import importlib
 import signal
 import threading
-from typing import Any, Iterator, List
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Iterator, List
 
 __all__ = ["deferred", "blocked_at_start", "unblock_in_worker"]
 

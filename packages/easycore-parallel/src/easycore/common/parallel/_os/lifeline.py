@@ -33,10 +33,11 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher thread is needed
     from concurrent.futures import Future
+    from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = [
     "arm_parent_death_signal",

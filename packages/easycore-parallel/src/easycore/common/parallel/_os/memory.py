@@ -14,9 +14,12 @@ Where ``/proc`` is not there (macOS, Windows) every reading is None.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from .._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Optional
 
 __all__ = ["AVAILABLE", "Reading", "format_bytes", "read", "resident"]
 

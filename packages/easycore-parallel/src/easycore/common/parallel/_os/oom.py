@@ -10,7 +10,9 @@ error mention the out-of-memory killer, as a possibility.
 
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Optional
 
 __all__ = ["kills", "since"]
 

@@ -32,9 +32,12 @@ import tempfile
 import threading
 import time
 import types
-from typing import Dict, Iterable, List, Optional, Tuple
 
 from .._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Dict, Iterable, List, Optional, Tuple
 
 __all__ = [
     "SIGNAL",

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, List, Optional
 
 from ..errors import WorkerDiedError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Optional
 
 __all__ = ["EXIT_NO_GUARD", "MainGuardError", "check_main_guard", "warm_forkserver",
            "WORKER_MODULES"]

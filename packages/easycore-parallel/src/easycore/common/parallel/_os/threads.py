@@ -28,14 +28,17 @@ import contextlib
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
-from typing import Any, FrozenSet, Optional, Tuple, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, FrozenSet, Optional, Tuple
 
 __all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads", "prepare_fork"]
 
 #: the default of ``cpu_threads``: ``max(1, available_cpus() // workers)``
 AUTO = "auto"
 #: what ``cpu_threads=`` accepts: ``"auto"``, a positive int, or None (leave alone)
-ThreadsOption = Union[int, str, None]
+ThreadsOption = int | str | None
 
 _ENV = (
     "OMP_NUM_THREADS",

@@ -36,9 +36,12 @@ import time
 import weakref
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import lifeline
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 __all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "settle_ended_threads"]
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .._named_tuples import NamedTuple
 from .._os.inherit import MainCode
@@ -53,6 +52,10 @@ from .._os.stacks import Stack
 from ..errors import DeathCause, WorkerDiedError, WorkerError
 from ..worker.protocol import WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 __all__ = [
     "Backend",

@@ -18,7 +18,10 @@ import contextlib
 import os
 import selectors
 import threading
-from typing import Callable, Dict, List, Optional, Set, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["Multiplexer"]
 

@@ -45,13 +45,16 @@ import copy
 import multiprocessing
 import sys
 from multiprocessing.context import BaseContext
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .._os.devices import visible_cuda_devices
 from ..defaults import chosen_transport, import_object
 from ..transport.interface import Transport
 from ..transport.shared_memory import SharedMemoryTransport
 from .base import Backend, BackendSpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["BACKENDS", "DevicePolicy", "backend_class", "build_backend", "default_start_method"]
 

@@ -36,7 +36,6 @@ import threading
 import time
 from multiprocessing import util
 from multiprocessing.context import BaseContext
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .._os import inherit, interrupts, lifeline, memory, oom, stacks, startup, threads, zygote
 from .._os.memory import Reading
@@ -52,6 +51,10 @@ from ..worker.slots import ItemSlot, ItemSlots
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, startup_error, wait_ended
 from .multiplexer import Multiplexer
 from .process_handle import WorkerHandle
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 __all__ = ["ProcessBackend"]
 

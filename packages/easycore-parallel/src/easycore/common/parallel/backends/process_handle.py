@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
-from typing import Any, Optional
 
 from .._os import oom, stacks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional
 
 __all__ = ["WorkerHandle"]
 

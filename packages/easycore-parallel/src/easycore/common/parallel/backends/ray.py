@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .._named_tuples import NamedTuple
 from ..errors import DeathCause, ErrorReport, ParallelError, WorkerError
@@ -88,6 +87,10 @@ from .ray_session import (  # the session helpers' documented home until 0.5
     is_cuda,
     release_ray,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["RayBackend", "RayCapacityError", "RayWorkerDiedError", "acquire_ray",
            "death_cause", "exposed_ports", "import_ray", "is_cuda", "release_ray"]

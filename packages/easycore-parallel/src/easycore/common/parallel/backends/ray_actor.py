@@ -7,11 +7,14 @@ Made a Ray actor class by [`RayBackend`][easycore.common.parallel.backends.ray.R
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Tuple
 
 from .._os import threads as _threads
 from ..errors import ErrorReport
 from ..worker.executor import PassThrough, WorkerContext, WorkerHandler
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Optional, Tuple
 
 __all__ = ["RayWorker", "init_failed_report"]
 

@@ -26,9 +26,12 @@ The errors here carry it:
 from __future__ import annotations
 
 import re
-from typing import Any, List, Mapping, Optional, Sequence
 
 from ..errors import DeathCause, ParallelError, WorkerDiedError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Mapping, Optional, Sequence
 
 __all__ = ["RayCapacityError", "RayWorkerDiedError", "death_cause", "out_of_room"]
 

@@ -19,10 +19,13 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, Dict, List, Mapping, Optional
 
 from .._os.lifeline import run_into
 from ..errors import ParallelError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Mapping, Optional
 
 __all__ = ["acquire_ray", "bounded_query", "exposed_ports", "import_ray", "is_cuda",
            "release_ray"]

@@ -24,7 +24,6 @@ import copy
 import os
 import queue
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .._os import stacks
 from .._os.stacks import Stack
@@ -35,6 +34,10 @@ from ..worker.executor import WorkerContext, WorkerHandler
 from ..worker.protocol import RunChunk, StopWorker, WorkerFailed
 from ..worker.slots import ItemSlot, ItemSlots
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, wait_ended, wait_ready
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 __all__ = ["ThreadBackend"]
 

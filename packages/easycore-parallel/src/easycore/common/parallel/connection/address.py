@@ -21,7 +21,10 @@ import secrets
 import stat
 import tempfile
 import time
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Optional
 
 __all__ = [
     "ENV_DIR",

@@ -19,7 +19,10 @@ from __future__ import annotations
 import hmac
 import os
 from multiprocessing import AuthenticationError
-from typing import Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Tuple
 
 __all__ = ["AuthenticationError", "ClientProof", "ServerProof"]
 

@@ -24,15 +24,19 @@ import select
 import socket
 import time
 from collections import deque
-from typing import Callable, Deque, Optional, Tuple
+from collections.abc import Callable
 
 from .auth import ClientProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Deque, Optional, Tuple
+
 __all__ = ["Link", "connect"]
 
 #: called while a wait lasts, every ``tick`` seconds; raises to end the wait
-Check = Optional[Callable[[], None]]
+Check = Callable[[], None] | None
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:

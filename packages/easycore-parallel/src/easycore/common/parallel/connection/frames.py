@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Deque, List, Optional, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Deque, List, Optional, Union
 
 __all__ = ["FrameReader", "FrameWriter", "frame"]
 

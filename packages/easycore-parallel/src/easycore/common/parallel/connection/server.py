@@ -45,11 +45,14 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Union
 
 from .address import remove_quietly
 from .auth import ServerProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter, frame
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, Dict, List, Optional
 
 __all__ = ["HOLD", "Handler", "Peer", "Server"]
 
@@ -57,7 +60,7 @@ __all__ = ["HOLD", "Handler", "Peer", "Server"]
 HOLD = "hold"
 #: what ``Handler.serve`` returns: True (served), None (a goodbye: drop it),
 #: False (garbage: drop it as dead), or ``HOLD``
-Outcome = Union[bool, None, str]
+Outcome = bool | None | str
 
 
 class Peer:

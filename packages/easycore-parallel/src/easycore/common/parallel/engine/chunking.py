@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import threading
 import types
-from typing import Any, Callable, Dict, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, Optional
 
 __all__ = ["AdaptiveChunker", "ChunkersByFunction"]
 

@@ -50,9 +50,7 @@ from __future__ import annotations
 
 import threading
 import time
-import typing
 import weakref
-from typing import Any, Callable, Dict, List, Literal, Optional
 
 from .._os import interrupts
 from .._os import stacks as _stacks
@@ -69,7 +67,10 @@ from .supervision import FailFast, Policy, ReplaceWorker, Supervisor
 
 __all__ = ["Engine", "ItemError", "Job", "JobSink"]
 
-if typing.TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, List, Literal, Optional
+
     from ..insights import Recorder
 
 

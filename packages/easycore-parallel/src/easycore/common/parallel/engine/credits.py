@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, List, Optional
 
 from .._os import interrupts
 from ..backends.base import ChannelBroken
@@ -31,6 +30,10 @@ from ..worker.slots import MARK_INDEX, MARK_NONE, MARK_TIMES
 from .job import Chunk, Job
 from .ordering import may_run_ahead
 from .state import RESERVED, EngineState, Outcomes, WorkerState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Optional
 
 __all__ = ["Dispatcher", "wrap_encode_error"]
 

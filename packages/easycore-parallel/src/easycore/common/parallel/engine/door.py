@@ -13,8 +13,6 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, Optional, Union
-
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
 from ..backends.policy import BACKENDS, DevicePolicy, build_backend
@@ -22,7 +20,10 @@ from ..options import WorkerOptions
 from .core import Engine
 from .supervision import FailFast, Policy, ReplaceWorker
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Literal, Mapping, Optional, Union
+
     from ..insights import Insights, Recorder
 
 __all__ = [

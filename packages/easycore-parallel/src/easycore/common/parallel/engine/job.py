@@ -19,10 +19,8 @@ from __future__ import annotations
 import abc
 import threading
 import time
-import typing
 from collections import deque
 from itertools import islice
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import DeathCause
 from .chunking import AdaptiveChunker
@@ -33,7 +31,10 @@ __all__ = ["BufferedInput", "Chunk", "ItemError", "Job", "JobSink"]
 #: makes a job's ``finished`` event exactly once, whichever thread asks first
 _EVENT_LOCK = threading.Lock()
 
-if typing.TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+
     from ..insights import Recorder
 
 
@@ -244,7 +245,8 @@ class Job:
         if self._buffered:
             # Read ahead by a thread of its own (``Pool.imap``'s): feeding never
             # waits in the user's iterator.
-            items, ended = typing.cast(BufferedInput, self._iterator).take(size)
+            buffered: BufferedInput = self._iterator  # type: ignore[assignment]
+            items, ended = buffered.take(size)
         else:
             items = list(islice(self._iterator, size))
             ended = len(items) < size

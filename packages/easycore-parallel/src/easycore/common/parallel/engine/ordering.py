@@ -26,14 +26,18 @@ the dispatcher makes before it gives such a job another credit.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from .._hints import Protocol
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Optional, Tuple
+
+    #: an item's failure as a sink receives it (``job.ItemError``; this module
+    #: imports nothing of the engine, which imports it)
+    _Failures = Dict[int, Any]
+    _Piece = Tuple[List[Any], _Failures, int]
 
 __all__ = ["InputOrder", "Ordered", "deliver", "may_run_ahead"]
-
-#: an item's failure as a sink receives it (``job.ItemError``; this module
-#: imports nothing of the engine, which imports it)
-_Failures = Dict[int, Any]
-_Piece = Tuple[List[Any], _Failures, int]
 
 
 class InputOrder:

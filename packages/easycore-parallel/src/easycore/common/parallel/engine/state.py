@@ -22,13 +22,16 @@ from __future__ import annotations
 import enum
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, Final, List, Optional, Protocol, Tuple, Union
 
+from .._hints import Protocol
 from ..backends.base import Backend
 from ..errors import RunnerClosedError
 from .job import Chunk, ItemError, Job
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, Dict, Final, List, Optional, Tuple, Union
+
     from ..insights import Recorder
 
 __all__ = ["RESERVED", "EngineState", "Outcomes", "Reserved", "WorkerState", "pop_chunk"]

@@ -64,7 +64,6 @@ import contextlib
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from .. import logs
 from .._os.memory import format_bytes
@@ -73,6 +72,10 @@ from ..errors import NodesLostError, ParallelError, TaskTimeoutError, WorkerErro
 from ..worker.protocol import StopWorker, WorkerFailed
 from .job import Chunk, ItemError, Job
 from .state import EngineState, Outcomes, WorkerState, pop_chunk
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, Dict, List, Optional, Tuple
 
 __all__ = ["FailFast", "Policy", "ReplaceWorker", "Supervisor", "taken_away"]
 

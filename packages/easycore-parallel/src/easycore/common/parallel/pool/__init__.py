@@ -15,7 +15,6 @@ Every name that ``easycore.common.parallel.pool`` offered as one module is
 still imported from here.
 """
 
-from typing import TYPE_CHECKING
 
 from .._lazy import exports
 
@@ -28,7 +27,8 @@ _LAZY = {
     "IMapUnorderedIterator": ".results", "MapResult": ".results", "TimeoutError": ".results",
 }
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from .jobs import PoolJobs, pool_options
     from .pool import Pool
     from .program import PoolProgram

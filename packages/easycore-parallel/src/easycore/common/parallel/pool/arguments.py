@@ -8,14 +8,16 @@ which keywords may not come with it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
-
 from easycore.common.config import CfgNode
 
 from .._os import threads as _threads
 from ..engine.door import BackendSpec, DevicePolicy
 from ..options import FIELDS, WorkerOptions, check_callable
 from .program import PoolProgram
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 __all__ = [
     "check_per_worker",

@@ -9,10 +9,11 @@ schedules, thread-safely, the completion of the future its event loop awaits
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Callable, List, Optional
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # a coroutine runs in a loop: asyncio is loaded by then, not by a Pool
     import asyncio
+    from typing import Callable, List, Optional
 
 __all__ = ["until", "wake"]
 

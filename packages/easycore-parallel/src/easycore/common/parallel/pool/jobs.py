@@ -11,7 +11,6 @@ keywords.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..engine import door
 from ..engine.job import Job, JobSink
@@ -19,7 +18,10 @@ from ..options import FIELDS, WorkerOptions
 from .pool import Pool
 from .program import MAP
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # insights are imported when asked for
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
     from ..insights import Insights
 
 __all__ = ["PoolJobs", "pool_options"]

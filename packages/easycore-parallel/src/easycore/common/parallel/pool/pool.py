@@ -31,24 +31,8 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    ClassVar,
-    Dict,
-    Iterable,
-    List,
-    Literal,
-    Mapping,
-    Optional,
-    ParamSpec,
-    Sequence,
-    TypeVar,
-    Union,
-    overload,
-)
 
+from .._hints import ParamSpec, TypeVar
 from .._os import stacks
 from .._os import threads as _threads
 from .._os.threads import ThreadsOption
@@ -83,8 +67,23 @@ from .results import (
     cancel_abandoned,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported when used: insights when asked for, futures by submit
     import concurrent.futures
+    from typing import (
+        Any,
+        Callable,
+        ClassVar,
+        Dict,
+        Iterable,
+        List,
+        Literal,
+        Mapping,
+        Optional,
+        Sequence,
+        Union,
+        overload,
+    )
 
     from ..insights import Insights, Recorder
 
@@ -388,14 +387,15 @@ class Pool(door.WorkerStacks):
         self._submit(fn, APPLY, [(args, kwargs)], sink, ordered=False, lazy=False,
                      chunksize=1, task_timeout=None, pass_context=False)
 
-    @overload
-    def map(self, func: Callable[[S], T], iterable: Iterable[S], chunksize: Optional[int] = None,
-            *, task_timeout: Optional[float] = None,
-            pass_context: Literal[False] = False) -> List[T]: ...
-    @overload
-    def map(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
-            chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
-            pass_context: Literal[True]) -> List[T]: ...
+    if TYPE_CHECKING:  # what a type checker sees
+        @overload
+        def map(self, func: Callable[[S], T], iterable: Iterable[S],
+                chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+                pass_context: Literal[False] = False) -> List[T]: ...
+        @overload
+        def map(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+                pass_context: Literal[True]) -> List[T]: ...
 
     def map(self, func: Callable[..., T], iterable: Iterable[Any],
             chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
@@ -423,20 +423,21 @@ class Pool(door.WorkerStacks):
                                                      task_timeout=task_timeout,
                                                      pass_context=pass_context))
 
-    @overload
-    def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
-                  chunksize: Optional[int] = None,
-                  callback: Optional[Callable[[List[T]], Any]] = None,
-                  error_callback: Optional[Callable[[BaseException], Any]] = None, *,
-                  task_timeout: Optional[float] = None,
-                  pass_context: Literal[False] = False) -> MapResult[T]: ...
-    @overload
-    def map_async(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
-                  chunksize: Optional[int] = None,
-                  callback: Optional[Callable[[List[T]], Any]] = None,
-                  error_callback: Optional[Callable[[BaseException], Any]] = None, *,
-                  task_timeout: Optional[float] = None,
-                  pass_context: Literal[True]) -> MapResult[T]: ...
+    if TYPE_CHECKING:  # what a type checker sees
+        @overload
+        def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
+                      chunksize: Optional[int] = None,
+                      callback: Optional[Callable[[List[T]], Any]] = None,
+                      error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                      task_timeout: Optional[float] = None,
+                      pass_context: Literal[False] = False) -> MapResult[T]: ...
+        @overload
+        def map_async(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                      chunksize: Optional[int] = None,
+                      callback: Optional[Callable[[List[T]], Any]] = None,
+                      error_callback: Optional[Callable[[BaseException], Any]] = None, *,
+                      task_timeout: Optional[float] = None,
+                      pass_context: Literal[True]) -> MapResult[T]: ...
 
     def map_async(self, func: Callable[..., T], iterable: Iterable[Any],
                   chunksize: Optional[int] = None,
@@ -480,14 +481,15 @@ class Pool(door.WorkerStacks):
         result._job = job
         return result
 
-    @overload
-    def imap(self, func: Callable[[S], T], iterable: Iterable[S], chunksize: Optional[int] = None,
-             *, task_timeout: Optional[float] = None,
-             pass_context: Literal[False] = False) -> IMapIterator[T]: ...
-    @overload
-    def imap(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
-             chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
-             pass_context: Literal[True]) -> IMapIterator[T]: ...
+    if TYPE_CHECKING:  # what a type checker sees
+        @overload
+        def imap(self, func: Callable[[S], T], iterable: Iterable[S],
+                 chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+                 pass_context: Literal[False] = False) -> IMapIterator[T]: ...
+        @overload
+        def imap(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                 chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
+                 pass_context: Literal[True]) -> IMapIterator[T]: ...
 
     def imap(self, func: Callable[..., T], iterable: Iterable[Any],
              chunksize: Optional[int] = None, *, task_timeout: Optional[float] = None,
@@ -507,16 +509,17 @@ class Pool(door.WorkerStacks):
         """
         return self._imap(func, iterable, chunksize, True, task_timeout, pass_context)
 
-    @overload
-    def imap_unordered(self, func: Callable[[S], T], iterable: Iterable[S],
-                       chunksize: Optional[int] = None, *,
-                       task_timeout: Optional[float] = None,
-                       pass_context: Literal[False] = False) -> IMapIterator[T]: ...
-    @overload
-    def imap_unordered(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
-                       chunksize: Optional[int] = None, *,
-                       task_timeout: Optional[float] = None,
-                       pass_context: Literal[True]) -> IMapIterator[T]: ...
+    if TYPE_CHECKING:  # what a type checker sees
+        @overload
+        def imap_unordered(self, func: Callable[[S], T], iterable: Iterable[S],
+                           chunksize: Optional[int] = None, *,
+                           task_timeout: Optional[float] = None,
+                           pass_context: Literal[False] = False) -> IMapIterator[T]: ...
+        @overload
+        def imap_unordered(self, func: Callable[[WorkerContext, S], T], iterable: Iterable[S],
+                           chunksize: Optional[int] = None, *,
+                           task_timeout: Optional[float] = None,
+                           pass_context: Literal[True]) -> IMapIterator[T]: ...
 
     def imap_unordered(self, func: Callable[..., T], iterable: Iterable[Any],
                        chunksize: Optional[int] = None, *,

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._os import inherit
 from ..transport.big_calls import warn_if_big_function
 from ..transport.pickling import dumps_code, loads_code
 from ..worker.executor import WorkerContext, WorkerProgram
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # a worker unpickles this module: it needs none of the caller's engine
+    from typing import Any, Callable, Dict, Optional
+
     from ..engine.door import DevicePolicy
 
 __all__ = ["APPLY", "MAP", "STAR", "PoolProgram", "job_code", "load_code"]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, List, Optional, Tuple
 
 from ..engine.core import Engine
 from ..engine.job import BufferedInput, Job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, List, Optional, Tuple
 
 __all__ = ["ReadAhead", "Readers"]
 

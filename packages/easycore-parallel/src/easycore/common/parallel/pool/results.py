@@ -19,21 +19,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Deque,
-    Dict,
-    Generator,
-    Generic,
-    List,
-    NoReturn,
-    Optional,
-    TypeVar,
-    Union,
-)
 
+from .._hints import Generic, TypeVar
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import WorkerError
@@ -43,8 +30,10 @@ from .awaiting import until as await_until
 from .awaiting import wake as wake_awaiting
 from .reader import ReadAhead
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # insights are imported when asked for; futures by submit
     import concurrent.futures
+    from typing import Any, Callable, Deque, Dict, Generator, List, NoReturn, Optional, Union
 
     from ..insights import Recorder
 
@@ -215,7 +204,7 @@ class ApplySink(JobSink):
             self.result._set(None, error)
 
 
-class MapResult(AsyncResult[List[T]]):
+class MapResult(AsyncResult[list[T]]):
     """The result of ``map_async`` / ``starmap_async``: a list in input order."""
 
 

@@ -53,7 +53,6 @@ import socket
 import threading
 import weakref
 from multiprocessing import util
-from typing import Any, Optional, Tuple, Type
 
 from ..connection.address import new_socket_address, pid_namespace, services_dir
 from ..connection.server import Server
@@ -62,6 +61,10 @@ from ..transport import shm
 from ..transport.shared_memory import SharedMemoryTransport
 from .broker import Broker
 from .remote import ClientEnd
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional, Tuple, Type
 
 __all__ = ["Queue", "QueueClosedError", "QueuePeerDiedError"]
 

@@ -50,12 +50,15 @@ import pickle
 import queue as _stdqueue
 import threading
 import time
-from typing import Any, Deque, List, Optional, Set, Tuple
 
 from ..connection.server import HOLD, Handler, Outcome, Peer, Server
 from ..errors import QueueClosedError, QueuePeerDiedError
 from ..transport import shm
 from ..transport.shared_memory import SharedMemoryTransport
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, List, Optional, Set, Tuple
 
 __all__ = ["Broker", "discard", "dumps", "loads", "segment_of"]
 

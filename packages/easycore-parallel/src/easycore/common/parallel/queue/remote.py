@@ -36,7 +36,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Iterator, List, Optional, Set, Tuple
 
 from ..connection.address import process_alive, wait_gone
 from ..connection.client import Link, connect
@@ -44,6 +43,10 @@ from ..errors import QueueClosedError, QueuePeerDiedError
 from ..transport import shm
 from ..transport.shared_memory import SharedMemoryTransport
 from .broker import dumps, loads, segment_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Deque, Iterator, List, Optional, Set, Tuple
 
 __all__ = ["ClientEnd"]
 

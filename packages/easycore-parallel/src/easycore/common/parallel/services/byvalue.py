@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import pickle
 import types
-from typing import Any, Dict, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Tuple
 
 __all__ = ["ByValue", "encode", "wrap_call"]
 

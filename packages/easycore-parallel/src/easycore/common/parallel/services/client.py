@@ -39,7 +39,6 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ..connection.address import process_alive, wait_gone
 from ..connection.auth import AuthenticationError
@@ -49,6 +48,10 @@ from ..transport import shm
 from . import wire
 from .byvalue import encode, wrap_call
 from .dispatch import REF
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Deque, Dict, List, Optional
 
 __all__ = ["ProcessChannel", "ProcessTarget"]
 

@@ -15,10 +15,13 @@ import itertools
 import pickle
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import ErrorReport
 from .wire import Outcome
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, List, Optional
 
 __all__ = [
     "REF",

@@ -18,11 +18,13 @@ machin's ``RpcGroup`` membership (``get_group_members``, ``is_member``) and
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence, Union
-
 from ..connection.address import services_dir
 from .handle import Service, ServiceHandle, check_backend, lookup
 from .naming import live_records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Mapping, Optional, Sequence, Union
 
 __all__ = ["PairedValue", "get_paired", "is_member", "names", "pair"]
 

@@ -25,7 +25,6 @@ import threading
 import time
 from concurrent.futures import Future
 from multiprocessing import util
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..connection.address import new_socket_address, pid_namespace, remove_quietly, services_dir
 from ..defaults import default_transport
@@ -36,6 +35,10 @@ from .dispatch import RUN, describe, dump_spec
 from .naming import find, register, unregister
 from .remote_ref import resolve, resolve_future
 from .server import ServiceHost
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
 __all__ = ["BACKENDS", "Service", "ServiceHandle", "check_backend", "lookup"]
 

@@ -24,10 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, List, Optional
 from urllib.parse import quote, unquote
 
 from ..connection.address import pid_alive, remove_quietly
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, List, Optional
 
 __all__ = [
     "find",

@@ -23,7 +23,6 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..backends.ray import acquire_ray, death_cause, import_ray, is_cuda, release_ray
 from ..errors import (
@@ -36,6 +35,10 @@ from ..errors import (
 )
 from .dispatch import REF, Dispatcher, build, close_object
 from .wire import Outcome, ServiceInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Optional, Sequence, Tuple
 
 __all__ = ["CallFailed", "RayChannel", "RayTarget", "lookup_ray", "start_ray"]
 

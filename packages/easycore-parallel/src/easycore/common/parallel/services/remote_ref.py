@@ -27,9 +27,12 @@ from __future__ import annotations
 import os
 import weakref
 from concurrent.futures import Future
-from typing import Any, ClassVar, Optional
 
 from .dispatch import REF, RefToken
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, ClassVar, Optional
 
 __all__ = ["RemoteRef", "resolve", "resolve_future"]
 

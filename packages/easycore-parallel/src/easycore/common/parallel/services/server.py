@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, Optional
 
 from ..connection.server import Handler, Peer, Server
 from ..errors import ErrorReport
@@ -38,6 +37,10 @@ from ..transport import shm
 from . import wire
 from .byvalue import encode
 from .dispatch import Dispatcher, build, close_object
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional
 
 __all__ = ["ServiceHost", "ServiceServer"]
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from .dispatch import is_remote_call
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 __all__ = ["VersionedStore"]
 

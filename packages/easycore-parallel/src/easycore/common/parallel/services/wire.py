@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import pickle
 import sys
-from typing import Any, Dict, Optional, Tuple, Union
 
 from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "Bye",
@@ -124,7 +127,7 @@ class Closed(NamedTuple):
 
 
 #: what travels on a local service's connection
-Message = Union[Hello, Call, Bye, Welcome, Reply, Closed]
+Message = Hello | Call | Bye | Welcome | Reply | Closed
 
 
 # --------------------------------------------------------- inside a service

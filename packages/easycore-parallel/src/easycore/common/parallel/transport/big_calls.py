@@ -13,7 +13,10 @@ import functools
 import threading
 import types
 import warnings
-from typing import Any, List, Set
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, List, Set
 
 __all__ = ["BIG_CALL", "warn_if_big_function", "warn_if_big_items"]
 

@@ -23,7 +23,9 @@ small part of its cost anyway) and the message small.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Optional
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_ENTRIES", "MAX_ITEMS", "MAX_TEXT", "inline_size"]
 

@@ -38,10 +38,13 @@ default, in [`shared_memory`][easycore.common.parallel.transport.shared_memory].
 from __future__ import annotations
 
 import pickle
-from typing import Any
 
 from .inline import inline_size
 from .pickling import dumps_data
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 __all__ = ["DirectTransport", "PickleTransport", "Transport", "plain_or_pickled", "unpickled"]
 

@@ -16,9 +16,12 @@ import pickle
 import sys
 import types
 import weakref
-from typing import Any, Callable, Optional
 
 from .._os import inherit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Optional
 
 __all__ = ["dumps_code", "dumps_data", "loads_code", "names_main", "reduce_main"]
 

@@ -35,10 +35,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
-from typing import Any, Protocol
 
+from .._hints import Protocol
 from .._named_tuples import NamedTuple
 from . import shm
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 __all__ = [
     "CallerFeedback",

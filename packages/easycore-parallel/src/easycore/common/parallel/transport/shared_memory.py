@@ -67,7 +67,7 @@ from __future__ import annotations
 import collections
 import pickle
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
 
 from .. import logs
 from . import shm
@@ -82,6 +82,10 @@ from .segments import (
     WorkerFeedback,
     WorkerSegments,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 # (Transport, PickleTransport, CallerFeedback and WorkerFeedback were defined
 # here before the transport was split: their old import path keeps working.)
@@ -99,7 +103,10 @@ _ALIGN = 64  # cache-line aligned buffers, as NumPy prefers
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 
 #: ``(name, size, mapping)`` of the segment an encoding writes into
-SegmentFor = Callable[[int], tuple[str, int, Any]]
+if TYPE_CHECKING:
+    SegmentFor = Callable[[int], tuple[str, int, Any]]
+else:  # the same, made without typing
+    SegmentFor = Callable[[int], tuple]
 
 #: an ``on_free`` that forgets: for readers that do not watch their views
 _FORGET: Callable[[Any], Any] = collections.deque(maxlen=0).append

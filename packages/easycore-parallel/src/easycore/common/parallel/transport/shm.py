@@ -42,7 +42,10 @@ import mmap
 import os
 import sys
 import weakref
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable
 
 __all__ = [
     "AVAILABLE",

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
@@ -41,12 +40,16 @@ from .protocol import (
 )
 from .slots import MARK_INDEX, MARK_NONE, ItemSlots
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
 __all__ = ["WorkerHandler", "HookFailed", "PassThrough", "RunnerProgram", "Terminated",
            "WorkerContext", "WorkerProgram", "reported"]
 
 #: what [`WorkerHandler.handle`][easycore.common.parallel.worker.executor.WorkerHandler.handle]
 #: answers
-Reply = Union[ChunkDone, WorkerFailed, WorkerEnded]
+Reply = ChunkDone | WorkerFailed | WorkerEnded
 
 
 class HookFailed(Exception):

@@ -28,7 +28,6 @@ import pickle
 import signal
 import sys
 import time
-from typing import Any, Callable, Optional
 
 from .._named_tuples import NamedTuple
 from .._os import interrupts, lifeline, stacks, threads
@@ -36,6 +35,10 @@ from ..errors import ErrorReport
 from .executor import HookFailed, Terminated, WorkerContext, WorkerHandler, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
 from .slots import ItemSlots
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Callable, Optional
 
 __all__ = ["WorkerSpec", "process_main"]
 

@@ -29,10 +29,12 @@ the protocol does not look inside them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._named_tuples import NamedTuple
 from ..errors import ErrorReport
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any
 
 __all__ = [
     "ChunkDone",

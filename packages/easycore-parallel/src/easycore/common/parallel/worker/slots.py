@@ -20,9 +20,12 @@ counts delivered results in the caller.
 from __future__ import annotations
 
 import struct
-from typing import Any, Tuple
 
 from .._named_tuples import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from typing import Any, Tuple
 
 __all__ = ["MARK_INDEX", "MARK_NONE", "MARK_TIMES", "ItemSlot", "ItemSlots"]
 
