@@ -138,7 +138,7 @@ def test_a_fresh_worker_imports_only_what_it_runs(method):
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
                                     if m in multiprocessing.get_all_start_methods()])
 def test_a_runners_fresh_worker_imports_no_back_end_nor_pool(method):
-    # docs/platforms.md: the runner's module brings the engine's modules, no more.
+    # docs/platforms.md: the runner's module brings the engine's door, not the engine.
     worker, _ = probe(f"""
         from _import_probe_runner import WorkerModules
         with WorkerModules(1, start_method={method!r}) as runner:
@@ -151,6 +151,12 @@ def test_a_runners_fresh_worker_imports_no_back_end_nor_pool(method):
                                                "easycore.common.parallel.pool.pool",
                                                "easycore.common.parallel.pool.results",
                                                "multiprocessing.pool", "traceback"))] == []
+    engine = [m for m in worker if m.startswith("easycore.common.parallel.engine.")]
+    assert engine == ["easycore.common.parallel.engine.door"]
+    assert [m for m in worker if m.startswith(("easycore.common.parallel._runner_call",
+                                               "easycore.common.parallel.options",
+                                               "easycore.common.parallel.progress",
+                                               "easycore.common.config.lazy_copy"))] == []
 
 
 def _runtime_typing_imports(path: Path) -> List[str]:
@@ -164,8 +170,8 @@ def _runtime_typing_imports(path: Path) -> List[str]:
             if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
                     and node.test.id == "TYPE_CHECKING":
                 visit(node.orelse)
-            elif isinstance(node, ast.Import) and any(a.name == "typing" for a in node.names) \
-                    or isinstance(node, ast.ImportFrom) and node.module == "typing":
+            elif (isinstance(node, ast.Import) and any(a.name == "typing" for a in node.names)) \
+                    or (isinstance(node, ast.ImportFrom) and node.module == "typing"):
                 found.append(f"{path.name}:{node.lineno}")
             elif isinstance(node, (ast.If, ast.Try)):
                 visit(node.body)

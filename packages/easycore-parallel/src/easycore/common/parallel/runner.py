@@ -21,37 +21,35 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable
-from multiprocessing.context import BaseContext
 
 from easycore.common.config import CfgNode
-from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
 from ._os import stacks as _stacks
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
-from ._runner_sink import ConsumerSink
 from .engine import door
-from .engine.chunking import AdaptiveChunker
-from .engine.core import Engine
 from .engine.door import BACKENDS, Backend, BackendSpec, DevicePolicy
-from .errors import RunnerClosedError, TaskTimeoutError
-from .options import WorkerOptions
-from .progress import Progress, ProgressOption
-from .transport.interface import Transport
+from .errors import RunnerClosedError
 from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
+# What only the caller runs (the options, the engine, a call's job and sink,
+# the lazy copy of cfg) is imported when a runner is made, not with this
+# module: a runner's ``spawn`` or ``forkserver`` worker imports its runner's
+# module, and with it this one.
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # insights are imported when asked for
+if TYPE_CHECKING:  # typing and insights (imported when asked for) cost import time
+    from multiprocessing.context import BaseContext
     from typing import Any, ClassVar, Dict, List, Mapping, Optional, Union
 
+    from easycore.common.config.lazy_copy import TemplateCache
+
+    from .engine.core import Engine
     from .insights import Insights, Recorder
+    from .progress import ProgressOption
+    from .transport.interface import Transport
 
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
-
-#: inputs the calling thread may slice without ever blocking
-_IN_MEMORY = (list, tuple, range)
-
 
 class BaseRunner(door.WorkerStacks):
     """A multi-process runner whose consumer receives data unordered.
@@ -155,6 +153,12 @@ class BaseRunner(door.WorkerStacks):
             **backend_options: the back-end's keyword arguments: with backend="ray",
                 address, ray_init_kwargs and capacity_timeout, as Pool's.
         """
+        from easycore.common.config.lazy_copy import lazy_copy
+
+        from . import _runner_call
+        from .engine.chunking import AdaptiveChunker
+        from .options import WorkerOptions
+
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(
             backend=backend, start_method=start_method, task_timeout=task_timeout,
@@ -177,6 +181,8 @@ class BaseRunner(door.WorkerStacks):
         self._cfg_templates: TemplateCache = {}
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
+        self._lazy_copy = lazy_copy
+        self._run_call = _runner_call.run
         self._recorder: Optional[Recorder] = door.recorder(self._devices) if insights else None
         self._insights: Optional[Insights] = None
         self._busy = threading.Lock()
@@ -195,7 +201,7 @@ class BaseRunner(door.WorkerStacks):
         # A fresh copy per call that copies only what the call touches: a
         # deep copy of a 10k-key cfg cost ~25 ms a call. The snapshot it reads
         # from is this runner's own and never changes.
-        return lazy_copy(self._cfg, self._cfg_templates)
+        return self._lazy_copy(self._cfg, self._cfg_templates)
 
     # ================================================================= hooks
     @staticmethod
@@ -552,78 +558,9 @@ class BaseRunner(door.WorkerStacks):
                 raise RunnerClosedError(
                     f"{type(self).__name__} is closed; call activate() to start it again"
                 )
-            return self._run(engine, data_iter, progress, task_timeout)
+            return self._run_call(self, engine, data_iter, progress, task_timeout)
         finally:
             self._busy.release()
-
-    def _run(self, engine: Engine, data: Iterable, progress: Optional[ProgressOption],
-             task_timeout: Optional[float]) -> Any:
-        cls = type(self)
-        lazy = not isinstance(data, _IN_MEMORY)
-        source = iter(data) if lazy else data  # fail here if not iterable
-        timeout = self._options.timeout_for(task_timeout)
-        cfg = self._consumer_cfg()
-        bar = None
-        job = None
-        recorder = self._recorder
-        if recorder is not None:
-            recorder.reset()
-        try:
-            cls.consumer_init(cfg)
-            bar = Progress(self._options.progress if progress is None else progress, _length(data),
-                           cls.__name__, recorder)
-            sink = ConsumerSink(cls, cfg, bar, recorder)
-            job = engine.submit_job(None, source, sink, ordered=self.ordered, lazy=lazy,
-                                    timeout=timeout, chunker=self._chunker)
-            while not job.done:
-                if recorder is not None:  # insights: what is not a stage is moving data
-                    t0 = time.perf_counter()
-                    before = recorder.consuming + recorder.reading_input \
-                        + recorder.waiting_for_results
-                feeding = lazy and engine.feed(job)
-                engine.pump(0.0 if feeding and engine.has_credit() else None)
-                if recorder is not None:
-                    recorder.caller_moving += time.perf_counter() - t0 - (
-                        recorder.consuming + recorder.reading_input
-                        + recorder.waiting_for_results - before)
-                if engine.closing:
-                    raise RunnerClosedError(
-                        f"{cls.__name__} was closed while this call ran")
-            if job.error is not None:
-                raise job.error
-        except TaskTimeoutError:
-            # Only that worker was replaced; whatever else ran for this call
-            # is discarded when it comes back.
-            raise
-        except RunnerClosedError:
-            if not engine.closing:
-                self._abort(engine)
-            raise
-        except BaseException as exc:
-            if job is not None:
-                engine.cancel(job)
-            # A Ctrl-C says where the busy workers were.
-            _stacks.note(exc, self._abort(engine, where=isinstance(exc, KeyboardInterrupt)))
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
-            if recorder is None:
-                pass
-            elif not (job is not None and job.done and job.error is None):
-                self._insights = recorder.snapshot()  # a failed call: up to its failure
-        try:
-            if recorder is None:
-                return cls.consumer_end(cfg)
-            t0 = time.perf_counter()
-            try:
-                return cls.consumer_end(cfg)
-            finally:
-                recorder.consumed(t0)
-                self._insights = recorder.snapshot()
-        except BaseException:
-            self._abort(engine)
-            raise
 
     def _abort(self, engine: Engine, where: bool = False) -> Dict[int, Any]:
         if self._engine is engine:
@@ -644,13 +581,6 @@ def _refuse_retired_seams(cls: type) -> None:
             f"{cls.__name__} overrides {' and '.join(retired)}, which no longer choose "
             "anything (they report what the device policy picks): give the class a "
             "device_policy (DevicePolicy.start_method / mp_context, or transport_class)")
-
-
-def _length(data: Iterable) -> Optional[int]:
-    try:
-        return len(data)  # type: ignore[arg-type]
-    except TypeError:
-        return None
 
 
 class UnorderedRunner(BaseRunner):

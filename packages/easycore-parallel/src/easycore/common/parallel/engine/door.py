@@ -13,18 +13,19 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
+from .._lazy import exports
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
 from ..backends.policy import BACKENDS, DevicePolicy, build_backend
-from ..options import WorkerOptions
-from .core import Engine
-from .supervision import FailFast, Policy, ReplaceWorker
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Dict, List, Literal, Mapping, Optional, Union
 
     from ..insights import Insights, Recorder
+    from ..options import WorkerOptions
+    from .core import Engine
+    from .supervision import FailFast, Policy, ReplaceWorker
 
 __all__ = [
     "BACKENDS",
@@ -42,6 +43,14 @@ __all__ = [
     "stalled",
     "start",
 ]
+
+# The engine's own modules load when a client starts an engine, not with the
+# door: every runner's module imports the door (its class attributes name the
+# back-end table and the device policy), and a runner's ``spawn`` or
+# ``forkserver`` worker imports its runner's module.
+__getattr__, __dir__ = exports(__name__, {
+    name: "easycore.common.parallel.engine.supervision"
+    for name in ("FailFast", "Policy", "ReplaceWorker")})
 
 #: what ``stacks`` says of a live worker whose stack could not be read
 NO_STACK = ("(no stack: the worker did not answer in time, or its back-end cannot read "
@@ -91,6 +100,8 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
     Raises:
         ValueError: ``max_worker_memory`` with a back-end that cannot measure it.
     """
+    from .core import Engine
+
     limit = options.max_worker_memory
     assert not isinstance(limit, str)  # WorkerOptions made it bytes
     if limit is not None and not backend.measures_memory:
