@@ -137,6 +137,37 @@ def test_a_fresh_worker_imports_only_what_it_runs(method):
 
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
                                     if m in multiprocessing.get_all_start_methods()])
+def test_a_scripts_pool_worker_imports_not_the_callers_parts(tmp_path, method):
+    # A worker imports the script again (spawn; forkserver: its server does), and
+    # with it the Pool the script imports: the class, not the caller's parts
+    # (docs/platforms.md), which the first Pool() imports.
+    script = tmp_path / "pool_script.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        from easycore.common.parallel import Pool
+
+        def modules():
+            return sorted(sys.modules)
+
+        if __name__ == "__main__":
+            with Pool(1, start_method={method!r}) as pool:
+                print(json.dumps(pool.apply(modules)))
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    worker = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "easycore.common.parallel.pool.pool" in worker  # the script's own import
+    callers = [m for m in worker if m.startswith((
+        "easycore.common.parallel.engine.", "easycore.common.parallel.pool.results",
+        "easycore.common.parallel.pool.reader", "easycore.common.parallel.pool.arguments",
+        "easycore.common.parallel.options", "easycore.common.parallel.progress",
+        "easycore.common.parallel.pool_errors", "multiprocessing.pool", "traceback"))]
+    assert callers == ["easycore.common.parallel.engine.door"]
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
+                                    if m in multiprocessing.get_all_start_methods()])
 def test_a_runners_fresh_worker_imports_no_back_end_nor_pool(method):
     # docs/platforms.md: the runner's module brings the engine's door, not the engine.
     worker, _ = probe(f"""

@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ["exports"]
+__all__ = ["bind", "exports"]
 
 
 def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
@@ -54,3 +54,25 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
         return sorted(set(vars(sys.modules[package])) | set(names))
 
     return __getattr__, __dir__
+
+
+def bind(namespace: Dict[str, Any], parts: Dict[str, str]) -> None:
+    """Import a module's globals that only some of its code uses, when that code runs.
+
+    ``Pool``'s module names the caller's parts (the engine's job, the results,
+    the option checks) in its methods only: a ``spawn`` worker, which imports
+    your script again and with it the module, never runs them. The module
+    imports them for the type checker only, and its constructor binds them here.
+
+    Args:
+        namespace (dict): the module's ``globals()``.
+        parts (dict): a module, relative to the namespace's package (``".results"``)
+            -> the names it defines, separated by spaces.
+    """
+    for module, names in parts.items():
+        wanted = names.split()
+        if all(name in namespace for name in wanted):
+            continue
+        defining = importlib.import_module(module, namespace["__package__"])
+        for name in wanted:
+            namespace[name] = getattr(defining, name)

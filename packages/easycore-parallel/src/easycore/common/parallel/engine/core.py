@@ -361,6 +361,20 @@ class Engine:
                     # and an idle runner give them back.
                     self._transport_idle()
 
+    def pump_until(self, stop: threading.Event) -> None:
+        """Pump until ``stop`` is set: a client's coordinator thread (a pool's).
+
+        Args:
+            stop (threading.Event): set when the client stops.
+        """
+        while not stop.is_set():
+            try:
+                self.pump(None)
+            except BaseException:  # noqa: BLE001  # pragma: no cover - a bug; keep serving other jobs
+                import traceback
+
+                traceback.print_exc()
+
     def _handle(self, slot: int, message: Any) -> None:
         state = self.state
         feedback = getattr(message, "feedback", None)

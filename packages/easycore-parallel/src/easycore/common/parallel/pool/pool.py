@@ -32,43 +32,15 @@ import threading
 import warnings
 import weakref
 
-from .._hints import ParamSpec, TypeVar
+from .._lazy import bind
 from .._os import stacks
 from .._os import threads as _threads
-from .._os.threads import ThreadsOption
 from ..engine import door
-from ..engine.chunking import AdaptiveChunker, ChunkersByFunction
-from ..engine.core import Engine
-from ..engine.door import BackendSpec, DevicePolicy
-from ..engine.job import Job, JobSink
-from ..options import WorkerOptions, check_chunksize
-from ..progress import Progress, ProgressOption
-from ..worker.executor import WorkerContext
-from .arguments import (
-    check_per_worker,
-    checked_devices,
-    checked_options,
-    start_method_of,
-    worker_spec,
-    workers_devices,
-)
+from ..engine.door import DevicePolicy
 from .program import APPLY, MAP, STAR, job_code
-from .reader import ReadAhead, Readers
-from .results import (
-    ApplyResult,
-    ApplySink,
-    AsyncResult,
-    FutureSink,
-    IMapIterator,
-    IMapSink,
-    IMapUnorderedIterator,
-    MapResult,
-    MapSink,
-    cancel_abandoned,
-)
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # imported when used: insights when asked for, futures by submit
+if TYPE_CHECKING:  # typing, the caller's parts, futures (by submit), insights (when asked for)
     import concurrent.futures
     from typing import (
         Any,
@@ -80,32 +52,62 @@ if TYPE_CHECKING:  # imported when used: insights when asked for, futures by sub
         Literal,
         Mapping,
         Optional,
+        ParamSpec,
         Sequence,
+        TypeVar,
         Union,
         overload,
     )
 
+    from .._os.threads import ThreadsOption
+    from ..engine.chunking import AdaptiveChunker, ChunkersByFunction
+    from ..engine.door import BackendSpec
+    from ..engine.job import Job, JobSink
     from ..insights import Insights, Recorder
+    from ..options import WorkerOptions, check_chunksize
+    from ..progress import Progress, ProgressOption
+    from ..worker.executor import WorkerContext
+    from .arguments import (
+        check_per_worker,
+        checked_devices,
+        checked_options,
+        start_method_of,
+        worker_spec,
+        workers_devices,
+    )
+    from .reader import ReadAhead, Readers
+    from .results import (
+        ApplyResult,
+        ApplySink,
+        AsyncResult,
+        FutureSink,
+        IMapIterator,
+        IMapSink,
+        IMapUnorderedIterator,
+        MapResult,
+        MapSink,
+        cancel_abandoned,
+    )
+
+    # Typed as typeshed types multiprocessing.Pool and concurrent.futures: a
+    # result is what the function returns (T), an item what it takes (S); with
+    # pass_context=True the function takes the WorkerContext first.
+    S = TypeVar("S")
+    T = TypeVar("T")
+    P = ParamSpec("P")
+
+# The caller's parts are imported by the first ``Pool()``, not with this module:
+# a ``spawn`` worker imports your script again, and with it this module.
+_CALLERS_PARTS = {
+    "..engine.chunking": "AdaptiveChunker ChunkersByFunction", "..progress": "Progress",
+    "..options": "check_chunksize", ".reader": "ReadAhead Readers",
+    ".arguments": "check_per_worker checked_devices checked_options start_method_of "
+                  "worker_spec workers_devices",
+    ".results": "ApplyResult ApplySink FutureSink IMapIterator IMapSink "
+                "IMapUnorderedIterator MapResult MapSink cancel_abandoned",
+}
 
 __all__ = ["Pool"]
-
-# Typed as typeshed types multiprocessing.Pool and concurrent.futures: a result
-# is what the function returns (T), an item what it takes (S); with
-# pass_context=True the function takes the WorkerContext first.
-S = TypeVar("S")
-T = TypeVar("T")
-P = ParamSpec("P")
-
-
-def _coordinate(engine: Engine, stop: threading.Event) -> None:
-    """A pool's coordinator thread: pumps the engine until the pool stops."""
-    while not stop.is_set():
-        try:
-            engine.pump(None)
-        except BaseException:  # noqa: BLE001  # pragma: no cover - a bug; keep serving other jobs
-            import traceback
-
-            traceback.print_exc()
 
 
 class Pool(door.WorkerStacks):
@@ -204,6 +206,7 @@ class Pool(door.WorkerStacks):
                 ``capacity_timeout`` (seconds a worker may wait for a node with room; see
                 [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend]).
         """
+        bind(globals(), _CALLERS_PARTS)  # the first Pool imports them
         self._options = checked_options(self.backends, options, context, backend_options, {
             "backend": backend, "start_method": start_method_of(context, start_method),
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
@@ -254,7 +257,7 @@ class Pool(door.WorkerStacks):
         self._stop = threading.Event()
         # The thread holds the engine, not the pool: a pool nobody references
         # is collected, and its __del__ stops the workers.
-        self._coordinator = threading.Thread(target=_coordinate, args=(self._engine, self._stop),
+        self._coordinator = threading.Thread(target=self._engine.pump_until, args=(self._stop,),
                                              name="easycore-pool-coordinator", daemon=True)
         self._coordinator.start()
 
