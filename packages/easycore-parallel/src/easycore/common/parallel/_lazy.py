@@ -59,10 +59,11 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
 def bind(namespace: Dict[str, Any], parts: Dict[str, str]) -> None:
     """Import a module's globals that only some of its code uses, when that code runs.
 
-    ``Pool``'s module names the caller's parts (the engine's job, the results,
-    the option checks) in its methods only: a ``spawn`` worker, which imports
-    your script again and with it the module, never runs them. The module
-    imports them for the type checker only, and its constructor binds them here.
+    ``Pool``'s and the runners' modules name the caller's parts (the engine,
+    the results, the option checks) in their methods only: a ``spawn`` worker,
+    which imports your script again and with it those modules, never runs
+    them. Each module imports them for the type checker only, and its
+    constructor binds them here.
 
     Args:
         namespace (dict): the module's ``globals()``.

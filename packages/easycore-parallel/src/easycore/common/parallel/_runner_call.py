@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from .progress import ProgressOption
     from .runner import BaseRunner
 
-__all__ = ["ConsumerSink", "run"]
+__all__ = ["ConsumerSink", "run_call"]
 
 #: inputs the calling thread may slice without ever blocking
 _IN_MEMORY = (list, tuple, range)
@@ -63,8 +63,8 @@ class ConsumerSink(JobSink):
         self.finished = True
 
 
-def run(self: BaseRunner, engine: Engine, data: Iterable, progress: Optional[ProgressOption],
-        task_timeout: Optional[float]) -> Any:
+def run_call(self: BaseRunner, engine: Engine, data: Iterable,
+             progress: Optional[ProgressOption], task_timeout: Optional[float]) -> Any:
     """One call of ``self`` (``BaseRunner.__call__``, which holds its busy lock).
 
     Args:

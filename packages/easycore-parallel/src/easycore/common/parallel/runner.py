@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from easycore.common.config import CfgNode
 
+from ._lazy import bind
 from ._os import stacks as _stacks
 from ._os import threads as _threads
 from ._os.threads import ThreadsOption
@@ -33,23 +34,31 @@ from .errors import RunnerClosedError
 from .transport.shared_memory import SharedMemoryTransport
 from .worker.executor import RunnerProgram, WorkerProgram
 
-# What only the caller runs (the options, the engine, a call's job and sink,
-# the lazy copy of cfg) is imported when a runner is made, not with this
-# module: a runner's ``spawn`` or ``forkserver`` worker imports its runner's
-# module, and with it this one.
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing and insights (imported when asked for) cost import time
+if TYPE_CHECKING:  # typing, the caller's parts, insights (when asked for)
     from multiprocessing.context import BaseContext
     from typing import Any, ClassVar, Dict, List, Mapping, Optional, Union
 
-    from easycore.common.config.lazy_copy import TemplateCache
+    from easycore.common.config.lazy_copy import TemplateCache, lazy_copy
 
+    from ._runner_call import run_call
+    from .engine.chunking import AdaptiveChunker
     from .engine.core import Engine
     from .insights import Insights, Recorder
+    from .options import WorkerOptions
     from .progress import ProgressOption
     from .transport.interface import Transport
 
+# The caller's parts (the options, the engine, a call's job and sink, the lazy
+# copy of cfg) are imported when a runner is made, not with this module: a
+# runner's ``spawn`` or ``forkserver`` worker imports its runner's module.
+_CALLERS_PARTS = {
+    "easycore.common.config.lazy_copy": "lazy_copy", "._runner_call": "run_call",
+    ".engine.chunking": "AdaptiveChunker", ".options": "WorkerOptions",
+}
+
 __all__ = ["BaseRunner", "OrderedRunner", "UnorderedRunner"]
+
 
 class BaseRunner(door.WorkerStacks):
     """A multi-process runner whose consumer receives data unordered.
@@ -153,12 +162,7 @@ class BaseRunner(door.WorkerStacks):
             **backend_options: the back-end's keyword arguments: with backend="ray",
                 address, ray_init_kwargs and capacity_timeout, as Pool's.
         """
-        from easycore.common.config.lazy_copy import lazy_copy
-
-        from . import _runner_call
-        from .engine.chunking import AdaptiveChunker
-        from .options import WorkerOptions
-
+        bind(globals(), _CALLERS_PARTS)  # the first runner imports them
         # Every option checked at once, as every client checks them (``options``).
         options = self._options = WorkerOptions(
             backend=backend, start_method=start_method, task_timeout=task_timeout,
@@ -181,8 +185,6 @@ class BaseRunner(door.WorkerStacks):
         self._cfg_templates: TemplateCache = {}
         self._engine: Optional[Engine] = None
         self._chunker = AdaptiveChunker()
-        self._lazy_copy = lazy_copy
-        self._run_call = _runner_call.run
         self._recorder: Optional[Recorder] = door.recorder(self._devices) if insights else None
         self._insights: Optional[Insights] = None
         self._busy = threading.Lock()
@@ -201,7 +203,7 @@ class BaseRunner(door.WorkerStacks):
         # A fresh copy per call that copies only what the call touches: a
         # deep copy of a 10k-key cfg cost ~25 ms a call. The snapshot it reads
         # from is this runner's own and never changes.
-        return self._lazy_copy(self._cfg, self._cfg_templates)
+        return lazy_copy(self._cfg, self._cfg_templates)
 
     # ================================================================= hooks
     @staticmethod
@@ -558,7 +560,7 @@ class BaseRunner(door.WorkerStacks):
                 raise RunnerClosedError(
                     f"{type(self).__name__} is closed; call activate() to start it again"
                 )
-            return self._run_call(self, engine, data_iter, progress, task_timeout)
+            return run_call(self, engine, data_iter, progress, task_timeout)
         finally:
             self._busy.release()
 
