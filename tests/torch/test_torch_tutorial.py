@@ -56,7 +56,10 @@ def test_example3_batches_from_a_generator(no_leaks, expected):
     assert same(result, expected)
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+# With workers, the DataLoader forks them anew on each pass (torch's own fork, not
+# easycore's): the index queues' feeder threads of the pass before may still be
+# ending then, which the fork check (tests/fork_warnings.py) would count.
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.forks_with_threads)])
 def test_example3_batches_from_a_dataloader(no_leaks, expected, num_workers):
     # A DataLoader with workers of its own: they are forked by the caller and
     # hand batches over through torch's shared memory; the runner reads it lazily.
