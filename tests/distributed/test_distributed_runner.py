@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psutil
 import pytest
 import torch
 from _dist_helpers import (
@@ -10,6 +11,7 @@ from _dist_helpers import (
     FailingInit,
     TutorialPredictor,
     batch_generator,
+    listening_addresses,
     reference_outputs,
 )
 from processes import wait_gone
@@ -50,6 +52,19 @@ def test_runner_can_be_activated_again_with_a_new_group(tmp_path, no_leaks):
     finally:
         predictor.close()
     assert torch.equal(first, second)
+
+
+def test_a_live_group_leaves_the_caller_no_store_to_fork(tmp_path, no_leaks):
+    # Rank 0 hosts the store: a store in the caller (its server threads, its
+    # sockets) would be inherited, half copied, by whatever the caller forks
+    # while the group lives, and such children's ranks could not connect.
+    caller = psutil.Process()
+    threads, listening = caller.num_threads(), listening_addresses(caller.pid)
+    with TutorialPredictor(devices=2, cfg={"out_dir": str(tmp_path)}) as predictor:
+        predictor(batch_generator(list(range(10)), 5))
+        assert listening_addresses(caller.pid) == listening
+        assert caller.num_threads() <= threads
+        assert any(listening_addresses(pid) for pid in predictor.worker_pids)  # rank 0's
 
 
 def test_failing_producer_init_names_rank_and_hook(no_leaks):

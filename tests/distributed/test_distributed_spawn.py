@@ -155,8 +155,10 @@ def test_a_script_s_own_function_reaches_ranks_started_with_spawn(tmp_path, no_l
 def test_a_store_host_that_cannot_be_bound_fails_cleanly(no_leaks):
     ours = {a.address for addresses in psutil.net_if_addrs().values() for a in addresses}
     foreign = next(a for a in ("192.0.2.77", "198.51.100.77", "203.0.113.77") if a not in ours)
-    with pytest.raises(OSError):  # bound before anything connects: nothing leaves the machine
+    # Rank 0 binds it before anything connects: nothing leaves the machine.
+    with pytest.raises(WorkerError, match="opening the rendezvous store") as info:
         spawn(rank_and_sum, 2, 1, host=foreign)
+    assert info.value.rank == 0 and info.value.exc_type == "OSError"
 
 
 @pytest.mark.parametrize(

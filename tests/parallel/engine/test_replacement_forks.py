@@ -91,13 +91,12 @@ def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
 @pytest.mark.forks_with_threads  # the second pool starts while the first one's threads run
 def test_closing_a_pool_ends_its_zygote_while_another_pools_workers_hold_its_socket(no_leaks):
     with Pool(1, start_method="fork") as first:
-        zygote = first._backend._zygote.process
+        zygote = first._backend._zygote
         # The second pool's worker is forked after the first zygote: it holds
         # a copy of the caller's end of that zygote's socket.
         with Pool(1, start_method="fork") as second:
             first.close()
-            first.join()
-            zygote.join(WAIT)
+            first.join()  # reaps the zygote
             assert zygote.exitcode == 0  # it saw the end, rather than being killed
             assert second.apply(square, (3,)) == 9
 
@@ -197,7 +196,7 @@ def test_the_zygote_ends_at_close_but_never_before_its_workers_end(no_leaks, tmp
     # is its child: its exit kills its children, which must end as asked.
     runner = EndsInAFile(["cpu"], start_method="fork", cfg={"ends": str(tmp_path)})
     try:
-        zygote = runner._engine.state.backend._zygote.process
+        zygote = runner._engine.state.backend._zygote
         if replaced:
             with pytest.raises(TaskTimeoutError):
                 runner(["slow"], task_timeout=0.5)
@@ -205,8 +204,7 @@ def test_the_zygote_ends_at_close_but_never_before_its_workers_end(no_leaks, tmp
         assert worker == runner.worker_pids[0]
         assert (psutil.Process(worker).ppid() == os.getpid()) is not replaced
     finally:
-        runner.close()
-    zygote.join(WAIT)
+        runner.close()  # reaps the zygote
     assert zygote.exitcode == 0  # it saw the end of its socket: not killed
     assert os.listdir(tmp_path) == [str(worker)]  # the last worker's producer_end ran
 

@@ -6,8 +6,10 @@ whose workers run a `RankProgram` (`rank_worker`); rank ``r`` is worker
 ``r``, on ``devices[r]``. Only ``start`` differs from the inner back-end's:
 
 1. the inner back-end starts the workers (device set-up only);
-2. the rendezvous store is opened on a free port: by the caller for local
-   processes, by rank 0 for Ray (its ranks may be on other machines);
+2. rank 0 opens the rendezvous store on a free port. Not the caller: a
+   store's server threads and sockets in the caller would be inherited, half
+   copied, by every process the caller forks while the group lives (another
+   group's ranks, a pool's workers), and its ranks could then fail to connect;
 3. every rank joins the group, all within ``timeout`` seconds;
 4. for a runner, every rank runs ``producer_init`` (without a time limit, as
    in any runner).
@@ -32,7 +34,7 @@ from easycore.common.parallel.extending import Engine, ItemSlot
 
 from .failures import name_rank
 from .rank_worker import HostStore, Init, Join
-from .rendezvous import LOOPBACK, open_store
+from .rendezvous import LOOPBACK
 from .steps import run_steps
 
 __all__ = ["GroupBackend"]
@@ -48,7 +50,7 @@ class GroupBackend(Backend):
         backend: str,
         timeout: Optional[float],
         host: Optional[str],
-        host_in_caller: bool,
+        local_ranks: bool,
         run_init: bool = False,
     ) -> None:
         """
@@ -56,10 +58,10 @@ class GroupBackend(Backend):
             inner (Backend): an unstarted back-end whose workers run a ``RankProgram``.
             backend (str): the ``torch.distributed`` backend, e.g. "gloo".
             timeout (float or None): seconds the start-up (and each collective) may take.
-            host (str or None): the store's address; None: ``127.0.0.1`` when
-                the caller hosts it, the node's address when rank 0 does.
-            host_in_caller (bool): whether this process hosts the store (local
-                ranks) or rank 0 does (ranks that may be on other machines).
+            host (str or None): the address rank 0's store listens on; None:
+                ``127.0.0.1`` for local ranks, the node's address for Ray actors.
+            local_ranks (bool): whether the ranks are processes of this machine
+                (else Ray actors, which may be on other machines).
             run_init (bool): run the runner's ``producer_init`` on every rank
                 once the group is formed.
         """
@@ -68,10 +70,9 @@ class GroupBackend(Backend):
         self.backend = backend
         self.timeout = timeout
         self._inner = inner
-        self._host = host
-        self._host_in_caller = host_in_caller
+        # None for Ray actors: rank 0 asks Ray for its node's address.
+        self._host = host if host is not None or not local_ranks else LOOPBACK
         self._run_init = run_init
-        self._store: Any = None
         self._closed = False
 
     @property
@@ -111,12 +112,8 @@ class GroupBackend(Backend):
 
     def _rendezvous(self, engine: Engine,
                     deadline: Optional[float]) -> Tuple[str, List[Optional[int]]]:
-        """Open the store; ``(host, port of each rank)``, None where the rank hosts it."""
+        """Rank 0 opens the store; ``(host, port of each rank)``, None for rank 0."""
         n = self.world_size
-        if self._host_in_caller:
-            host = self._host or LOOPBACK
-            self._store, port = open_store(host, self.timeout)
-            return host, [port] * n
         ((host, port),) = run_steps(engine, [HostStore(self._host, self.timeout)], [0],
                                     deadline, "opening the rendezvous store", self.timeout)
         return host, [None] + [port] * (n - 1)
@@ -177,7 +174,6 @@ class GroupBackend(Backend):
 
     def _release(self) -> None:
         self._closed = True
-        self._store = None  # stops listening
 
     @property
     def closed(self) -> bool:

@@ -103,7 +103,7 @@ def _make_group(
 
         inner = RayBackend.from_spec(spec, **ray_options)
     return GroupBackend(inner, backend=backend, timeout=timeout, host=host,
-                        host_in_caller=launcher == "process")
+                        local_ranks=launcher == "process")
 
 
 def spawn(

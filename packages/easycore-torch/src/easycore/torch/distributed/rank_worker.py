@@ -80,9 +80,9 @@ class Step:
 
 @dataclass(frozen=True)
 class HostStore(Step):
-    """Open the store in this rank (rank 0 of a Ray launch); returns ``(host, port)``.
+    """Open the store in this rank (rank 0); returns ``(host, port)``.
 
-    ``host`` None: the address Ray knows this node by.
+    ``host`` None: the address Ray knows this node by (a Ray actor).
     """
 
     host: Optional[str]

@@ -1,7 +1,8 @@
 """Where the ranks meet: a ``torch.distributed.TCPStore`` on a free port.
 
-The store is opened on port 0 by whoever hosts it (the caller for local
-processes, rank 0 for Ray actors): the kernel picks a free port while the
+Rank 0 hosts the store, for local processes as for Ray actors; the caller
+hosts none, so nothing it forks later inherits a store's threads or sockets.
+The store is opened on port 0: the kernel picks a free port while the
 socket is bound, and the bound socket is handed to the store
 (``master_listen_fd``), so no other program can take the port between
 choosing and binding it, and two calls at once never collide. Nothing here
@@ -55,7 +56,7 @@ def is_loopback(host: str) -> bool:
 
 
 def open_store(host: str = LOOPBACK, timeout: Optional[float] = None) -> Tuple[Any, int]:
-    """Host a store on ``host`` and a free port; call it where the store should live.
+    """Host a store on ``host`` and a free port (in rank 0).
 
     Args:
         host (str): address to listen on (an IPv4 or IPv6 address or a name).

@@ -164,7 +164,7 @@ class DistributedRunner(OrderedRunner):
         inner = super().make_backend()
         return GroupBackend(
             inner, backend=self.dist_backend, timeout=self.dist_timeout, host=self.dist_host,
-            host_in_caller=isinstance(inner, ProcessBackend), run_init=True,
+            local_ranks=isinstance(inner, ProcessBackend), run_init=True,
         )
 
     def __call__(

@@ -137,6 +137,16 @@ class ZygoteChild:
         """Send SIGKILL (if it still runs)."""
         self._signal(getattr(signal, "SIGKILL", signal.SIGTERM))
 
+    def close(self) -> None:
+        """Close the sentinel, as ``multiprocessing.Process.close``; the exit code stays.
+
+        Raises:
+            ValueError: the worker still runs.
+        """
+        if self.exitcode is None:
+            raise ValueError(f"{self.name} (pid {self.pid}) still runs")
+        self._closer()
+
     def _signal(self, sig: int) -> None:
         if self.exitcode is None and self.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -179,11 +189,19 @@ class Zygote:
             start(self.process)
         finally:
             theirs.close()
+        self._pid: Optional[int] = self.process.pid  # asked after close too
+        self._reaped = False
+        self._exitcode: Optional[int] = None
 
     @property
     def pid(self) -> Optional[int]:
         """int or None: the zygote's process id."""
-        return self.process.pid
+        return self._pid
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        """int or None: the zygote's exit code (negative: the signal), None while it runs."""
+        return self._exitcode if self._reaped else self.process.exitcode
 
     def fork(self, target: Callable[..., Any], args: Tuple[Any, ...], fds: Sequence[int],
              name: str) -> ZygoteChild:
@@ -246,13 +264,16 @@ class Zygote:
         seconds (a loaded machine can take one) it is killed instead.
         """
         self.shutdown()
-        if self.process.pid is None:
+        if self._pid is None or self._reaped:
             return
         with contextlib.suppress(Exception):
             self.process.join(timeout)
             if self.process.exitcode is None:
                 self.process.kill()
                 self.process.join(timeout)
+            self._exitcode = self.process.exitcode
+            self.process.close()  # its sentinel now, not when this object is collected
+            self._reaped = True
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

@@ -491,9 +491,13 @@ class ProcessBackend(Backend):
                                oom.since(h.oom_base))
 
     def item_slot(self, worker: int) -> Optional[ItemSlot]:
-        if self._item_slots is None:
+        slots = self._item_slots
+        if slots is None:
             return None
-        return self._item_slots.read(worker)
+        try:
+            return slots.read(worker)
+        except ValueError:  # unmapped by an abort meanwhile
+            return None
 
     def memory(self, worker: int, unique: bool = False) -> Optional[Reading]:
         h = self._by_slot.get(worker)
@@ -532,6 +536,7 @@ class ProcessBackend(Backend):
             if not old.gone:
                 raise RuntimeError(f"worker {worker} is still running")
             old.close()
+            self._handles.remove(old)  # in place: the finalizer holds this list
             self._start_one(worker, replacement=True)
 
     # ------------------------------------------------------------------ end
@@ -610,6 +615,9 @@ class ProcessBackend(Backend):
                 self._finalizer()  # kills what is left, cleans up the transport
                 self._finalizer = None
             self._release_inherited()  # the finalizer did, unless it was never made
+            slots, self._item_slots = self._item_slots, None
+            if slots is not None:
+                _quietly(slots.close)  # its descriptor now, not when this is collected
 
     def _discard_pending(self, h: WorkerHandle) -> None:
         if h.closed:

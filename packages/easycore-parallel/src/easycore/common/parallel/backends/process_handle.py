@@ -46,6 +46,7 @@ class WorkerHandle:
         self.expected_exit = False  # we stopped or killed it
         self.gone = False  # exited and reaped
         self.closed = False
+        self._exitcode: Optional[int] = None  # once the process object is closed
         # Serialises sends with close(): a closed pipe's file descriptor number
         # may be reused, a write must never race it.
         self.lock = threading.Lock()
@@ -62,13 +63,28 @@ class WorkerHandle:
         return bool(self.poller.poll(0))
 
     def close(self) -> None:
+        """Close the pipes; and, once the worker is reaped, its process object's own
+        descriptors (its sentinel), now rather than when it is collected: a pool
+        replacing workers for days, or an error whose traceback holds the
+        back-end, holds no descriptor of a worker that is gone."""
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-            for conn in (self.tasks, self.results):
-                with contextlib.suppress(OSError):
-                    conn.close()
-            self.out.clear()
-            if self.dump is not None:
-                self.dump.close()
+            if not self.closed:
+                self.closed = True
+                for conn in (self.tasks, self.results):
+                    with contextlib.suppress(OSError):
+                        conn.close()
+                self.out.clear()
+                if self.dump is not None:
+                    self.dump.close()
+            if self.gone and self.process is not None:
+                code = self.process.exitcode
+                try:
+                    self.process.close()
+                except ValueError:  # still running (a join that timed out): collected later
+                    return
+                self.process, self._exitcode = None, code
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        """int or None: the worker's exit code (negative: the signal), None while it runs."""
+        return self._exitcode if self.process is None else self.process.exitcode

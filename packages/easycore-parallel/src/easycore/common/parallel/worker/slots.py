@@ -98,6 +98,15 @@ class ItemSlots:
         worker starts now (one store, inlined in the loop that runs items)."""
         return self._ints, slot * self._FIELDS + 2
 
+    def close(self) -> None:
+        """Unmap the buffer now (a shared mapping keeps a descriptor until then);
+        reads fail with ``ValueError`` afterwards."""
+        self._ints.release()
+        self._floats.release()
+        close = getattr(self._buf, "close", None)  # a bytearray has none
+        if close is not None:
+            close()
+
     def read(self, slot: int) -> ItemSlot:
         """What ``slot``'s worker last wrote."""
         base = slot * self._FIELDS
