@@ -71,7 +71,7 @@ class GroupBackend(Backend):
         self.timeout = timeout
         self._inner = inner
         # None for Ray actors: rank 0 asks Ray for its node's address.
-        self._host = host if host is not None or not local_ranks else LOOPBACK
+        self._host = LOOPBACK if host is None and local_ranks else host
         self._run_init = run_init
         self._closed = False
 

@@ -190,8 +190,7 @@ class Zygote:
         finally:
             theirs.close()
         self._pid: Optional[int] = self.process.pid  # asked after close too
-        self._reaped = False
-        self._exitcode: Optional[int] = None
+        self._exitcode: Optional[int] = None  # once the process object is closed
 
     @property
     def pid(self) -> Optional[int]:
@@ -201,7 +200,7 @@ class Zygote:
     @property
     def exitcode(self) -> Optional[int]:
         """int or None: the zygote's exit code (negative: the signal), None while it runs."""
-        return self._exitcode if self._reaped else self.process.exitcode
+        return self._exitcode if self.process is None else self.process.exitcode
 
     def fork(self, target: Callable[..., Any], args: Tuple[Any, ...], fds: Sequence[int],
              name: str) -> ZygoteChild:
@@ -264,16 +263,16 @@ class Zygote:
         seconds (a loaded machine can take one) it is killed instead.
         """
         self.shutdown()
-        if self._pid is None or self._reaped:
+        if self._pid is None or self.process is None:
             return
         with contextlib.suppress(Exception):
             self.process.join(timeout)
             if self.process.exitcode is None:
                 self.process.kill()
                 self.process.join(timeout)
-            self._exitcode = self.process.exitcode
+            code = self.process.exitcode
             self.process.close()  # its sentinel now, not when this object is collected
-            self._reaped = True
+            self.process, self._exitcode = None, code
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
