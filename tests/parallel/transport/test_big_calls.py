@@ -41,8 +41,9 @@ def test_a_bound_method_of_a_big_object_warns_once_naming_its_type(method, fresh
             warnings.simplefilter("error")  # once per type: no second warning
             assert pool.apply(heavy.size, (2,)) == SIZE + 2
             assert pool.map(abs, [-1]) == [1]  # small functions never warn
-        sent = [w.bytes for w in pool.insights().workers if w.items]
-        assert sent and all(b > SIZE for b in sent)
+        # Three calls carried the object; which worker ran each is the pool's choice.
+        sent = [w.bytes for w in pool.insights().workers]
+        assert sum(sent) > 3 * SIZE and max(sent) > SIZE
 
 
 def test_a_partial_and_a_job_queue_call_name_what_they_carry(fresh_warnings, no_leaks):
