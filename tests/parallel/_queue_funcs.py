@@ -137,3 +137,27 @@ def own_then_fork_a_sleeper(conn):
         os._exit(0)
     conn.send(pid)
     conn.recv()  # until the test kills us
+
+
+
+def fail_a_put_then_put(q, n):
+    """``n`` puts that fail once their array went into a segment (as a signal
+    arriving there would), then ``n`` that succeed; what the failed ones raised."""
+    q.put("hello")  # connected
+    pack = q._transport.pack
+
+    def pack_then_fail(item, segment_for):
+        pack(item, segment_for)  # a segment made under the owner's name
+        raise KeyboardInterrupt
+
+    q._transport.pack = pack_then_fail
+    raised = []
+    for i in range(n):
+        try:
+            q.put(np.full(1 << 17, i))
+        except KeyboardInterrupt:
+            raised.append("KeyboardInterrupt")
+    q._transport.pack = pack
+    for i in range(n):
+        q.put(np.full(1 << 17, i))
+    return raised

@@ -15,6 +15,7 @@ import pytest
 from _queue_funcs import (
     consume,
     encode_then_die,
+    fail_a_put_then_put,
     get_and_report,
     own_a_queue,
     produce,
@@ -122,6 +123,20 @@ def test_a_producer_killed_mid_put_leaks_no_segment(no_leaks):
     assert segments(q) == []
     q.close()
     assert segments(q) == []
+
+
+def test_a_put_that_fails_after_making_a_segment_frees_it_and_keeps_its_name(no_leaks):
+    # A producer makes its segments under names the owner reserved (the owner
+    # made them, empty). A put that fails after one was made gives its memory
+    # back and keeps the name: the next puts use it again.
+    n = 10  # more than the names a producer asks for at once
+    with Queue() as q, Pool(1, start_method="spawn") as pool:
+        done = pool.apply_async(fail_a_put_then_put, (q, n))
+        assert q.get(timeout=60) == "hello"
+        got = [int(q.get(timeout=60)[0]) for _ in range(n)]
+        assert done.get(timeout=60) == ["KeyboardInterrupt"] * n
+        assert got == list(range(n))
+        assert [s for s in segments(q) if os.stat(f"/dev/shm/{s}").st_size] == []
 
 
 def test_a_dead_owner_is_an_error_in_the_other_processes(no_leaks):

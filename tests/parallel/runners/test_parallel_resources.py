@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -166,10 +167,14 @@ def test_workers_exit_when_the_parent_is_sigkilled(method, mode):
 
 
 def _wait_for_shm(prefix: str, timeout: float) -> bool:
+    """Until a segment of ``prefix`` holds memory (names the caller reserved for
+    its workers' segments are there, empty, from the start)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if shm_named(prefix):
-            return True
+        for name in shm_named(prefix):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if os.stat(os.path.join("/dev/shm", name)).st_size:
+                    return True
         time.sleep(0.02)
     return False
 

@@ -18,10 +18,14 @@ from __future__ import annotations
 import errno
 import json
 import pickle
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
-from _parallel_support import METHODS, run_script, shm_segments
+from _parallel_support import METHODS, SCRIPTS, run_script, shm_segments
 
 from easycore.common.parallel import SharedMemoryTransport
 from easycore.common.parallel.transport import shm
@@ -174,6 +178,27 @@ def test_a_service_makes_its_replies_under_names_its_client_registered(no_leaks,
     assert books.names == set()  # every name released, used or not
 
 
+def test_a_released_name_can_no_longer_be_made(no_leaks, books):
+    # Every client of a reserved name (a runner's or pool's worker, a Queue's
+    # producer, a service) makes its segment through create(register=False):
+    # it sizes the segment the reserving process made, and makes none once
+    # that process (or its tracker) released the name.
+    name = "/" + shm.make_prefix("ect") + "w0-1"
+    shm.reserve(name)
+    assert shm.exists(name) and not shm.made(name)  # held, empty
+    mm = shm.create(name, 4096, register=False)
+    assert shm.made(name)
+    mm.close()
+    shm.unmake(name)  # not used after all: the memory goes, the name stays
+    assert shm.exists(name) and not shm.made(name)
+    shm.create(name, 4096, register=False).close()  # usable again
+    shm.release(name)
+    with pytest.raises(shm.SegmentVanished, match=rf"{name}.*released before process"):
+        shm.create(name, 4096, register=False)
+    assert not shm.exists(name)
+    assert books.names == set() and books.errors == []
+
+
 KINDS = ["runner", "pool", "jobqueue", "background"]
 
 
@@ -195,3 +220,28 @@ def test_a_worker_killed_before_making_its_segment_leaves_no_false_alarm(method,
     assert "leaked" not in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert shm_segments(report["pid"]) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /dev/shm's files")
+def test_a_worker_that_makes_its_segment_after_its_callers_death_leaves_none(tmp_path):
+    # Under fork the workers may not hold the tracker's pipe: when the caller
+    # is killed, the tracker removes its names while a worker may still be
+    # in shm_open. The caller makes each reserved name's segment (empty);
+    # the worker only sizes it, so one that comes after the removal makes
+    # nothing. It used to create the segment, which nobody then removed.
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "parent_killed_as_worker_makes_segment.py"), str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(SCRIPTS))
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    caller = json.loads(out.splitlines()[0])["caller"]
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("outcome-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    outcomes = [p.read_text() for p in tmp_path.glob("outcome-*")]
+    assert outcomes and all(o == "FileNotFoundError" for o in outcomes), outcomes
+    assert shm_segments(caller) == []

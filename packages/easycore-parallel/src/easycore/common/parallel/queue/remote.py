@@ -176,8 +176,8 @@ class ClientEnd:
         try:
             payload, _ = self.transport.pack(item, segment_for)
         except BaseException:
-            for name in made:  # its registration is the owner's: only the file goes
-                shm.remove(name)
+            for name in made:  # the owner's name: its memory goes, the name stays ours
+                shm.unmake(name)
                 conn.names.append(name)
             if room is not None:
                 conn.doubts.append(room)  # the room goes back with the next call

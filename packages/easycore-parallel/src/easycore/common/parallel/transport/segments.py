@@ -369,11 +369,11 @@ class CallerSegments:
         self.big_results.discard(worker)
         self.want_names.discard(worker)
         for name in self.reserved.pop(worker, ()):
-            if shm.exists(name):
+            if shm.made(name):
                 # Made: a message of it not read yet may still name it
                 # (adopted then); if not, ``cleanup`` releases it.
                 self.orphans.add(name)
-            else:  # never made, and nobody will now: the tracker forgets it
+            else:  # still empty, and nobody will size it now: the name goes
                 shm.release(name)
 
     def cleanup(self) -> None:

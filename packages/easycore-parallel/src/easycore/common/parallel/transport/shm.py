@@ -21,7 +21,11 @@ Three rules make segments safe:
   its workers will make ([`reserve`][easycore.common.parallel.transport.shm.reserve]):
   a worker killed after the registration and before ``shm_open`` then leaves a
   name the caller knows and forgets, instead of one the tracker would report
-  "leaked" (and fail to unlink) when the program ends.
+  "leaked" (and fail to unlink) when the program ends. The caller also makes
+  each reserved name's segment, empty, and the worker only sizes it: once the
+  name is removed (the caller released it, or the tracker did after the
+  caller was killed) no process can make that segment any more, so a worker
+  that gets there a moment after its caller died leaves nothing behind.
 * **Idle memory goes back at once**: [`release`][easycore.common.parallel.transport.shm.release]
   can truncate a free segment before unlinking it, which gives its pages back
   even while a worker still maps it (that worker is told to unmap it and
@@ -54,11 +58,13 @@ __all__ = [
     "SharedMemoryFull",
     "create",
     "exists",
+    "made",
     "make_prefix",
     "open_existing",
     "release",
     "reserve",
     "sweep",
+    "unmake",
 ]
 
 _SHM_DIR = "/dev/shm"
@@ -192,16 +198,27 @@ def make_prefix(tag: str = "ecp") -> str:
 
 
 def reserve(name: str) -> None:
-    """Register a name another process will make a segment of (caller only).
+    """Register a name another process will make a segment of, and hold it (caller only).
 
-    The caller then [`release`][easycore.common.parallel.transport.shm.release]s
-    it whether or not the segment was ever made.
+    The name's segment is made here, empty: the other process
+    [`create`][easycore.common.parallel.transport.shm.create]s it with
+    ``register=False``, which only sizes it. Made there instead, a worker that
+    got to ``shm_open`` just after its caller was killed (and the resource
+    tracker had removed the caller's names) made a segment nobody would
+    remove. The caller then
+    [`release`][easycore.common.parallel.transport.shm.release]s the name
+    whether or not the other process used it.
 
     Args:
         name (str): the POSIX name, ``/`` first.
     """
     if AVAILABLE:
         _register(name)
+        try:
+            os.close(_posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600))
+        except BaseException:
+            resource_tracker.unregister(name, "shared_memory")
+            raise
 
 
 def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
@@ -211,15 +228,19 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
         name (str): the POSIX name, ``/`` first.
         size (int): bytes; the whole size is reserved (``posix_fallocate``).
         register (bool): register the name with the resource tracker first;
-            False for a name the caller
+            False for a name another process
             [`reserve`][easycore.common.parallel.transport.shm.reserve]d, whose
-            registration is the caller's to remove, on failure too.
+            (empty) segment this only sizes, and whose registration is that
+            process's to remove, on failure too: on failure the segment is
+            left empty, its name still usable.
 
     Returns:
         mmap.mmap: a shared, writable mapping of the whole segment.
 
     Raises:
         SharedMemoryFull: no room left in ``/dev/shm``.
+        SegmentVanished: a reserved name was released first (its process
+            closed or died); no segment was made.
     """
     if not AVAILABLE:
         raise SharedMemoryFull(errno.ENOSYS, "no POSIX shared memory on this platform")
@@ -230,9 +251,16 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
     if register:
         _register(name)
     try:
-        fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        fd = _posixshmem.shm_open(
+            name, os.O_CREAT | os.O_EXCL | os.O_RDWR if register else os.O_RDWR, mode=0o600)
     except FileExistsError:
         raise  # someone's segment, which its creator registered: the name stays
+    except FileNotFoundError:  # only without O_CREAT: a reserved name, released
+        raise SegmentVanished(
+            errno.ENOENT,
+            f"shared-memory name {name!r} was released before process {os.getpid()} made "
+            "its segment: the process that reserved it closed or died",
+        ) from None
     except BaseException:
         if register:
             resource_tracker.unregister(name, "shared_memory")
@@ -242,8 +270,11 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
             _reserve(fd, size)
             return mmap.mmap(fd, size)
         except OSError as exc:
-            # A reserved name stays registered: the caller releases it.
-            _unlink(name, forget=register)
+            if register:
+                _unlink(name)
+            else:  # reserved: the name stays, empty, for its process to reuse or release
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise SharedMemoryFull(
                     exc.errno, f"no room in {_SHM_DIR} for {size} bytes"
@@ -313,6 +344,44 @@ def open_existing(name: str, size: int, *, private: bool = False) -> mmap.mmap:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
+
+
+def made(name: str) -> bool:
+    """Whether a segment of ``name`` exists and was sized (a reserved name's is empty until then).
+
+    Args:
+        name (str): the POSIX name.
+
+    Returns:
+        bool:
+    """
+    try:
+        fd = _posixshmem.shm_open(name, os.O_RDONLY, mode=0o600)
+    except FileNotFoundError:
+        return False
+    try:
+        return os.fstat(fd).st_size > 0
+    finally:
+        os.close(fd)
+
+
+def unmake(name: str) -> None:
+    """Give a reserved name's memory back and keep the name, empty, for another segment.
+
+    For the process that made a segment under a name another process
+    [`reserve`][easycore.common.parallel.transport.shm.reserve]d, when the
+    segment will not be used after all; never raises (a name already gone
+    stays gone).
+
+    Args:
+        name (str): the POSIX name.
+    """
+    with contextlib.suppress(OSError):
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
 
 def exists(name: str) -> bool:
