@@ -355,14 +355,7 @@ def made(name: str) -> bool:
     Returns:
         bool:
     """
-    try:
-        fd = _posixshmem.shm_open(name, os.O_RDONLY, mode=0o600)
-    except FileNotFoundError:
-        return False
-    try:
-        return os.fstat(fd).st_size > 0
-    finally:
-        os.close(fd)
+    return bool(_size(name))
 
 
 def unmake(name: str) -> None:
@@ -377,11 +370,7 @@ def unmake(name: str) -> None:
         name (str): the POSIX name.
     """
     with contextlib.suppress(OSError):
-        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)
+        _empty(name)
 
 
 def exists(name: str) -> bool:
@@ -393,11 +382,33 @@ def exists(name: str) -> bool:
     Returns:
         bool:
     """
+    return _size(name) is not None
+
+
+def _size(name: str) -> int | None:
+    """A segment's size in bytes; None: no such name."""
     try:
         fd = _posixshmem.shm_open(name, os.O_RDONLY, mode=0o600)
     except FileNotFoundError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def _empty(name: str) -> bool:
+    """Truncate a segment to nothing: its pages go back at once, even while another
+    process maps it (best effort). False: no such name."""
+    try:
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+    except FileNotFoundError:
         return False
-    os.close(fd)
+    try:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
     return True
 
 
@@ -419,21 +430,10 @@ def release(name: str, *, free_now: bool = False, registered: bool = True) -> No
             mapping touched after that dies of ``SIGBUS``.
         registered (bool): whether the resource tracker knows the name.
     """
-    if free_now:
-        try:
-            fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
-        except FileNotFoundError:
-            if not registered:
-                return  # nothing there, nothing for the tracker to forget
-            # Never made, or removed by someone else: the name still goes below.
-        else:
-            try:
-                # Best effort: the name goes below anyway, the memory then
-                # with its last mapping.
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-            finally:
-                os.close(fd)
+    # Not there: never made, or removed by someone else; a registered name
+    # still goes below. Not emptied: the memory goes with its last mapping.
+    if free_now and not _empty(name) and not registered:
+        return  # nothing there, nothing for the tracker to forget
     if not registered:
         # Whether the tracker knows the name is not known here (a sweep's
         # find, another process's segment): unregistering an unknown name
