@@ -199,6 +199,21 @@ def test_a_released_name_can_no_longer_be_made(no_leaks, books):
     assert books.names == set() and books.errors == []
 
 
+def test_a_name_registered_for_a_segment_that_could_not_be_opened_is_forgotten(books,
+                                                                             monkeypatch):
+    # Only a reserved name (no O_CREAT) turns a missing name into SegmentVanished;
+    # a name create registered itself is unregistered whatever shm_open raised.
+    def missing(name, flags, mode=0o777):
+        raise FileNotFoundError(errno.ENOENT, "no /dev/shm")
+
+    monkeypatch.setattr(shm._posixshmem, "shm_open", missing)
+    name = "/" + shm.make_prefix("ect") + "c-1"
+    with pytest.raises(FileNotFoundError) as info:
+        shm.create(name, 4096)
+    assert type(info.value) is FileNotFoundError
+    assert books.names == set() and books.errors == []
+
+
 KINDS = ["runner", "pool", "jobqueue", "background"]
 
 

@@ -255,15 +255,15 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
             name, os.O_CREAT | os.O_EXCL | os.O_RDWR if register else os.O_RDWR, mode=0o600)
     except FileExistsError:
         raise  # someone's segment, which its creator registered: the name stays
-    except FileNotFoundError:  # only without O_CREAT: a reserved name, released
-        raise SegmentVanished(
-            errno.ENOENT,
-            f"shared-memory name {name!r} was released before process {os.getpid()} made "
-            "its segment: the process that reserved it closed or died",
-        ) from None
-    except BaseException:
+    except BaseException as exc:
         if register:
             resource_tracker.unregister(name, "shared_memory")
+        elif isinstance(exc, FileNotFoundError):  # no O_CREAT: a reserved name, released
+            raise SegmentVanished(
+                errno.ENOENT,
+                f"shared-memory name {name!r} was released before process {os.getpid()} "
+                "made its segment: the process that reserved it closed or died",
+            ) from None
         raise
     try:
         try:
