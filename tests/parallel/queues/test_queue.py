@@ -30,6 +30,7 @@ from easycore.common.parallel import (
     QueueClosedError,
     QueuePeerDiedError,
 )
+from easycore.common.parallel.transport import shm
 
 BIG = 1 << 17  # int64s: 1 MiB, above the transport's threshold
 
@@ -37,20 +38,13 @@ BIG = 1 << 17  # int64s: 1 MiB, above the transport's threshold
 def segments(q):
     """``q``'s segments that hold memory: the names a producer holds for its next
     puts are there too, empty (the owner made them), until its connection ends."""
-    return [f for f in names(q) if _size(f)]
+    return [f for f in names(q) if shm.made("/" + f)]
 
 
 def names(q):
     """Every entry of ``q`` in ``/dev/shm``, empty ones included."""
     prefix = q._prefix
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith(prefix))
-
-
-def _size(name):
-    try:
-        return os.stat(f"/dev/shm/{name}").st_size
-    except FileNotFoundError:  # gone meanwhile
-        return 0
 
 
 def test_order_sizes_and_errors_in_one_process(no_leaks):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -24,6 +23,7 @@ from _parallel_support import (
 )
 
 from easycore.common.config import CfgNode
+from easycore.common.parallel.transport import shm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -171,10 +171,8 @@ def _wait_for_shm(prefix: str, timeout: float) -> bool:
     its workers' segments are there, empty, from the start)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for name in shm_named(prefix):
-            with contextlib.suppress(OSError):  # gone meanwhile
-                if os.stat(os.path.join("/dev/shm", name)).st_size:
-                    return True
+        if any(shm.made("/" + name) for name in shm_named(prefix)):
+            return True
         time.sleep(0.02)
     return False
 
