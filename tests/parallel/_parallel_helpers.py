@@ -161,3 +161,13 @@ class Arrays(_Collect, OrderedRunner):
         import numpy as np
 
         return np.full(cfg.n, float(data))
+
+
+class ReportsExit(_Collect, OrderedRunner):
+    """Each worker reports its exit into ``cfg.exit_dir`` (see ``report_exit_to``)."""
+
+    @staticmethod
+    def producer_init(device, cfg):
+        from _pool_funcs import report_exit_to
+
+        report_exit_to(cfg.exit_dir)
