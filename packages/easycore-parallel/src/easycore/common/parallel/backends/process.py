@@ -555,11 +555,7 @@ class ProcessBackend(Backend):
                 h.expected_exit = True
                 with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
-            if self._zygote is not None and not any(
-                    isinstance(h.process, zygote.ZygoteChild) for h in self._by_slot.values()):
-                # No worker is its child (it would kill them): it exits while
-                # the workers end, not after them (abort reaps it).
-                self._zygote.shutdown()
+            self._shutdown_idle_zygote()
 
             def handle(slot: int, message: Any) -> None:
                 h = self._by_slot[slot]
@@ -602,6 +598,7 @@ class ProcessBackend(Backend):
                        if h.started() and not h.gone and h.process.exitcode is None]
             for h in handles:
                 h.expected_exit = True
+            self._shutdown_idle_zygote()
             _quietly(self._terminate, handles, True)
             for h in self._handles:
                 if h.started() and not h.gone:
@@ -618,6 +615,14 @@ class ProcessBackend(Backend):
             slots, self._item_slots = self._item_slots, None
             if slots is not None:
                 _quietly(slots.close)  # its descriptor now, not when this is collected
+
+    def _shutdown_idle_zygote(self) -> None:
+        """Tell the zygote to exit now if no worker is its child (it would kill them
+        at once, before their graceful end): it exits while the workers end, not
+        after them (the finalizer reaps it)."""
+        if self._zygote is not None and not any(
+                isinstance(h.process, zygote.ZygoteChild) for h in self._by_slot.values()):
+            self._zygote.shutdown()
 
     def _discard_pending(self, h: WorkerHandle) -> None:
         if h.closed:
