@@ -79,3 +79,42 @@ def test_every_preloaded_module_exists():
 
     for name in WORKER_MODULES:
         importlib.import_module(name)
+
+
+# Which of the client's own modules were imported after the server had been started:
+# the server boots while the client sets up, not after.
+EARLY_SCRIPT = """
+import importlib.abc, json, multiprocessing, sys
+from multiprocessing import forkserver
+
+WATCHED = {"easycore.common.parallel.pool.results": "Pool",
+           "easycore.common.parallel.engine.core": "runner"}
+seen = {}
+
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name in WATCHED:
+            seen[WATCHED[name]] = forkserver._forkserver._forkserver_pid is not None
+        return None
+
+
+if __name__ == "__main__":
+    sys.meta_path.insert(0, Watch())
+    from easycore.common.parallel import Pool, UnorderedRunner
+    if sys.argv[1] == "Pool":
+        with Pool(2, start_method="forkserver") as pool:
+            assert pool.map(abs, [-1]) == [1]
+    else:
+        with UnorderedRunner(2, start_method="forkserver") as runner:
+            runner([1])
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("client", ["Pool", "runner"])
+def test_the_server_starts_before_the_client_imports_its_own_parts(client):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EARLY_SCRIPT), client],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])[client] is True

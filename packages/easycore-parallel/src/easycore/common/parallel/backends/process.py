@@ -186,6 +186,10 @@ class ProcessBackend(Backend):
         # initializer's arguments) is inherited, not pickled: see ``inherit``.
         self._program_ref: Optional[inherit.Inherited] = None
         self._zygote: Optional[zygote.Zygote] = None  # forks replacements (fork only)
+        if self._method == "forkserver":
+            # Now, not at the first worker's start: the server (a fresh
+            # interpreter) boots while the client sets up its engine and results.
+            startup.start_forkserver(context)
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, **options: Any) -> ProcessBackend:
@@ -229,8 +233,6 @@ class ProcessBackend(Backend):
 
     def _start(self, wait_for: int) -> None:
         startup.check_main_guard()  # a worker importing a script without the guard: exits
-        if self._method == "forkserver":
-            startup.warm_forkserver(self._ctx)
         if self._method != "fork":
             # The standard library starts the resource tracker for these workers
             # anyway; started now, the workers get names for segments of their own

@@ -61,7 +61,6 @@ if TYPE_CHECKING:  # typing, the caller's parts, futures (by submit), insights (
 
     from .._os.threads import ThreadsOption
     from ..engine.chunking import AdaptiveChunker, ChunkersByFunction
-    from ..engine.door import BackendSpec
     from ..engine.job import Job, JobSink
     from ..insights import Insights, Recorder
     from ..options import WorkerOptions, check_chunksize
@@ -97,12 +96,13 @@ if TYPE_CHECKING:  # typing, the caller's parts, futures (by submit), insights (
     P = ParamSpec("P")
 
 # The caller's parts are imported by the first ``Pool()``, not with this module:
-# a ``spawn`` worker imports your script again, and with it this module.
+# a ``spawn`` worker imports your script again, and with it this module. The
+# option checks come first, the rest once the back-end is built (see __init__).
+_ARGUMENT_PARTS = {".arguments": "check_per_worker checked_devices checked_options "
+                                 "start_method_of worker_spec workers_devices"}
 _CALLERS_PARTS = {
     "..engine.chunking": "AdaptiveChunker ChunkersByFunction", "..progress": "Progress",
     "..options": "check_chunksize", ".reader": "ReadAhead Readers",
-    ".arguments": "check_per_worker checked_devices checked_options start_method_of "
-                  "worker_spec workers_devices",
     ".results": "ApplyResult ApplySink FutureSink IMapIterator IMapSink "
                 "IMapUnorderedIterator MapResult MapSink cancel_abandoned",
 }
@@ -206,7 +206,7 @@ class Pool(door.WorkerStacks):
                 ``capacity_timeout`` (seconds a worker may wait for a node with room; see
                 [`RayBackend`][easycore.common.parallel.backends.ray.RayBackend]).
         """
-        bind(globals(), _CALLERS_PARTS)  # the first Pool imports them
+        bind(globals(), _ARGUMENT_PARTS)  # the first Pool imports them
         self._options = checked_options(self.backends, options, context, backend_options, {
             "backend": backend, "start_method": start_method_of(context, start_method),
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
@@ -219,10 +219,13 @@ class Pool(door.WorkerStacks):
         self._policy = self.make_policy()
         self._devices = checked_devices(self._policy, self._options, devices)
         self._threads = _threads.budget(self._options.cpu_threads, len(devices))
+        # Built first: a forkserver back-end starts its server, which boots meanwhile.
+        self._backend = door.backend_for(self.backends, self._options, worker_spec(
+            self._policy, self._devices, self._options, self._threads, initializer,
+            initargs, cfg, worker_contexts))
+        bind(globals(), _CALLERS_PARTS)
         self._open_books()
-        self._start_engine(worker_spec(self._policy, self._devices, self._options,
-                                       self._threads, initializer, initargs, cfg,
-                                       worker_contexts))
+        self._start_engine()
         self._start_coordinator()
 
     # ------------------------------------------------------ __init__'s steps
@@ -241,11 +244,10 @@ class Pool(door.WorkerStacks):
         self._codes: Dict[Any, bytes] = {}  # job functions pickled by reference (job_code)
         self._submitted = threading.local()  # the sink of the job each thread submits (_wait)
 
-    def _start_engine(self, spec: BackendSpec) -> None:
-        """The back-end and the engine over it, through the one door; work goes
-        to the first worker ready, the others join as they are."""
+    def _start_engine(self) -> None:
+        """The engine over the back-end, through the one door; work goes to the
+        first worker ready, the others join as they are."""
         options = self._options
-        self._backend = door.backend_for(self.backends, options, spec)
         self._recorder: Optional[Recorder] = (
             door.recorder(self._devices) if options.insights else None)
         self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths,
