@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from easycore.common.parallel._os.startup import WORKER_MODULES
+from easycore.common.parallel._os.startup import PRELOAD
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -59,7 +59,7 @@ def run(case: str, **env: str) -> dict:
 
 def test_the_workers_modules_are_added_to_the_users_list():
     report = run("fresh")
-    assert report["preload"] == ["colorsys", *WORKER_MODULES]
+    assert report["preload"] == ["colorsys", *PRELOAD]
     # The server preloaded the user's module: the worker has it without importing it.
     assert "colorsys" in report["worker"]
 
@@ -77,7 +77,7 @@ def test_it_can_be_turned_off():
 def test_every_preloaded_module_exists():
     import importlib
 
-    for name in WORKER_MODULES:
+    for name in PRELOAD:
         importlib.import_module(name)
 
 
@@ -118,3 +118,15 @@ def test_the_server_starts_before_the_client_imports_its_own_parts(client):
                           capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])[client] is True
+
+
+def test_the_servers_exit_freezes_its_objects():
+    # A handler registered before the module (as multiprocessing's own are in the
+    # server) runs after its freeze: the objects are frozen by the shutdown's end.
+    code = ("import atexit, gc, os\n"
+            "atexit.register(lambda: os.write(1, str(gc.get_freeze_count()).encode()))\n"
+            "import easycore.common.parallel._os.server_exit\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0

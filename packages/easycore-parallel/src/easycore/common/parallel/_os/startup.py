@@ -37,9 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, List, Optional
 
-__all__ = ["EXIT_NO_GUARD", "MainGuardError", "check_main_guard", "start_forkserver",
-           "warm_forkserver",
-           "WORKER_MODULES"]
+__all__ = ["EXIT_NO_GUARD", "MainGuardError", "PRELOAD", "WORKER_MODULES", "check_main_guard",
+           "start_forkserver", "warm_forkserver"]
 
 #: a worker's exit code for "the main script started workers while a worker imported it"
 EXIT_NO_GUARD = 87
@@ -53,6 +52,9 @@ WORKER_MODULES = (
     "easycore.common.parallel.backends.policy",
     "easycore.common.config",
 )
+#: what easycore adds to the forkserver's preload list: the worker modules, and the
+#: module that makes the server's own exit quick (``_os.server_exit``)
+PRELOAD = (*WORKER_MODULES, "easycore.common.parallel._os.server_exit")
 
 _FIX = ('put the code that starts them under `if __name__ == "__main__":` (a worker '
         "started with 'spawn' or 'forkserver' imports the main script again, and then it "
@@ -119,7 +121,7 @@ def check_main_guard() -> None:
 
 
 def warm_forkserver(context: Any) -> None:
-    """Add ``WORKER_MODULES`` to the forkserver's preload list, unless it runs already.
+    """Add ``PRELOAD`` to the forkserver's preload list, unless it runs already.
 
     ``multiprocessing`` has one forkserver per process, and its preload list
     only counts before it starts: then this keeps what the user set
@@ -145,7 +147,7 @@ def warm_forkserver(context: Any) -> None:
     if getattr(server, "_forkserver_pid", None) is not None:
         return
     current: List[str] = list(server._preload_modules or [])
-    wanted = current + [m for m in WORKER_MODULES if m not in current]
+    wanted = current + [m for m in PRELOAD if m not in current]
     if wanted != current:
         context.set_forkserver_preload(wanted)
 
