@@ -408,7 +408,10 @@ class BaseRunner(door.WorkerStacks):
         Returns:
             WorkerProgram: picklable; each worker gets its own copy.
         """
-        return RunnerProgram(type(self), self._threads)
+        cls = type(self)
+        quiet = (not self._has_init_hooks()
+                 and getattr(cls, "producer_end", None) is BaseRunner.producer_end)
+        return RunnerProgram(cls, self._threads, quiet)
 
     def make_backend(self) -> Backend:
         """A fresh, unstarted back-end for one activation.
@@ -448,7 +451,9 @@ class BaseRunner(door.WorkerStacks):
         runner closed. A runner with neither hook (nor a device policy that
         sets workers up) whose workers are forked does not wait: they take
         the first call's items while they start, and a worker that fails to
-        start fails that call.
+        start fails that call. Spawned ones import the runner's module, which
+        can fail: it waits for the first, and the others take work as they
+        become ready.
         """
         with self._lifecycle:
             if self._engine is not None:

@@ -17,8 +17,9 @@ All methods are called in the caller's process:
   [`WorkerDiedError`][easycore.common.parallel.WorkerDiedError] (after
   cleaning up) if one fails. ``start_first()``: the same, but return once
   one worker is ready (pools hand it work while the others start).
-  ``start_nowait()``: start them and return at once; each reads what it was
-  sent once its init returned (runners without init hooks).
+  ``start_nowait()``: start them and return as soon as work can go to them;
+  each reads what it was sent once its init returned (runners without init
+  hooks).
 * ``send(worker, message)``: hand a [`RunChunk`][easycore.common.parallel.worker.protocol.RunChunk]
   to a worker. Never blocks on a busy worker (what the pipe cannot take yet
   is buffered); raises [`ChannelBroken`][easycore.common.parallel.ChannelBroken]
@@ -143,14 +144,20 @@ class Backend(abc.ABC):
         self.start()
         return [True] * len(self.devices)
 
-    def start_nowait(self) -> None:
-        """Start the workers and return without waiting for any (this default: once all are ready).
+    def start_nowait(self) -> List[bool]:
+        """Start the workers and return as soon as work can go to them (this default:
+        once all are ready).
 
         A back-end whose workers read their messages in order, after their
         init hooks, may take work for them at once; each one's ``WorkerReady``
         (or its failure) comes through ``poll``.
+
+        Returns:
+            list[bool]: per slot, whether that worker may be given work now (the
+                others get it once their ``WorkerReady`` came).
         """
         self.start()
+        return [True] * len(self.devices)
 
     @abc.abstractmethod
     def send(self, worker: int, message: Any) -> None:

@@ -221,15 +221,23 @@ class ProcessBackend(Backend):
         self._start(1)
         return [self._by_slot[s].ready for s in range(len(self.devices))]
 
-    def start_nowait(self) -> None:
+    def start_nowait(self) -> List[bool]:
         """Start every worker and return: a worker's task pipe holds what it is
         sent until its init hooks returned, then it reads it in order.
 
-        Only under ``fork``, where a worker inherits its program: a spawned
-        one imports it (the runner class, its module), which can fail, so
-        this waits for every worker there, as ``start`` does.
+        At once only under ``fork``, where a worker inherits its program and
+        starts in milliseconds. A spawned one imports it (the runner class,
+        its module), which can fail: this returns once one worker is ready,
+        as ``start_first`` does (an import that fails everywhere fails the
+        start), and the others take work as their ``WorkerReady`` comes.
+
+        Returns:
+            list[bool]: per slot, whether that worker may be given work now.
         """
-        self._start(0 if self._method == "fork" else len(self.devices))
+        if self._method == "fork":
+            self._start(0)
+            return [True] * len(self.devices)
+        return self.start_first()
 
     def _start(self, wait_for: int) -> None:
         startup.check_main_guard()  # a worker importing a script without the guard: exits
@@ -552,9 +560,17 @@ class ProcessBackend(Backend):
         trees = lifeline.descendants_of(
             h.pid for h in self._by_slot.values() if h.pid and not h.gone)
         below = [p for procs in trees.values() for p in procs]
+        quiet = self._spec.program.quiet
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
+                if quiet and not h.ready and not h.gone and h.started():
+                    # Still starting, with nothing of the user's to run at its
+                    # start or end: ended now, not waited for (a spawned one
+                    # would finish importing only to exit).
+                    h.ended = True
+                    _quietly(h.process.terminate)
+                    continue
                 with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
             self._shutdown_idle_zygote()

@@ -176,18 +176,18 @@ class Engine:
                 runner, whose constructor raises an init hook's error);
                 ``"first"``: once one is, the others get work as their
                 ``WorkerReady`` comes in (a pool: its first result need not
-                wait for the slowest start); ``"none"``: at once, and every
-                worker takes work now, reading it after its start (a runner
-                without init hooks: nothing to wait for, and its first items
-                spread over every worker, as a DataLoader's do).
+                wait for the slowest start); ``"none"``: as soon as the
+                back-end can take work, and every worker it says can takes work
+                now, reading it after its start (a runner without init hooks:
+                nothing to wait for; under ``fork`` its first items spread over
+                every worker, as a DataLoader's do; see ``Backend.start_nowait``).
         """
         state = self.state
         t0 = time.perf_counter()
         if wait == "first":
             readiness = state.backend.start_first()
         elif wait == "none":
-            state.backend.start_nowait()
-            readiness = [True] * len(state.workers)
+            readiness = state.backend.start_nowait()
         else:
             state.backend.start()
             readiness = [True] * len(state.workers)

@@ -97,8 +97,9 @@ def worker_spec(policy: DevicePolicy, devices: List[str], options: WorkerOptions
     if initializer is not None:
         init_blob = (initializer, tuple(initargs))  # pickled only for spawned workers
     cfg_node = cfg if isinstance(cfg, CfgNode) else CfgNode(cfg or {})
+    quiet = init_blob is None and type(policy).setup_worker is DevicePolicy.setup_worker
     return BackendSpec(
-        PoolProgram(policy, init_blob), devices, cfg_node, policy, options.start_method,
+        PoolProgram(policy, init_blob, quiet), devices, cfg_node, policy, options.start_method,
         threads, list(worker_contexts) if worker_contexts is not None else None, True,
     )
 

@@ -32,16 +32,19 @@ MAP, STAR, APPLY = "map", "star", "apply"
 class PoolProgram(WorkerProgram):
     """A pool worker: device set-up, then ``initializer(*initargs)``; jobs are functions."""
 
-    def __init__(self, policy: DevicePolicy, initializer: Any) -> None:
+    def __init__(self, policy: DevicePolicy, initializer: Any, quiet: bool = False) -> None:
         """
         Args:
             policy (DevicePolicy): prepares the worker for its device.
             initializer (tuple or bytes or None): ``(initializer, initargs)``,
                 or that as [`dumps_code`][easycore.common.parallel.transport.pickling.dumps_code]
                 made it.
+            quiet (bool): no initializer and a policy whose set-up does nothing
+                (see ``WorkerProgram.quiet``).
         """
         self.policy = policy
         self.initializer = initializer
+        self.quiet = quiet
 
     def __getstate__(self) -> Dict[str, Any]:
         # Code goes by value where it must (dumps_code), made once however

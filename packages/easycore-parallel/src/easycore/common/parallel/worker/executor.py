@@ -104,6 +104,12 @@ class WorkerProgram:
     Instances are pickled into the workers, so keep them small and picklable.
     """
 
+    #: True when neither ``init`` nor ``end`` runs code of the user's (no hook, no
+    #: initializer, no device set-up): a worker still starting when its client
+    #: stops has nothing to run, and is ended at once rather than waited for
+    #: (see ``ProcessBackend.stop``). Set by the client that knows; False: unknown.
+    quiet: bool = False
+
     def init(self, ctx: WorkerContext) -> None:
         """Run once in the worker before any chunk (raise to fail the start)."""
 
@@ -131,14 +137,18 @@ class RunnerProgram(WorkerProgram):
     """A runner's producer hooks: ``setup_worker`` and ``producer_init``,
     ``producer_work`` per item, ``producer_end``."""
 
-    def __init__(self, runner_cls: Any, threads: Optional[int] = None) -> None:
+    def __init__(self, runner_cls: Any, threads: Optional[int] = None,
+                 quiet: bool = False) -> None:
         """
         Args:
             runner_cls (type): the runner class whose static hooks to call.
             threads (int or None): the worker's thread budget (set by the back-end).
+            quiet (bool): the class overrides none of the set-up and end hooks
+                (see ``WorkerProgram.quiet``).
         """
         self.runner_cls = runner_cls
         self.threads = threads
+        self.quiet = quiet
 
     @property
     def by_value(self) -> bool:

@@ -1,0 +1,77 @@
+"""Workers still starting, on demand: a runner whose module holds up the second
+spawned worker that imports it, and a ``Pool`` worker context that holds up its worker.
+
+With ``EASYCORE_TEST_GATE`` naming a folder, the first worker process to
+import this module goes on, and the next ones wait (at most 60 s) until the
+file ``release`` appears in that folder. A ``HeldContext`` holds up the worker
+that unpickles it the same way. The caller (no parent process) never waits.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+from easycore.common.parallel import UnorderedRunner
+
+
+def _wait_for(release: str) -> None:
+    deadline = time.monotonic() + 60
+    # Another process's file, no event to wait on: polled, with a deadline.
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+_GATE = os.environ.get("EASYCORE_TEST_GATE")
+if _GATE and multiprocessing.parent_process() is not None:
+    try:
+        os.close(os.open(os.path.join(_GATE, "first"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        _wait_for(os.path.join(_GATE, "release"))
+
+
+class Doubles(UnorderedRunner):
+    """No set-up nor end hook: nothing of the user's runs at a worker's start or stop."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return 2 * data
+
+    @staticmethod
+    def consumer_init(cfg):
+        cfg.out = []
+
+    @staticmethod
+    def consumer_work(cfg, data):
+        cfg.out.append(data)
+
+    @staticmethod
+    def consumer_end(cfg):
+        return sorted(cfg.out)
+
+
+class DoublesWithEnd(Doubles):
+    """The same with an end hook (it leaves ``ended-<pid>`` in the gate's folder): a
+    starting worker must finish its start, to run it."""
+
+    @staticmethod
+    def producer_end(device, cfg):
+        open(os.path.join(_GATE or ".", f"ended-{os.getpid()}"), "w").close()
+
+
+class HeldContext:
+    """A ``Pool`` worker context whose unpickling, in a worker (before it is ready),
+    waits until the file ``release`` exists: that worker is still starting, on demand."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+
+    def __reduce__(self):
+        return (_held, (self.release,))
+
+
+def _held(release: str) -> HeldContext:
+    if multiprocessing.parent_process() is not None:
+        _wait_for(release)
+    return HeldContext(release)
