@@ -162,7 +162,10 @@ def start_forkserver(context: Any) -> None:
     does not wait for its boot; the first worker's start does. A server that
     already runs is left as it is. In a worker importing a script without the
     main guard, this exits first (``check_main_guard``): no server is started
-    from there.
+    from there. Call it with the resource tracker running
+    (``transport.shm.ensure_tracker``): the standard library's start of the
+    tracker unblocks SIGINT on its way out, and the server, started with
+    SIGINT blocked here, would inherit an open mask.
 
     Args:
         context (multiprocessing.context.BaseContext): a ``forkserver`` context.
@@ -171,4 +174,10 @@ def start_forkserver(context: Any) -> None:
     warm_forkserver(context)
     from multiprocessing import forkserver
 
-    forkserver.ensure_running()
+    from . import interrupts
+
+    # SIGINT blocked, as around every worker's start: the server and the workers
+    # it forks inherit the mask, so a Ctrl-C while one boots is held until it
+    # ignores it, never a KeyboardInterrupt in multiprocessing's bootstrap.
+    with interrupts.blocked_at_start():
+        forkserver.ensure_running()

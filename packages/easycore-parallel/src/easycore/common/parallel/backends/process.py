@@ -189,6 +189,9 @@ class ProcessBackend(Backend):
         if self._method == "forkserver":
             # Now, not at the first worker's start: the server (a fresh
             # interpreter) boots while the client sets up its engine and results.
+            # The tracker first: the standard library's start of it unblocks
+            # SIGINT, which must stay blocked while the server starts.
+            shm.ensure_tracker()
             startup.start_forkserver(context)
 
     @classmethod

@@ -193,6 +193,7 @@ class Engine:
             readiness = [True] * len(state.workers)
         if state.recorder is not None:
             state.recorder.started_all(time.perf_counter() - t0)
+        state.first_starts = {w.slot for w, ready in zip(state.workers, readiness) if not ready}
         for w, ready in zip(state.workers, readiness):
             w.ready = ready
             if not ready and state.recorder is not None:
@@ -387,6 +388,7 @@ class Engine:
         if kind is ChunkDone:
             self._on_chunk(slot, message)
         elif kind is WorkerExited:
+            state.first_starts.discard(slot)  # a replacement's start is not a first one
             self.supervisor.on_exit(slot, message)
         elif kind is WorkerFailed:
             self.supervisor.on_worker_failed(slot, message)
@@ -396,6 +398,7 @@ class Engine:
         elif kind is WorkerReady:
             w = state.workers[slot]
             w.ready, w.alive = True, True
+            state.first_starts.discard(slot)
             if state.recorder is not None:
                 state.recorder.ready(slot)
         elif kind is WorkerEnded:

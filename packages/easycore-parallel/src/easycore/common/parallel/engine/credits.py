@@ -60,7 +60,8 @@ class Dispatcher:
         """Whether some worker could take a chunk now."""
         state = self.state
         with state.lock:
-            return any(self.usable(w) and len(w.fifo) < state.credits for w in state.workers)
+            limit = state.credit_limit()
+            return any(self.usable(w) and len(w.fifo) < limit for w in state.workers)
 
     def feed(self, job: Job, budget: Optional[float] = None) -> bool:
         """Pull and send a lazy job's items while credits allow (owner's thread).
@@ -127,12 +128,13 @@ class Dispatcher:
             # (Items to run again were taken already: the window does not hold
             # them back, or a full window of lost items would wait for ever.)
             return None
+        limit = state.credit_limit()
         if job.targets is not None:
             target = job.next_target()
             if target is None:
                 return None
             w = state.workers[target]
-            if self.usable(w) and len(w.fifo) < state.credits:
+            if self.usable(w) and len(w.fifo) < limit:
                 job.outstanding += 1
                 w.fifo.append(RESERVED)
                 return w.slot
@@ -141,7 +143,7 @@ class Dispatcher:
         n = len(state.workers)
         for k in range(n):
             w = state.workers[(self._rr + k) % n]
-            if (self.usable(w) and len(w.fifo) < state.credits
+            if (self.usable(w) and len(w.fifo) < limit
                     and (best is None or len(w.fifo) < len(best.fifo))):
                 best = w
         if best is None:
