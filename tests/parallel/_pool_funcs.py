@@ -210,3 +210,16 @@ def report_exit_to(directory):
             json.dump({"frozen": gc.get_freeze_count()}, f)
 
     atexit.register(report)
+
+
+def meet(folder, n=2, limit=20.0):
+    """A task that waits (at most ``limit`` seconds) until ``n`` tasks run at once:
+    returns this worker's pid and whether they all met."""
+    import time
+
+    open(os.path.join(folder, f"{os.getpid()}-{time.monotonic_ns()}"), "w").close()
+    deadline = time.monotonic() + limit
+    # Other processes' files, no event to wait on: polled, with a deadline.
+    while len(os.listdir(folder)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.getpid(), len(os.listdir(folder)) >= n
