@@ -1,5 +1,5 @@
 """Work given to a pool just made, while some of its workers still start: it waits for
-them rather than queueing behind the first one ready (``EngineState.credit_limit``)."""
+them rather than queueing behind the first one ready (``Dispatcher.share_left``)."""
 
 from __future__ import annotations
 

@@ -60,8 +60,7 @@ class Dispatcher:
         """Whether some worker could take a chunk now."""
         state = self.state
         with state.lock:
-            limit = state.credit_limit()
-            return any(self.usable(w) and len(w.fifo) < limit for w in state.workers)
+            return any(self.usable(w) and len(w.fifo) < state.credits for w in state.workers)
 
     def feed(self, job: Job, budget: Optional[float] = None) -> bool:
         """Pull and send a lazy job's items while credits allow (owner's thread).
@@ -128,13 +127,12 @@ class Dispatcher:
             # (Items to run again were taken already: the window does not hold
             # them back, or a full window of lost items would wait for ever.)
             return None
-        limit = state.credit_limit()
         if job.targets is not None:
             target = job.next_target()
             if target is None:
                 return None
             w = state.workers[target]
-            if self.usable(w) and len(w.fifo) < limit:
+            if self.usable(w) and len(w.fifo) < state.credits:
                 job.outstanding += 1
                 w.fifo.append(RESERVED)
                 return w.slot
@@ -143,8 +141,9 @@ class Dispatcher:
         n = len(state.workers)
         for k in range(n):
             w = state.workers[(self._rr + k) % n]
-            if (self.usable(w) and len(w.fifo) < limit
-                    and (best is None or len(w.fifo) < len(best.fifo))):
+            if (self.usable(w) and len(w.fifo) < state.credits
+                    and (best is None or len(w.fifo) < len(best.fifo))
+                    and self.share_left(job, w) != 0):
                 best = w
         if best is None:
             return None
@@ -153,9 +152,29 @@ class Dispatcher:
         best.fifo.append(RESERVED)
         return best.slot
 
+    def share_left(self, job: Job, w: WorkerState) -> Optional[int]:
+        """How many more of ``job``'s items ``w`` may hold now; None: no limit (lock held).
+
+        While a worker's first start is not over, a ready worker holds at most
+        its share of a job over a known input (``ceil(items / workers)``): the
+        rest waits for the workers still starting instead of queueing behind
+        the first one ready. Two long items given to a pool just made then run
+        on two workers, as the standard library's do, not one after the other
+        on the first (``spawn``, ``forkserver``). A worker holds more as it
+        finishes what it held; a replacement's start does not count.
+        """
+        total = job.total
+        if not self.state.first_starts or total is None:
+            return None
+        held = sum(c.n for c in w.fifo if c is not RESERVED and c.job is job)
+        return max(0, -(-total // len(self.state.workers)) - held)
+
     def size_for(self, job: Job, slot: int) -> int:
         """The next chunk's size for ``job`` on worker ``slot`` (credit reserved; lock held)."""
         size = job.next_size()
+        left = self.share_left(job, self.state.workers[slot])
+        if left is not None:
+            size = max(1, min(size, left))
         limit = self.state.maxtasksperchild
         if limit is not None:
             w = self.state.workers[slot]

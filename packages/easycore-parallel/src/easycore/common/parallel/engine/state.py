@@ -131,16 +131,8 @@ class EngineState:
         self.recorder: Optional[Recorder] = None
         #: bytes of resident memory past which a worker is replaced (None: no limit)
         self.max_worker_memory: Optional[int] = None
-        #: slots whose first start is not over (see ``credit_limit``)
+        #: slots whose first start is not over (see ``Dispatcher.share_left``)
         self.first_starts: Set[int] = set()
-
-    def credit_limit(self) -> int:
-        """Chunks a ready worker may hold now: ``credits``, but one while another
-        worker's first start is not over. Work then waits for the workers still
-        starting instead of queueing behind the first one ready: two long items
-        given to a pool just made run on two workers, as the standard library's
-        do, not one after the other on the first (spawn, forkserver)."""
-        return 1 if self.first_starts else self.credits
 
     @property
     def devices(self) -> List[str]:
