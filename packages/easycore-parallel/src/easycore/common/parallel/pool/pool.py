@@ -104,8 +104,7 @@ _CALLERS_PARTS = {
     "..engine.chunking": "AdaptiveChunker ChunkersByFunction", "..progress": "Progress",
     "..options": "check_chunksize", ".reader": "ReadAhead Readers",
     ".results": "ApplyResult ApplySink FutureSink IMapIterator IMapSink "
-                "IMapUnorderedIterator MapResult MapSink cancel_abandoned",
-}
+                "IMapUnorderedIterator MapResult MapSink cancel_abandoned"}
 
 __all__ = ["Pool"]
 
@@ -210,9 +209,8 @@ class Pool(door.WorkerStacks):
         self._options = checked_options(self.backends, options, context, backend_options, {
             "backend": backend, "start_method": start_method_of(context, start_method),
             "task_timeout": task_timeout, "queue_scale": queue_scale, "max_deaths": max_deaths,
-            "max_node_losses": max_node_losses,
-            "maxtasksperchild": maxtasksperchild, "cpu_threads": cpu_threads,
-            "progress": progress, "insights": insights,
+            "max_node_losses": max_node_losses, "maxtasksperchild": maxtasksperchild,
+            "cpu_threads": cpu_threads, "progress": progress, "insights": insights,
             "max_worker_memory": max_worker_memory})
         devices = workers_devices(processes, devices)
         check_per_worker(worker_contexts, len(devices), initializer)
