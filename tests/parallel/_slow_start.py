@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import time
 
+from _parallel_helpers import _Collect
+
 from easycore.common.parallel import UnorderedRunner
 
 
@@ -31,24 +33,12 @@ if _GATE and multiprocessing.parent_process() is not None:
         _wait_for(os.path.join(_GATE, "release"))
 
 
-class Doubles(UnorderedRunner):
+class Doubles(_Collect, UnorderedRunner):
     """No set-up nor end hook: nothing of the user's runs at a worker's start or stop."""
 
     @staticmethod
     def producer_work(device, cfg, data):
         return 2 * data
-
-    @staticmethod
-    def consumer_init(cfg):
-        cfg.out = []
-
-    @staticmethod
-    def consumer_work(cfg, data):
-        cfg.out.append(data)
-
-    @staticmethod
-    def consumer_end(cfg):
-        return sorted(cfg.out)
 
 
 class DoublesWithEnd(Doubles):

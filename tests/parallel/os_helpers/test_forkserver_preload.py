@@ -49,8 +49,8 @@ if __name__ == "__main__":
 """
 
 
-def run(case: str, **env: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), case],
+def run(case: str, script: str = SCRIPT, **env: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), case],
                           capture_output=True, text=True, timeout=150,
                           env=dict(os.environ, **env))
     assert proc.returncode == 0, proc.stderr
@@ -114,10 +114,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("client", ["Pool", "runner"])
 def test_the_server_starts_before_the_client_imports_its_own_parts(client):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EARLY_SCRIPT), client],
-                          capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])[client] is True
+    assert run(client, EARLY_SCRIPT)[client] is True
 
 
 def test_the_servers_exit_freezes_its_objects():

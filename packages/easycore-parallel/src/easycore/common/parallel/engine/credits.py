@@ -161,7 +161,9 @@ class Dispatcher:
         the first one ready. Two long items given to a pool just made then run
         on two workers, as the standard library's do, not one after the other
         on the first (``spawn``, ``forkserver``). A worker holds more as it
-        finishes what it held; a replacement's start does not count.
+        finishes what it held; a replacement's start does not count. A chunk
+        of a ``chunksize`` given is never cut: the worker takes it whole while
+        it holds less than its share.
         """
         total = job.total
         if not self.state.first_starts or total is None:
@@ -173,7 +175,7 @@ class Dispatcher:
         """The next chunk's size for ``job`` on worker ``slot`` (credit reserved; lock held)."""
         size = job.next_size()
         left = self.share_left(job, self.state.workers[slot])
-        if left is not None:
+        if left is not None and job.chunk_size is None:  # a chunksize given is kept
             size = max(1, min(size, left))
         limit = self.state.maxtasksperchild
         if limit is not None:
