@@ -563,14 +563,17 @@ class ProcessBackend(Backend):
         trees = lifeline.descendants_of(
             h.pid for h in self._by_slot.values() if h.pid and not h.gone)
         below = [p for procs in trees.values() for p in procs]
-        quiet = self._spec.program.quiet
+        # Under fork a worker's start takes milliseconds and may be inside code of
+        # the user's (a transport's hook, holding a lock another process shares):
+        # it is waited for, as ever.
+        quiet = self._spec.program.quiet and self._method != "fork"
         try:
             for h in self._by_slot.values():
                 h.expected_exit = True
                 if quiet and not h.ready and not h.gone and h.started():
-                    # Still starting, with nothing of the user's to run at its
-                    # start or end: ended now, not waited for (a spawned one
-                    # would finish importing only to exit).
+                    # Still starting (a fresh interpreter importing), with nothing
+                    # of the user's to run at its start or end: ended now, not
+                    # waited for (it would finish importing only to exit).
                     h.ended = True
                     _quietly(h.process.terminate)
                     continue
