@@ -24,7 +24,6 @@ from .._hints import Generic, TypeVar
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import WorkerError
-from ..pool_errors import RemoteTraceback, ResultEncodingError
 from ..progress import Progress
 from .awaiting import until as await_until
 from .awaiting import wake as wake_awaiting
@@ -70,6 +69,10 @@ def raise_item(error: ItemError) -> NoReturn:
     """
     exc = error.exc
     if isinstance(exc, WorkerError):
+        # (imported here: multiprocessing.pool, which they subclass, costs a
+        # short script 2 ms, and only a failed item needs them)
+        from ..pool_errors import RemoteTraceback, ResultEncodingError
+
         original = exc.__cause__
         if isinstance(original, ResultEncodingError):
             original.item = getattr(exc, "item", None)

@@ -40,7 +40,6 @@ in ``/dev/shm``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import mmap
 import os
@@ -114,12 +113,35 @@ try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
 except ImportError:  # not CPython; on Windows everything travels in-band through the pipe
     _posixshmem = _DevShmFiles if sys.platform.startswith("linux") and os.path.isdir(
         _SHM_DIR) else None
-resource_tracker: Any
-try:
-    # register, unregister and ensure_running: the module's __all__, not documented
-    from multiprocessing import resource_tracker
-except ImportError:
-    resource_tracker = _Untracked
+_resource_tracker: Any = None
+
+
+def _tracker() -> Any:
+    """multiprocessing's ``resource_tracker`` module, imported on first use.
+
+    Imported late because a short script that never makes a segment should
+    not pay for it (with ``multiprocessing.spawn`` and ``runpy`` behind it,
+    about 1 ms). Also this module's ``resource_tracker`` attribute.
+    """
+    global _resource_tracker
+    if _resource_tracker is None:
+        try:
+            # register, unregister and ensure_running: the module's __all__, not documented
+            from multiprocessing import resource_tracker
+        except ImportError:
+            resource_tracker = _Untracked
+        _resource_tracker = resource_tracker
+    return _resource_tracker
+
+
+if TYPE_CHECKING:
+    resource_tracker: Any
+else:
+
+    def __getattr__(name: str) -> Any:  # PEP 562: ``shm.resource_tracker``, imported when asked
+        if name == "resource_tracker":
+            return _tracker()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: whether this platform has POSIX shared memory
 AVAILABLE = _posixshmem is not None
@@ -142,7 +164,7 @@ def ensure_tracker() -> None:
     a whole interpreter to start, so the engine, which registers every name
     its workers use itself, leaves it to the first name it registers.
     """
-    resource_tracker.ensure_running()
+    _tracker().ensure_running()
     tracker_shared()
 
 
@@ -175,7 +197,7 @@ def has_tracker() -> bool:
 
 
 def _register(name: str) -> None:
-    resource_tracker.register(name, "shared_memory")  # starts the tracker if needed
+    _tracker().register(name, "shared_memory")  # starts the tracker if needed
     tracker_shared()
 
 
@@ -217,7 +239,7 @@ def reserve(name: str) -> None:
         try:
             os.close(_posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600))
         except BaseException:
-            resource_tracker.unregister(name, "shared_memory")
+            _tracker().unregister(name, "shared_memory")
             raise
 
 
@@ -257,7 +279,7 @@ def create(name: str, size: int, *, register: bool = True) -> mmap.mmap:
         raise  # someone's segment, which its creator registered: the name stays
     except BaseException as exc:
         if register:
-            resource_tracker.unregister(name, "shared_memory")
+            _tracker().unregister(name, "shared_memory")
         elif isinstance(exc, FileNotFoundError):  # no O_CREAT: a reserved name, released
             raise SegmentVanished(
                 errno.ENOENT,
@@ -449,7 +471,7 @@ def _unlink(name: str, *, forget: bool = True) -> None:
     with contextlib.suppress(FileNotFoundError):
         _posixshmem.shm_unlink(name)
     if forget:
-        resource_tracker.unregister(name, "shared_memory")
+        _tracker().unregister(name, "shared_memory")
 
 
 def sweep(prefix: str) -> None:
@@ -473,6 +495,8 @@ def _view_type(size: int) -> Any:
     if cls is None:
         # A subclass, so that instances take weak references. One type per
         # segment size, and segment sizes come in few classes.
+        import ctypes  # ~2 ms to import: only once a segment's data is read
+
         cls = _view_types[size] = type("SegmentView", (ctypes.c_char * size,), {})
     return cls
 
@@ -566,7 +590,7 @@ def tracker_identity() -> tuple[int, int] | None:
     if not AVAILABLE:
         return None
     try:
-        fd = resource_tracker.getfd()  # starts the tracker if none runs
+        fd = _tracker().getfd()  # starts the tracker if none runs
         if fd is None:
             return None
         st = os.fstat(fd)
