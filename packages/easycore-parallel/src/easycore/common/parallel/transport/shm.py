@@ -127,10 +127,10 @@ def _tracker() -> Any:
     if _resource_tracker is None:
         try:
             # register, unregister and ensure_running: the module's __all__, not documented
-            from multiprocessing import resource_tracker
+            from multiprocessing import resource_tracker as tracker
         except ImportError:
-            resource_tracker = _Untracked
-        _resource_tracker = resource_tracker
+            tracker = _Untracked  # type: ignore[assignment]
+        _resource_tracker = tracker
     return _resource_tracker
 
 
