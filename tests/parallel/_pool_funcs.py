@@ -223,3 +223,8 @@ def meet(folder, n=2, limit=20.0):
     while len(os.listdir(folder)) < n and time.monotonic() < deadline:
         time.sleep(0.01)
     return os.getpid(), len(os.listdir(folder)) >= n
+
+
+def touch_in(folder):
+    """A pool initializer: leaves the file ``<pid>`` in ``folder``."""
+    open(os.path.join(folder, str(os.getpid())), "w").close()

@@ -18,8 +18,8 @@ from _parallel_helpers import _Collect
 from easycore.common.parallel import UnorderedRunner
 
 
-def _wait_for(release: str) -> None:
-    deadline = time.monotonic() + 60
+def _wait_for(release: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
     # Another process's file, no event to wait on: polled, with a deadline.
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -52,16 +52,19 @@ class DoublesWithEnd(Doubles):
 
 class HeldContext:
     """A ``Pool`` worker context whose unpickling, in a worker (before it is ready),
-    waits until the file ``release`` exists: that worker is still starting, on demand."""
+    waits until the file ``release`` exists (at most ``limit`` seconds): that worker is
+    still starting, on demand. Once let go, it leaves ``<release>.passed-<pid>``."""
 
-    def __init__(self, release: str) -> None:
+    def __init__(self, release: str, limit: float = 60.0) -> None:
         self.release = release
+        self.limit = limit
 
     def __reduce__(self):
-        return (_held, (self.release,))
+        return (_held, (self.release, self.limit))
 
 
-def _held(release: str) -> HeldContext:
+def _held(release: str, limit: float = 60.0) -> HeldContext:
     if multiprocessing.parent_process() is not None:
-        _wait_for(release)
-    return HeldContext(release)
+        _wait_for(release, limit)
+        open(f"{release}.passed-{os.getpid()}", "w").close()
+    return HeldContext(release, limit)

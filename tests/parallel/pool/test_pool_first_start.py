@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from _parallel_support import METHODS
-from _pool_funcs import meet
+from _pool_funcs import meet, touch_in
+from processes import wait_gone
 
 from easycore.common.parallel import Pool
 
@@ -20,3 +21,24 @@ def test_two_long_tasks_given_at_once_run_on_two_workers(method, tmp_path, no_le
         got = pool.map(meet, [str(tmp_path)] * 2, chunksize=1)
     assert [met for _, met in got] == [True, True]
     assert len({pid for pid, _ in got}) == 2
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("end", ["close", "terminate"])
+def test_a_pool_never_given_work_ends_without_its_coordinator(method, end, no_leaks):
+    # The coordinator thread starts with the first job: a pool that had none ends
+    # all the same, its workers gone.
+    pool = Pool(2, start_method=method)
+    pids = [h.pid for h in pool._backend._handles]
+    getattr(pool, end)()
+    pool.join()
+    assert repr(pool).startswith("<Pool state=TERMINATED")
+    assert wait_gone(pids) == []
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pool_with_an_initializer_waits_for_its_first_worker(method, tmp_path, no_leaks):
+    # An initializer is the user's code, which may fail: the constructor returns once a
+    # worker ran it (as before), under every start method.
+    with Pool(2, start_method=method, initializer=touch_in, initargs=(str(tmp_path),)):
+        assert list(tmp_path.iterdir())

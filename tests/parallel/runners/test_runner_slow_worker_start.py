@@ -74,3 +74,30 @@ def test_a_pool_joins_without_waiting_for_a_worker_still_starting(gate, no_leaks
     finally:
         pool.terminate()
         kill_quietly(pids)
+
+
+def _coordinators() -> set:
+    return {t for t in threading.enumerate() if t.name == "easycore-pool-coordinator"}
+
+
+def test_a_fork_pool_waits_for_no_worker_nor_thread_when_nothing_of_the_users_starts(
+        tmp_path, no_leaks):
+    # Under fork a worker starts in milliseconds and nothing of the user's can fail
+    # in it: the constructor returns at once (both workers are held here), and the
+    # coordinator thread starts with the first job, not while they boot. (No timer
+    # thread as the safety net: a fork from a process with threads fails the test;
+    # the held workers let themselves go after RELEASE_AFTER seconds.)
+    release = tmp_path / "release"
+    held = HeldContext(str(release), limit=RELEASE_AFTER)
+    before = _coordinators()
+    pool = Pool(2, start_method="fork", worker_contexts=[held, held])
+    try:
+        assert list(tmp_path.glob("release.passed-*")) == []  # returned, no worker ready
+        assert _coordinators() == before
+        result = pool.apply_async(abs, (-3,))
+        assert len(_coordinators() - before) == 1
+        release.touch()
+        assert result.get(timeout=60) == 3
+    finally:
+        release.touch()
+        pool.terminate()

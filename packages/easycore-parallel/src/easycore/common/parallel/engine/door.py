@@ -13,6 +13,8 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
+import threading
+
 from .._lazy import exports
 from .._os import inherit
 from ..backends.base import Backend, BackendSpec
@@ -31,6 +33,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "BackendSpec",
+    "Coordinator",
     "DevicePolicy",
     "FailFast",
     "Policy",
@@ -211,3 +214,48 @@ def forked(engine: Any) -> bool:
     """Whether ``engine``'s workers are forked from this process (they inherit what
     ``inherit.keep`` registered)."""
     return inherit.forked(engine.backend)
+
+
+class Coordinator:
+    """The thread that pumps a client's engine until ``stop`` is set (a pool's
+    results, callbacks and replacements come from it), started with the
+    client's first job.
+
+    Not in the client's constructor: there, just after the workers were
+    forked, the new thread waited for a CPU they were booting on (2 ms of a
+    fresh pool's start on two cores, twice its first ``apply``).
+    """
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        """
+        Args:
+            engine (Engine): the engine to pump.
+            name (str): the thread's name.
+        """
+        #: set to stop the thread (it returns within its back-end's ``tick``,
+        #: or at once after a ``wakeup``)
+        self.stop = threading.Event()
+        # The thread holds the engine, not the client: a pool nobody references
+        # is collected, and its __del__ stops the workers.
+        self._thread = threading.Thread(target=engine.pump_until, args=(self.stop,),
+                                        name=name, daemon=True)
+        self._lock = threading.Lock()
+        self._started = False
+
+    def start(self) -> None:
+        """Start the thread if it is not running yet (any thread may call it)."""
+        if not self._started:
+            with self._lock:
+                if not self._started:
+                    self._thread.start()
+                    self._started = True
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait for the thread's end (after ``stop``); at once if it never started
+        or if called from the thread itself.
+
+        Args:
+            timeout (float or None): seconds; None waits for ever.
+        """
+        if self._started and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)

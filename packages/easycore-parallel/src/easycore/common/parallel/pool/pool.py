@@ -218,13 +218,14 @@ class Pool(door.WorkerStacks):
         self._devices = checked_devices(self._policy, self._options, devices)
         self._threads = _threads.budget(self._options.cpu_threads, len(devices))
         # Built first: a forkserver back-end starts its server, which boots meanwhile.
-        self._backend = door.backend_for(self.backends, self._options, worker_spec(
-            self._policy, self._devices, self._options, self._threads, initializer,
-            initargs, cfg, worker_contexts))
+        spec = worker_spec(self._policy, self._devices, self._options, self._threads,
+                           initializer, initargs, cfg, worker_contexts)
+        self._quiet = spec.program.quiet  # nothing of the user's in a worker's start
+        self._backend = door.backend_for(self.backends, self._options, spec)
         bind(globals(), _CALLERS_PARTS)
         self._open_books()
         self._start_engine()
-        self._start_coordinator()
+        self._coordinator = door.Coordinator(self._engine, "easycore-pool-coordinator")
 
     # ------------------------------------------------------ __init__'s steps
     def _open_books(self) -> None:
@@ -244,22 +245,15 @@ class Pool(door.WorkerStacks):
 
     def _start_engine(self) -> None:
         """The engine over the back-end, through the one door; work goes to the
-        first worker ready, the others join as they are."""
+        first worker ready, the others join as they are (under ``fork``, with
+        nothing of the user's in their start, to every worker at once)."""
         options = self._options
         self._recorder: Optional[Recorder] = (
             door.recorder(self._devices) if options.insights else None)
         self._engine = door.start(self._backend, options, door.ReplaceWorker(options.max_deaths,
                                                                      options.max_node_losses),
-                                  wait="first", recorder=self._recorder)
-
-    def _start_coordinator(self) -> None:
-        """The thread that pumps the engine (results, callbacks and replacements come from it)."""
-        self._stop = threading.Event()
-        # The thread holds the engine, not the pool: a pool nobody references
-        # is collected, and its __del__ stops the workers.
-        self._coordinator = threading.Thread(target=self._engine.pump_until, args=(self._stop,),
-                                             name="easycore-pool-coordinator", daemon=True)
-        self._coordinator.start()
+                                  wait="none" if self._quiet else "first",
+                                  recorder=self._recorder)
 
     def make_policy(self) -> DevicePolicy:
         """The device policy of this pool (a seam: easycore-torch's picks its transport here).
@@ -295,6 +289,7 @@ class Pool(door.WorkerStacks):
         # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
         self._check_running()
         check_chunksize(chunksize)
+        self._coordinator.start()
         timeout = self._options.timeout_for(task_timeout)
         code = job_code(func, mode, pass_context, self._pickle_code, self._codes,
                         self._backend.main_code)
@@ -639,7 +634,7 @@ class Pool(door.WorkerStacks):
         if self._state == "TERMINATED":
             return
         self._state = "TERMINATED"
-        self._stop.set()
+        self._coordinator.stop.set()
         if sys.is_finalizing():
             # The coordinator (a daemon thread) may have been frozen holding the
             # engine's locks: aborting, or joining it, would hang the exit. The
@@ -647,8 +642,7 @@ class Pool(door.WorkerStacks):
             return
         # Where busy workers were goes into their jobs' errors (and a Ctrl-C's note).
         self._stopped_at = self._engine.abort(where=True)
-        if threading.current_thread() is not self._coordinator:
-            self._coordinator.join(5.0)
+        self._coordinator.join(5.0)
         self._readers.join(5.0)
 
     def join(self, timeout: Optional[float] = None) -> None:
@@ -664,7 +658,7 @@ class Pool(door.WorkerStacks):
             job.window = None
             job.finished.wait()
         self._readers.join(None)
-        self._stop.set()
+        self._coordinator.stop.set()
         self._backend.wakeup()  # the coordinator's poll returns now, not at its next tick
         self._coordinator.join()
         self._state = "TERMINATED"
