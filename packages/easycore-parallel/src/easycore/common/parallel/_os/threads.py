@@ -17,7 +17,9 @@ How, without importing anything heavy:
   ``threadpoolctl``. Importing it and scanning the process's libraries cost
   a forked worker ~10 ms before its first item; the caller does both once
   ([`prepare_fork`][easycore.common.parallel._os.threads.prepare_fork]) and its
-  workers inherit the result, setting only the pools not at the budget yet;
+  workers inherit the result, setting only the pools not at the budget yet
+  (an OpenBLAS pool, whose threads a fork ended, without starting them again:
+  see ``_shrink_openblas_at_rest``);
 * torch's intra-op pool: ``torch.set_num_threads`` when torch is already
   imported, else ``OMP_NUM_THREADS`` covers it.
 """
@@ -160,6 +162,45 @@ def prepare_fork() -> None:
     _scanned = (frozenset(sys.modules), controller)
 
 
+def _shrink_openblas_at_rest(lib: Any, n: int) -> bool:
+    """Shrink an OpenBLAS pool whose threads are down to ``n``, starting none; False
+    where that cannot be done so (then ``set_num_threads`` does it).
+
+    OpenBLAS (its pthreads build, NumPy's and SciPy's) ends its threads at every
+    fork and starts them again at the next call that needs them, or at the
+    next ``openblas_set_num_threads``, whatever the number asked: in a forked
+    worker, limiting the pool it inherited started ``blas_num_threads - 1``
+    threads (one per core of the machine), each spinning ~0.1 s before it
+    sleeps (OpenBLAS's thread timeout). That was 100 ms of a core per thread,
+    per worker, at every start, for threads a budget of 1 never uses (on
+    2 cores, a fresh ``Pool(2)``'s first ``apply`` with NumPy loaded took
+    5-10 ms instead of 1-2). Shrinking a pool only sets its ``blas_cpu_number``
+    (what ``openblas_get_num_threads`` reads) in a build without CPU affinity:
+    set here while its threads are down, they start when a call needs them,
+    as after any fork.
+    """
+    if getattr(lib, "internal_api", None) != "openblas" or getattr(
+            lib, "threading_layer", None) != "pthreads" or n < 1:
+        return False
+    import ctypes
+
+    try:
+        dynlib = lib.dynlib
+        at_rest = ctypes.c_int.in_dll(dynlib, "blas_server_avail").value == 0
+        size = ctypes.c_int.in_dll(dynlib, "blas_num_threads").value
+        # (threadpoolctl's lookup, which knows the build's symbol prefixes: a
+        # threadpoolctl without it leaves the setter to do the work)
+        get_config = lib._get_symbol("openblas_get_config")
+        get_config.restype = ctypes.c_char_p
+        no_affinity = b"NO_AFFINITY" in (get_config() or b"").split()
+        if not (at_rest and no_affinity and n <= size):
+            return False
+        ctypes.c_int.in_dll(dynlib, "blas_cpu_number").value = n
+    except (AttributeError, OSError, TypeError, ValueError):
+        return False
+    return True
+
+
 def _limit_loaded(n: int) -> None:
     scanned = _scanned
     if _still_valid(scanned):
@@ -168,7 +209,7 @@ def _limit_loaded(n: int) -> None:
             for lib in scanned[1].lib_controllers:
                 # A setter is not free (OpenBLAS's up to milliseconds): skip
                 # the pools already at the budget.
-                if lib.get_num_threads() != n:
+                if lib.get_num_threads() != n and not _shrink_openblas_at_rest(lib, n):
                     lib.set_num_threads(n)
             return
         except Exception:  # noqa: BLE001 (a runtime that refuses: threadpoolctl's own path below)
