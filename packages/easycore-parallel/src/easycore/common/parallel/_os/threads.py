@@ -177,7 +177,9 @@ def _shrink_openblas_at_rest(lib: Any, n: int) -> bool:
     5-10 ms instead of 1-2). Shrinking a pool only sets its ``blas_cpu_number``
     (what ``openblas_get_num_threads`` reads) in a build without CPU affinity:
     set here while its threads are down, they start when a call needs them,
-    as after any fork.
+    as after any fork. Only where the build exports that state (NumPy 2.4's
+    wheels, OpenBLAS 0.3.31; NumPy 2.5's, 0.3.34, export no data and no way
+    to stop the threads: there the setter still starts them).
     """
     if getattr(lib, "internal_api", None) != "openblas" or getattr(
             lib, "threading_layer", None) != "pthreads" or n < 1:
