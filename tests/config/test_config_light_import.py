@@ -45,3 +45,30 @@ def test_importing_and_using_configs_without_yaml_never_imports_pyyaml():
     assert after_import == [], f"importing easycore.common.config imported {after_import}"
     assert not yaml_after_dict_use
     assert yaml_after_load  # the first YAML read brings it in
+
+
+LEAN_SCRIPT = textwrap.dedent(
+    """
+    import json, pickle, sys
+    PARTS = ["hierarchical", "files", "yaml_io", "literal", "overrides"]
+    from easycore.common.config import CfgNode
+    cfg = pickle.loads(pickle.dumps(CfgNode({"MODEL": {"DEPTH": 50}})))  # as a worker gets it
+    cfg.MODEL.DEPTH = 101
+    cfg.copy().freeze()
+    loaded = [p for p in PARTS if "easycore.common.config." + p in sys.modules]
+    from easycore.common.config import HierarchicalCfgNode  # a name still there when asked
+    cfg.merge_from_list(["MODEL.DEPTH", "18"])
+    print(json.dumps([loaded, HierarchicalCfgNode.__name__, cfg.MODEL.DEPTH]))
+    """
+)
+
+
+def test_a_config_built_from_a_dict_loads_no_file_yaml_or_override_part():
+    # What a runner's or a pool's workers do with their cfg (unpickle, read, write,
+    # copy, freeze): the modules for files, YAML, literals and overrides, and the
+    # hierarchical configs, come in only when used (~1 ms of every worker's start).
+    result = subprocess.run(
+        [sys.executable, "-c", LEAN_SCRIPT], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[], "HierarchicalCfgNode", 18]

@@ -22,8 +22,26 @@ from .errors import (
     FrozenError,
     UnknownOverrideKeyError,
 )
-from .hierarchical import HierarchicalCfgNode
 from .node import CfgNode
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .hierarchical import HierarchicalCfgNode
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: HierarchicalCfgNode (and the file handling it brings) is imported
+    # on first use; a CfgNode built from a dict, or received by a worker, needs
+    # neither.
+    if name == "HierarchicalCfgNode":
+        from .hierarchical import HierarchicalCfgNode
+
+        return HierarchicalCfgNode
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"HierarchicalCfgNode"})
 
 __all__ = [
     "CfgNode",

@@ -25,12 +25,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from . import files, yaml_io
 from .errors import ConfigError, ConfigKeyError, FrozenError, UnknownOverrideKeyError
 from .freezing import set_frozen, thawed
-from .literal import decode_literal, encode_tree
-from .overrides import coerce as _coerce
-from .overrides import pairs as _pairs
 from .peers import PeerSpellings, PeerState, honour_registered_keys, set_state, state_of
 
 TYPE_CHECKING = False
@@ -388,7 +384,9 @@ class CfgNode(PeerSpellings, dict):
                 key that is not a str (naming the entry).
             FrozenError: the config is frozen.
         """
-        pairs = honour_registered_keys(self, _pairs(list(overrides)))
+        from .overrides import pairs as override_pairs  # (files, YAML: imported when used)
+
+        pairs = honour_registered_keys(self, override_pairs(list(overrides)))
         # Rehearse first, so a bad override leaves this node untouched. The
         # rehearsal copies only the nodes on the overrides' paths, and those
         # shallowly: a config may hold values that cannot be copied at all (a
@@ -400,12 +398,15 @@ class CfgNode(PeerSpellings, dict):
     def _apply_overrides(
         self, pairs: list[tuple[str, Any]], allow_new: bool, copies: set[int] | None = None
     ) -> None:
+        from .literal import decode_literal
+        from .overrides import coerce
+
         for dotted, raw in pairs:
             node, leaf = self._walk_to_parent(dotted, allow_new, copies)
             # A value given as an object (["NUM_GPUS", 2], as yacs takes it) is itself.
             value = decode_literal(raw) if isinstance(raw, str) else raw
             if leaf in node:
-                value = _coerce(dict.__getitem__(node, leaf), value, raw, dotted)
+                value = coerce(dict.__getitem__(node, leaf), value, raw, dotted)
             elif not allow_new:
                 raise UnknownOverrideKeyError(node._missing_message(leaf))
             node[leaf] = value
@@ -485,6 +486,8 @@ class CfgNode(PeerSpellings, dict):
             ConfigError: a value with no YAML form, a path that is not a regular
                 file or is a URL, or YAML text larger than `open` reads (64 MiB).
         """
+        from . import files
+
         if hasattr(save_path, "write"):
             where = repr(getattr(save_path, "name", "<stream>"))
         else:
@@ -520,6 +523,8 @@ class CfgNode(PeerSpellings, dict):
                 `UnicodeDecodeError`), invalid YAML, an unsafe tag, a duplicate
                 or invalid key, or nesting too deep, naming the file.
         """
+        from . import files
+
         if hasattr(file, "read"):
             source = str(getattr(file, "name", "<stream>"))
             try:
@@ -555,6 +560,8 @@ class CfgNode(PeerSpellings, dict):
 
     @classmethod
     def _from_yaml(cls, text: str, source: str) -> Self:
+        from . import yaml_io
+
         data = yaml_io.safe_load(text, source)
         if data is None:
             return cls()
@@ -595,6 +602,9 @@ class CfgNode(PeerSpellings, dict):
                 deeper than 100 levels, naming its key; or YAML text larger than
                 `open` reads (64 MiB).
         """
+        from . import files, yaml_io
+        from .literal import encode_tree
+
         if cfg is _THIS:
             cfg = self
         elif not isinstance(cfg, Mapping):  # cfg.dump(stream[, encoding]), or CfgNode.dump(cfg, f)
