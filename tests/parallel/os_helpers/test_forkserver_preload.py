@@ -127,3 +127,44 @@ def test_the_servers_exit_freezes_its_objects():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 0
+
+
+# The same for the workers themselves under spawn and forkserver: their processes
+# start before the client imports its engine (they boot meanwhile), not after.
+WORKERS_EARLY_SCRIPT = """
+import importlib.abc, json, multiprocessing, sys
+
+WATCHED = {"easycore.common.parallel.pool.results": "Pool",
+           "easycore.common.parallel.engine.core": "runner"}
+seen = {}
+
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name in WATCHED:
+            seen[WATCHED[name]] = len(multiprocessing.active_children())
+        return None
+
+
+if __name__ == "__main__":
+    client, method = sys.argv[1], sys.argv[2]
+    sys.meta_path.insert(0, Watch())
+    from easycore.common.parallel import Pool, UnorderedRunner
+    if client == "Pool":
+        with Pool(2, start_method=method) as pool:
+            assert pool.map(abs, [-1]) == [1]
+    else:
+        with UnorderedRunner(2, start_method=method) as runner:
+            runner([1])
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
+                                    if m in multiprocessing.get_all_start_methods()])
+@pytest.mark.parametrize("client", ["Pool", "runner"])
+def test_the_workers_start_before_the_client_imports_its_engine(client, method):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKERS_EARLY_SCRIPT), client,
+                           method], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])[client] == 2

@@ -3,6 +3,8 @@ them rather than queueing behind the first one ready (``Dispatcher.share_left``)
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 from _parallel_support import METHODS
 from _pool_funcs import meet, touch_in
@@ -42,3 +44,16 @@ def test_a_pool_with_an_initializer_waits_for_its_first_worker(method, tmp_path,
     # worker ran it (as before), under every start method.
     with Pool(2, start_method=method, initializer=touch_in, initargs=(str(tmp_path),)):
         assert list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "fork"])
+def test_a_pool_failing_after_its_workers_launched_ends_them(method, monkeypatch, no_leaks):
+    # Under spawn and forkserver the workers start before the pool sets up its
+    # engine: a failure in between (here its books) ends them before it raises.
+    def fail(self):
+        raise RuntimeError("books")
+
+    monkeypatch.setattr(Pool, "_open_books", fail)
+    with pytest.raises(RuntimeError, match="books"):
+        Pool(2, start_method=method)
+    assert multiprocessing.active_children() == []

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, List, Optional
 
 __all__ = ["EXIT_NO_GUARD", "MainGuardError", "PRELOAD", "WORKER_MODULES", "check_main_guard",
-           "start_forkserver", "warm_forkserver"]
+           "start_forkserver", "start_worker", "warm_forkserver"]
 
 #: a worker's exit code for "the main script started workers while a worker imported it"
 EXIT_NO_GUARD = 87
@@ -150,6 +150,28 @@ def warm_forkserver(context: Any) -> None:
     wanted = current + [m for m in PRELOAD if m not in current]
     if wanted != current:
         context.set_forkserver_preload(wanted)
+
+
+def start_worker(process: Any, method: str = "fork") -> None:
+    """Start a worker's process as every worker of the process back-end starts.
+
+    From a thread that lives as long as the worker (``lifeline.start_process``:
+    its parent-death signal follows that thread), with SIGINT blocked until
+    the worker ignores it: a Ctrl-C meanwhile is the caller's, never a death in
+    multiprocessing's bootstrap.
+
+    Args:
+        process (multiprocessing.Process): not started yet (or the zygote's).
+        method (str): its start method (a ``forkserver`` worker is forked by the
+            server, whatever thread asks).
+    """
+    from . import interrupts, lifeline
+
+    def start() -> None:
+        with interrupts.blocked_at_start():
+            process.start()
+
+    lifeline.start_process(start, forks_here=method != "forkserver")
 
 
 def start_forkserver(context: Any) -> None:

@@ -127,6 +127,17 @@ class Backend(abc.ABC):
         """
         raise NotImplementedError(f"{cls.__name__} does not say how it is built from a spec")
 
+    def launch(self) -> None:
+        """Start the workers' processes now, without waiting for any (this default:
+        nothing; the start does it).
+
+        Called by the client before it builds its engine, so that workers whose
+        start is long (a fresh interpreter's) boot meanwhile; ``start``,
+        ``start_first`` or ``start_nowait`` then waits for them as it would
+        have. A client that fails before it starts calls ``abort``.
+        """
+        return None
+
     @abc.abstractmethod
     def start(self) -> None:
         """Start the workers and wait until each one's init hooks returned."""

@@ -26,7 +26,6 @@ interpreter's shutdown, which ends the daemonic processes it started), then
 from __future__ import annotations
 
 import contextlib
-import functools
 import mmap
 import os
 import pickle
@@ -37,7 +36,7 @@ import time
 from multiprocessing import util
 from multiprocessing.context import BaseContext
 
-from .._os import inherit, interrupts, lifeline, memory, oom, stacks, startup, threads, zygote
+from .._os import inherit, lifeline, memory, oom, stacks, startup, threads, zygote
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
@@ -81,18 +80,6 @@ def _frame(data: bytes) -> bytes:
     if n > 0x7FFFFFFF:
         return struct.pack("!i", -1) + struct.pack("!Q", n) + data
     return struct.pack("!i", n) + data
-
-
-def _start_blocked(process: Any) -> None:
-    # SIGINT blocked (in the thread that forks) until the worker ignores it:
-    # a Ctrl-C now is the caller's, never a death in multiprocessing's bootstrap.
-    with interrupts.blocked_at_start():
-        process.start()
-
-
-def _start_process(process: Any, method: str = "fork") -> None:
-    lifeline.start_process(functools.partial(_start_blocked, process),
-                           forks_here=method != "forkserver")
 
 
 def _zygote_worker(owner_pid: int, fds: List[int], spec_bytes: bytes, n_threads: Optional[int],
@@ -186,6 +173,7 @@ class ProcessBackend(Backend):
         # initializer's arguments) is inherited, not pickled: see ``inherit``.
         self._program_ref: Optional[inherit.Inherited] = None
         self._zygote: Optional[zygote.Zygote] = None  # forks replacements (fork only)
+        self._launched = False
         if self._method == "forkserver":
             # Now, not at the first worker's start: the server (a fresh
             # interpreter) boots while the client sets up its engine and results.
@@ -242,7 +230,28 @@ class ProcessBackend(Backend):
             return [True] * len(self.devices)
         return self.start_first()
 
+    def launch(self) -> None:
+        """Start the workers now where each start is a fresh interpreter's (``spawn``,
+        ``forkserver``): they boot while the client builds its engine (not ``fork``)."""
+        if self._method != "fork" and not self._launched and not self._closed:
+            self._launch()
+
     def _start(self, wait_for: int) -> None:
+        if not self._launched:
+            self._launch()
+        try:
+            # A whole batch is handled each time: what came with the awaited
+            # WorkerReady (another's failure) is not left unread.
+            while sum(h.ready for h in self._by_slot.values()) < wait_for:
+                for slot, message in self.poll(None):
+                    error = startup_error(self, slot, message, self._by_slot[slot].pid)
+                    if error is not None:
+                        raise error
+        except BaseException:
+            self.abort()
+            raise
+
+    def _launch(self) -> None:
         startup.check_main_guard()  # a worker importing a script without the guard: exits
         if self._method != "fork":
             # The standard library starts the resource tracker for these workers
@@ -260,7 +269,7 @@ class ProcessBackend(Backend):
             # Before any pipe of ours exists (the zygote holds none) and any
             # thread runs: replacements come from this single-threaded copy.
             try:
-                self._zygote = zygote.Zygote(self._ctx, _start_process)
+                self._zygote = zygote.Zygote(self._ctx, startup.start_worker)
             except BaseException:
                 self._release_inherited()
                 raise
@@ -294,16 +303,10 @@ class ProcessBackend(Backend):
                 )
             for slot in range(len(self.devices)):
                 self._start_one(slot)
-            # A whole batch is handled each time: what came with the awaited
-            # WorkerReady (another's failure) is not left unread.
-            while sum(h.ready for h in self._by_slot.values()) < wait_for:
-                for slot, message in self.poll(None):
-                    error = startup_error(self, slot, message, self._by_slot[slot].pid)
-                    if error is not None:
-                        raise error
         except BaseException:
             self.abort()
             raise
+        self._launched = True
 
     def _inherit_item_slots(self) -> None:
         """Item slots for forked workers: an anonymous shared mapping made before the
@@ -364,7 +367,7 @@ class ProcessBackend(Backend):
                           self._method, task_r, res_w, stack_file),
                     name=name, daemon=False,
                 )
-                _start_process(process, self._method)
+                startup.start_worker(process, self._method)
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.

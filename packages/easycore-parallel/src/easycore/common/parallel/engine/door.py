@@ -103,14 +103,18 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
     Raises:
         ValueError: ``max_worker_memory`` with a back-end that cannot measure it.
     """
-    from .core import Engine
-
     limit = options.max_worker_memory
     assert not isinstance(limit, str)  # WorkerOptions made it bytes
     if limit is not None and not backend.measures_memory:
         raise ValueError(
             f"max_worker_memory needs worker processes whose memory this machine can read "
             f"(backend='process' on Linux); backend={options.backend!r} cannot")
+    backend.launch()  # spawned workers boot while the engine's modules load
+    try:
+        from .core import Engine
+    except BaseException:
+        backend.abort()
+        raise
     # With a memory limit a worker holds one chunk at a time: one over the
     # limit is replaced before its next item, none queued behind it.
     engine = Engine(backend, credits=1 if limit is not None else options.credits,

@@ -222,9 +222,14 @@ class Pool(door.WorkerStacks):
                            initializer, initargs, cfg, worker_contexts)
         self._quiet = spec.program.quiet  # nothing of the user's in a worker's start
         self._backend = door.backend_for(self.backends, self._options, spec)
-        bind(globals(), _CALLERS_PARTS)
-        self._open_books()
-        self._start_engine()
+        self._backend.launch()  # spawned workers boot while the pool sets up
+        try:
+            bind(globals(), _CALLERS_PARTS)
+            self._open_books()
+            self._start_engine()
+        except BaseException:
+            self._backend.abort()  # (nothing left to do if the engine's start did it)
+            raise
         self._coordinator = door.Coordinator(self._engine, "easycore-pool-coordinator")
 
     # ------------------------------------------------------ __init__'s steps
