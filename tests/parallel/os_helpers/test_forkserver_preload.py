@@ -81,8 +81,9 @@ def test_every_preloaded_module_exists():
         importlib.import_module(name)
 
 
-# Which of the client's own modules were imported after the server had been started:
-# the server boots while the client sets up, not after.
+# When the client's own modules were imported: whether the forkserver had been
+# started, and how many workers ran. The server, and the workers under spawn and
+# forkserver, boot while the client sets up, not after.
 EARLY_SCRIPT = """
 import importlib.abc, json, multiprocessing, sys
 from multiprocessing import forkserver
@@ -95,54 +96,8 @@ seen = {}
 class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name in WATCHED:
-            seen[WATCHED[name]] = forkserver._forkserver._forkserver_pid is not None
-        return None
-
-
-if __name__ == "__main__":
-    sys.meta_path.insert(0, Watch())
-    from easycore.common.parallel import Pool, UnorderedRunner
-    if sys.argv[1] == "Pool":
-        with Pool(2, start_method="forkserver") as pool:
-            assert pool.map(abs, [-1]) == [1]
-    else:
-        with UnorderedRunner(2, start_method="forkserver") as runner:
-            runner([1])
-    print(json.dumps(seen))
-"""
-
-
-@pytest.mark.parametrize("client", ["Pool", "runner"])
-def test_the_server_starts_before_the_client_imports_its_own_parts(client):
-    assert run(client, EARLY_SCRIPT)[client] is True
-
-
-def test_the_servers_exit_freezes_its_objects():
-    # A handler registered before the module (as multiprocessing's own are in the
-    # server) runs after its freeze: the objects are frozen by the shutdown's end.
-    code = ("import atexit, gc, os\n"
-            "atexit.register(lambda: os.write(1, str(gc.get_freeze_count()).encode()))\n"
-            "import easycore.common.parallel._os.server_exit\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout) > 0
-
-
-# The same for the workers themselves under spawn and forkserver: their processes
-# start before the client imports its engine (they boot meanwhile), not after.
-WORKERS_EARLY_SCRIPT = """
-import importlib.abc, json, multiprocessing, sys
-
-WATCHED = {"easycore.common.parallel.pool.results": "Pool",
-           "easycore.common.parallel.engine.core": "runner"}
-seen = {}
-
-
-class Watch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name in WATCHED:
-            seen[WATCHED[name]] = len(multiprocessing.active_children())
+            seen[WATCHED[name]] = {"server": forkserver._forkserver._forkserver_pid is not None,
+                                   "workers": len(multiprocessing.active_children())}
         return None
 
 
@@ -156,15 +111,37 @@ if __name__ == "__main__":
     else:
         with UnorderedRunner(2, start_method=method) as runner:
             runner([1])
-    print(json.dumps(seen))
+    print(json.dumps(seen[client]))
 """
+
+
+def early(client: str, method: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EARLY_SCRIPT), client, method],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("client", ["Pool", "runner"])
+def test_the_server_starts_before_the_client_imports_its_own_parts(client):
+    assert early(client, "forkserver")["server"] is True
 
 
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
                                     if m in multiprocessing.get_all_start_methods()])
 @pytest.mark.parametrize("client", ["Pool", "runner"])
 def test_the_workers_start_before_the_client_imports_its_engine(client, method):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKERS_EARLY_SCRIPT), client,
-                           method], capture_output=True, text=True, timeout=150)
+    assert early(client, method)["workers"] == 2
+
+
+def test_the_servers_exit_freezes_its_objects():
+    # A handler registered before the module (as multiprocessing's own are in the
+    # server) runs after its freeze: the objects are frozen by the shutdown's end.
+    code = ("import atexit, gc, os\n"
+            "atexit.register(lambda: os.write(1, str(gc.get_freeze_count()).encode()))\n"
+            "import easycore.common.parallel._os.server_exit\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])[client] == 2
+    assert int(proc.stdout) > 0
+
