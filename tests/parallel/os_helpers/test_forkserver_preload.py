@@ -144,4 +144,3 @@ def test_the_servers_exit_freezes_its_objects():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 0
-
