@@ -3,11 +3,13 @@ them rather than queueing behind the first one ready (``Dispatcher.share_left``)
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import warnings
 
 import pytest
 from _parallel_support import METHODS
-from _pool_funcs import meet, touch_in
+from _pool_funcs import meet, raise_value_error, touch_in
 from processes import wait_gone
 
 from easycore.common.parallel import Pool
@@ -57,3 +59,15 @@ def test_a_pool_failing_after_its_workers_launched_ends_them(method, monkeypatch
     with pytest.raises(RuntimeError, match="books"):
         Pool(2, start_method=method)
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pool_whose_constructor_raised_does_not_warn_when_collected(method, no_leaks):
+    # An initializer that raises fails the constructor; the half-made pool, once
+    # collected, is not an "unclosed running pool" (its workers are gone).
+    with pytest.raises(Exception, match="no init"):
+        Pool(2, start_method=method, initializer=raise_value_error, initargs=("no init",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -229,6 +229,7 @@ class Pool(door.WorkerStacks):
             self._start_engine()
         except BaseException:
             self._backend.abort()  # (nothing left to do if the engine's start did it)
+            self._state = "TERMINATED"  # no "unclosed running pool" warning when collected
             raise
         self._coordinator = door.Coordinator(self._engine, "easycore-pool-coordinator")
 
