@@ -110,21 +110,22 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
             f"max_worker_memory needs worker processes whose memory this machine can read "
             f"(backend='process' on Linux); backend={options.backend!r} cannot")
     backend.launch()  # spawned workers boot while the engine's modules load
-    try:
+    try:  # (whatever raises from here, a Ctrl-C included, ends the launched workers)
         from .core import Engine
+
+        # With a memory limit a worker holds one chunk at a time: one over the
+        # limit is replaced before its next item, none queued behind it.
+        engine = Engine(backend, credits=1 if limit is not None else options.credits,
+                        maxtasksperchild=options.maxtasksperchild, policy=policy)
+        engine.state.max_worker_memory = limit
+        engine.recorder = recorder  # before the start: start-up counts
+        engine.caller_pumps = caller_pumps
+        if recorder is not None:
+            recorder.caller_pumps = caller_pumps
+        engine.start(wait=wait)
     except BaseException:
-        backend.abort()
+        backend.abort()  # (idempotent: a start that failed has already aborted)
         raise
-    # With a memory limit a worker holds one chunk at a time: one over the
-    # limit is replaced before its next item, none queued behind it.
-    engine = Engine(backend, credits=1 if limit is not None else options.credits,
-                    maxtasksperchild=options.maxtasksperchild, policy=policy)
-    engine.state.max_worker_memory = limit
-    engine.recorder = recorder  # before the start: start-up counts
-    engine.caller_pumps = caller_pumps
-    if recorder is not None:
-        recorder.caller_pumps = caller_pumps
-    engine.start(wait=wait)
     return engine
 
 
