@@ -32,9 +32,11 @@ def test_replacing_workers_does_not_accumulate_descriptors(method):
         before = len(open_fds())
         assert pool.map(square, range(40), chunksize=1) == [x * x for x in range(40)]
         after = len(open_fds())
-    # 40 replacements held one or two descriptors each before; what may differ now
-    # is a replacement still starting (its two pipes) per worker.
-    assert after <= before + 4, (before, after)
+    # 40 replacements held one or two descriptors each before (40 to 80 more). What
+    # may differ now is each slot's replacement caught mid-way: the old worker not yet
+    # reaped (its pipe ends, sentinel, stack file) beside the new one still starting
+    # (both its pipes, and spawn's preparation pipe) -- up to 8 a slot, 16 for two.
+    assert after <= before + 16, (before, after)
 
 
 @pytest.mark.parametrize("method", METHODS)
