@@ -7,6 +7,8 @@ not at their budget. Their pools end at the budget, the caller's stay as they we
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -136,3 +138,44 @@ def test_a_forked_worker_shrinks_openblas_without_starting_its_threads(kind, no_
     assert shrunk[0] and not any(shrunk[0])  # the budget started no OpenBLAS thread
     assert all(n == 1 for api, n in shrunk[1] if api == "openblas")  # and holds
     assert not any(after_product[0])  # a product at the budget runs on the caller's thread
+
+
+def threads_and_openblas(_=None):
+    """In a worker: its OS threads (the kernel's count) and its OpenBLAS pools' sizes."""
+    return (len(os.listdir("/proc/self/task")),
+            [p["num_threads"] for p in threadpoolctl.threadpool_info()
+             if p["internal_api"] == "openblas"])
+
+
+class Threads(_Collect, UnorderedRunner):
+    @staticmethod
+    def producer_work(device, cfg, data):
+        return threads_and_openblas()
+
+
+def _threads_in_workers(kind, budget):
+    if kind == "runner":
+        with Threads(2, start_method="fork", cpu_threads=budget) as runner:
+            return runner(range(2))
+    # "replacements": each item in a worker that replaced the last one
+    replace = 1 if kind == "replacements" else None
+    with Pool(2, start_method="fork", cpu_threads=budget, maxtasksperchild=replace) as pool:
+        return pool.map(threads_and_openblas, range(4 if replace else 2), chunksize=1)
+
+
+@pytest.mark.skipif("fork" not in METHODS or not sys.platform.startswith("linux"),
+                    reason="fork, and /proc's count of a process's threads")
+@pytest.mark.parametrize("kind", ["runner", "pool", "replacements"])
+def test_a_forked_worker_limiting_any_openblas_starts_none_of_its_threads(kind, no_leaks):
+    # Whatever the build: where the worker cannot shrink the pool at rest
+    # (NumPy 2.5's OpenBLAS exports no pool state), the zygote limits it once
+    # and forks the workers, which inherit it at the budget. Before, each worker
+    # started every core's thread (spinning ~0.1 s each) for a budget of 1.
+    pools = [p["num_threads"] for p in threadpoolctl.threadpool_info()
+             if p["internal_api"] == "openblas" and p.get("threading_layer") == "pthreads"]
+    if not pools or max(pools) < 2:
+        pytest.skip("no OpenBLAS on pthreads with more than one thread loaded here")
+    untouched = _threads_in_workers(kind, None)  # nothing set: the threads a fork leaves
+    limited = _threads_in_workers(kind, 1)
+    assert {n for n, _ in limited} == {n for n, _ in untouched}, (limited, untouched)
+    assert all(sizes and set(sizes) == {1} for _, sizes in limited), limited

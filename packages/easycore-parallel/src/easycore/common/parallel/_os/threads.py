@@ -35,7 +35,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, FrozenSet, Optional, Tuple
 
-__all__ = ["AUTO", "ThreadsOption", "available_cpus", "budget", "limit_threads", "prepare_fork"]
+__all__ = [
+    "AUTO",
+    "ThreadsOption",
+    "available_cpus",
+    "budget",
+    "limit_threads",
+    "prepare_fork",
+    "restarts_openblas_in_children",
+    "shrink_loaded",
+]
 
 #: the default of ``cpu_threads``: ``max(1, available_cpus() // workers)``
 AUTO = "auto"
@@ -178,29 +187,90 @@ def _shrink_openblas_at_rest(lib: Any, n: int) -> bool:
     (what ``openblas_get_num_threads`` reads) in a build without CPU affinity:
     set here while its threads are down, they start when a call needs them,
     as after any fork. Only where the build exports that state (NumPy 2.4's
-    wheels, OpenBLAS 0.3.31; NumPy 2.5's, 0.3.34, export no data and no way
-    to stop the threads: there the setter still starts them).
+    wheels, OpenBLAS 0.3.31); where it does not (NumPy 2.5's, 0.3.34), a
+    ``fork`` back-end forks its workers from its zygote, which set the budget
+    once (see ``restarts_openblas_in_children``).
     """
-    if getattr(lib, "internal_api", None) != "openblas" or getattr(
-            lib, "threading_layer", None) != "pthreads" or n < 1:
+    state = _openblas_state(lib)
+    if state is None or n < 1:
         return False
+    avail, size, cpu_number = state
+    if avail.value != 0 or n > size.value:
+        return False
+    cpu_number.value = n
+    return True
+
+
+def _openblas_state(lib: Any) -> Optional[Tuple[Any, Any, Any]]:
+    """An OpenBLAS pool's ``blas_server_avail``, ``blas_num_threads`` and
+    ``blas_cpu_number`` (``ctypes.c_int``s in the library) where its pthreads
+    build has no CPU affinity and exports them; None otherwise."""
+    if getattr(lib, "internal_api", None) != "openblas" or getattr(
+            lib, "threading_layer", None) != "pthreads":
+        return None
     import ctypes
 
     try:
         dynlib = lib.dynlib
-        at_rest = ctypes.c_int.in_dll(dynlib, "blas_server_avail").value == 0
-        size = ctypes.c_int.in_dll(dynlib, "blas_num_threads").value
+        state = tuple(ctypes.c_int.in_dll(dynlib, name) for name in (
+            "blas_server_avail", "blas_num_threads", "blas_cpu_number"))
         # (threadpoolctl's lookup, which knows the build's symbol prefixes: a
         # threadpoolctl without it leaves the setter to do the work)
         get_config = lib._get_symbol("openblas_get_config")
         get_config.restype = ctypes.c_char_p
-        no_affinity = b"NO_AFFINITY" in (get_config() or b"").split()
-        if not (at_rest and no_affinity and n <= size):
-            return False
-        ctypes.c_int.in_dll(dynlib, "blas_cpu_number").value = n
+        if b"NO_AFFINITY" not in (get_config() or b"").split():
+            return None
     except (AttributeError, OSError, TypeError, ValueError):
+        return None
+    return state  # type: ignore[return-value]
+
+
+def restarts_openblas_in_children(n: int) -> bool:
+    """Whether a worker forked from here would start OpenBLAS's threads to limit its
+    pool to ``n``: a loaded pthreads OpenBLAS above ``n`` that cannot be shrunk at
+    rest (a build that exports no pool state, or one with CPU affinity).
+
+    Then a ``fork`` back-end forks its first workers from its zygote, which
+    limits its pools once, before it forks any (a fork ends the threads the
+    setter started there): its workers inherit the size and set nothing.
+
+    Args:
+        n (int): the workers' thread budget.
+
+    Returns:
+        bool:
+    """
+    scanned = _scanned
+    if not _still_valid(scanned):
         return False
-    return True
+    assert scanned is not None
+    try:
+        return any(
+            getattr(lib, "internal_api", None) == "openblas"
+            and getattr(lib, "threading_layer", None) == "pthreads"
+            and lib.get_num_threads() > n and _openblas_state(lib) is None
+            for lib in scanned[1].lib_controllers)
+    except Exception:  # noqa: BLE001 (a runtime that refuses: the workers set it as before)
+        return False
+
+
+def shrink_loaded(n: int) -> None:
+    """Shrink the scanned thread pools above ``n`` to ``n`` (no environment, no torch,
+    no pool grown): what a zygote does once, before it forks workers that inherit
+    them so. Anything this leaves (no current scan, a runtime that refuses), each
+    worker's own limit does, as before.
+
+    Args:
+        n (int): threads.
+    """
+    scanned = _scanned
+    if not _still_valid(scanned):
+        return
+    assert scanned is not None
+    with contextlib.suppress(Exception):  # (the workers' own limit does the rest)
+        for lib in scanned[1].lib_controllers:
+            if lib.get_num_threads() > n and not _shrink_openblas_at_rest(lib, n):
+                lib.set_num_threads(n)
 
 
 def _limit_loaded(n: int) -> None:

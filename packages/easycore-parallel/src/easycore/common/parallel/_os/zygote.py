@@ -37,7 +37,7 @@ import weakref
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
 
-from . import lifeline
+from . import lifeline, threads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -170,20 +170,26 @@ def _close_quietly(fd: int) -> None:
 class Zygote:
     """A single-threaded copy of the caller that forks workers on request."""
 
-    def __init__(self, context: BaseContext, start: Callable[[Any], None]) -> None:
+    def __init__(self, context: BaseContext, start: Callable[[Any], None],
+                 budget: Optional[int] = None) -> None:
         """Fork the zygote now (call it while the caller runs no other thread).
 
         Args:
             context (BaseContext): a ``fork`` multiprocessing context.
             start (callable): ``start(process)`` starts a process (the back-end's
                 way: from a thread that lives as long as the caller, SIGINT blocked).
+            budget (int or None): the workers' thread budget: the zygote shrinks
+                the thread pools of its loaded libraries to it once, before it
+                forks any, and its workers inherit them at that size (None: leave
+                them alone).
         """
         settle_ended_threads()
         ours, theirs = socket.socketpair()
         self._sock: Optional[socket.socket] = ours
         self._lock = threading.Lock()  # one request at a time
         self.process: Any = context.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(theirs, ours, os.getpid()), name="easycore-zygote", daemon=False
+            target=_serve, args=(theirs, ours, os.getpid(), budget), name="easycore-zygote",
+            daemon=False,
         )
         try:
             start(self.process)
@@ -286,16 +292,23 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 # ------------------------------------------------------------ in the zygote
-def _serve(sock: socket.socket, callers_end: socket.socket, owner_pid: int) -> None:
+def _serve(sock: socket.socket, callers_end: socket.socket, owner_pid: int,
+           budget: Optional[int] = None) -> None:
     """The zygote's loop: start a worker per request; report each one's exit."""
     callers_end.close()  # (the copy fork gave us)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     lifeline.arm_parent_death_signal()
     if os.getppid() != owner_pid:
         os._exit(0)  # the caller died before the signal was armed
-    from multiprocessing import get_context
+    from multiprocessing import get_context, popen_fork  # noqa: F401 (before the scan's refresh)
 
     fork = get_context("fork")
+    if budget is not None:
+        # Once here rather than in each worker: a setter that starts a pool's
+        # threads (an OpenBLAS that cannot be shrunk at rest) starts them only
+        # here, and the next fork ends them; the workers inherit the size.
+        threads.shrink_loaded(budget)
+    threads.prepare_fork()  # its workers find the caller's scan current, as the first ones
     children: Dict[int, Tuple[Any, int]] = {}  # sentinel -> (process, status fd)
     try:
         while True:

@@ -173,6 +173,7 @@ class ProcessBackend(Backend):
         # initializer's arguments) is inherited, not pickled: see ``inherit``.
         self._program_ref: Optional[inherit.Inherited] = None
         self._zygote: Optional[zygote.Zygote] = None  # forks replacements (fork only)
+        self._first_from_zygote = False  # and the first workers too (see _launch)
         self._launched = False
         if self._method == "forkserver":
             # Now, not at the first worker's start: the server (a fresh
@@ -269,7 +270,7 @@ class ProcessBackend(Backend):
             # Before any pipe of ours exists (the zygote holds none) and any
             # thread runs: replacements come from this single-threaded copy.
             try:
-                self._zygote = zygote.Zygote(self._ctx, startup.start_worker)
+                self._zygote = zygote.Zygote(self._ctx, startup.start_worker, self._spec.threads)
             except BaseException:
                 self._release_inherited()
                 raise
@@ -279,6 +280,10 @@ class ProcessBackend(Backend):
                 # is a length comparison, not a walk of sys.modules (which, just
                 # after a fork, costs every worker its copy-on-write faults).
                 threads.prepare_fork()
+                # A worker limiting an OpenBLAS it cannot shrink at rest would start
+                # (and spin) every core's thread: the zygote limited it once instead.
+                self._first_from_zygote = threads.restarts_openblas_in_children(
+                    self._spec.threads)
         self._mux = Multiplexer()
         self._finalizer = util.Finalize(
             self, _kill_all,
@@ -353,9 +358,9 @@ class ProcessBackend(Backend):
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            if replacement and self._zygote is not None:
-                # This process runs threads by now (CPython 3.12+ warns about a
-                # fork here, rightly): the zygote forks it instead.
+            if (replacement or self._first_from_zygote) and self._zygote is not None:
+                # A replacement: this process runs threads by now (CPython 3.12+
+                # warns about a fork here, rightly). Either way the zygote forks it.
                 with contextlib.suppress(zygote.ZygoteGone):  # else from here, as before
                     h.process = self._zygote.fork(
                         _zygote_worker, (spec_bytes, spec.threads, stack_file),
