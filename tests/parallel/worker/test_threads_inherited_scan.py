@@ -123,7 +123,8 @@ def test_a_forked_worker_shrinks_openblas_without_starting_its_threads(kind, no_
     # each worker (every core's, each spinning ~0.1 s) for a budget of 1.
     if not _openblas_pthreads():
         pytest.skip("NumPy's BLAS here is not an OpenBLAS on pthreads that exports its pool's "
-                    "state (NumPy 2.5's wheels export none: the setter runs, as before)")
+                    "state (NumPy 2.5's wheels export none: the zygote shrinks it, tested "
+                    "by test_a_forked_worker_limiting_any_openblas_starts_none_of_its_threads)")
     if kind == "runner":
         class Started(_Collect, UnorderedRunner):
             producer_work = staticmethod(

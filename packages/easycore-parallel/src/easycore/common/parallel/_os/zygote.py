@@ -10,7 +10,10 @@ as it was then, single-threaded, holding the same program and inherited
 objects (see [`inherit`][easycore.common.parallel._os.inherit]). A
 replacement is forked by the zygote: it starts from the same state as the
 first workers did, still without a copy, and no fork happens in a process
-with threads.
+with threads. The first workers come from the zygote too where a worker would
+start a library's threads to limit its pool (an OpenBLAS it cannot shrink at
+rest): the zygote limits the pools once, and its workers inherit them so
+([`restarts_openblas_in_children`][easycore.common.parallel._os.threads.restarts_openblas_in_children]).
 
 The zygote serves one request at a time over a socket pair: the worker's
 pipe ends travel as file descriptors (``socket.send_fds``), the target and
