@@ -16,7 +16,7 @@ import pytest
 from _parallel_support import METHODS, run_script
 
 from easycore.common.parallel import WorkerDiedError
-from easycore.common.parallel._os.startup import EXIT_NO_GUARD, MainGuardError
+from easycore.common.parallel._os.startup import EXIT_NO_GUARD, ForkServerExited, MainGuardError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,6 +43,40 @@ def test_a_missing_guard_is_named_with_its_fix(method, kind):
 
 
 @pytest.mark.parametrize("kind", ["pool", "runner"])
+def test_a_missing_guard_is_named_when_the_fork_server_imports_the_script(kind):
+    # Python 3.13.8 and 3.14.1 on: the fork server preloads __main__, so the
+    # server, not a worker, runs the script's top level, exits, and the first
+    # worker's start failed with the standard library's bare EOFError.
+    if "forkserver" not in METHODS:
+        pytest.skip("no forkserver on this platform")
+    proc = run_script("no_main_guard.py", "forkserver", kind, "preloads", timeout=120)
+    assert proc.returncode != 0
+    assert "sum" not in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("easycore.common.parallel._os.startup.MainGuardError: "), proc.stderr
+    assert "no_main_guard.py starts worker processes when it is imported" in last
+    assert "the fork server imports it" in last and GUARD in last
+    assert "no_main_guard.py, line " in proc.stderr  # the server said where, once
+    assert "RuntimeError" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["pool", "runner"])
+def test_a_script_that_raises_in_the_fork_server_is_named(kind):
+    # The sibling with a guard: the script's top level raises as the server
+    # imports it; the server dies, and its first worker's start with it.
+    if "forkserver" not in METHODS:
+        pytest.skip("no forkserver on this platform")
+    proc = run_script("raises_in_fork_server.py", kind, timeout=120)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("easycore.common.parallel._os.startup.ForkServerExited: "), \
+        proc.stderr
+    assert "could not start: the fork server (pid " in last and "exited with code 1" in last
+    assert "raises_in_fork_server.py first" in last
+    assert "ValueError: this script runs only as the main script" in proc.stderr  # the server's
+
+
+@pytest.mark.parametrize("kind", ["pool", "runner"])
 def test_fork_needs_no_guard(kind):
     # A forked worker never imports the script: the same script just works.
     if "fork" not in METHODS:
@@ -59,3 +93,10 @@ def test_the_error_is_a_worker_death_and_a_runtime_error():
     assert "'forkserver'" in str(err) and GUARD in str(err)
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is MainGuardError and str(again) == str(err)
+    by_server = MainGuardError("cpu", 0, None, EXIT_NO_GUARD, method="forkserver", by_server=True)
+    again = pickle.loads(pickle.dumps(by_server))
+    assert again.by_server and "the fork server imports it" in str(again)
+    server = ForkServerExited("cpu", 1, 4321, 1)
+    assert isinstance(server, WorkerDiedError) and server.server_pid == 4321
+    again = pickle.loads(pickle.dumps(server))
+    assert type(again) is ForkServerExited and str(again) == str(server)

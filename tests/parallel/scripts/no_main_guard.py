@@ -1,17 +1,29 @@
 """A script that forgets ``if __name__ == "__main__":``: starts workers at its top level.
 
-``python no_main_guard.py METHOD KIND`` (KIND: ``pool`` or ``runner``). Under
-fork it works (a forked worker never imports the script); under spawn and
+``python no_main_guard.py METHOD KIND [preloads]`` (KIND: ``pool`` or ``runner``).
+Under fork it works (a forked worker never imports the script); under spawn and
 forkserver every worker imports it again, and easycore must say why they die
 (``MainGuardError``) instead of a ``RuntimeError`` per worker and a bare death.
+With ``preloads``, the fork server imports the script itself before it forks
+any worker, as Python 3.13.8 and 3.14.1 on do (their fix of its ``__main__``
+preload, emulated here on older Pythons by handing it the script's path).
 """
 
 import multiprocessing
 import sys
 
-from easycore.common.parallel import Pool, UnorderedRunner
+# (A fork server that preloads the script may run it with an empty sys.argv,
+# as 3.13.8 and 3.14.1 did: gh-143706.)
+METHOD, KIND, *REST = sys.argv[1:] or ["forkserver", "pool"]
 
-multiprocessing.set_start_method(sys.argv[1], force=True)
+if __name__ == "__main__" and REST == ["preloads"]:
+    from _fork_server_preloads import emulate_main_preload
+
+    emulate_main_preload()
+
+from easycore.common.parallel import Pool, UnorderedRunner  # noqa: E402 (after the emulation)
+
+multiprocessing.set_start_method(METHOD, force=True)
 
 
 def square(x):
@@ -36,7 +48,7 @@ class Squares(UnorderedRunner):
         return cfg.sum
 
 
-if sys.argv[2] == "pool":
+if KIND == "pool":
     with Pool(2) as pool:
         print("sum", sum(pool.map(square, range(20))))
 else:

@@ -14,7 +14,12 @@ script's guard, and a forkserver that starts them warm.
   [`MainGuardError`][easycore.common.parallel._os.startup.MainGuardError],
   which names the script and the one-line fix. Python 3.14 made
   ``forkserver`` the default on Linux: every script that never thought
-  about it takes this path.
+  about it takes this path. Since Python 3.14.1 and 3.13.8 the fork server
+  itself imports the main script before it forks any worker (it preloads
+  ``__main__``, which never worked before): it exits the same way, the
+  worker's start fails with the standard library's bare ``EOFError``, and
+  [`start_worker`][easycore.common.parallel._os.startup.start_worker] turns
+  that into the same error.
 * **A warm forkserver.** [`warm_forkserver`][easycore.common.parallel._os.startup.warm_forkserver]
   adds easycore's worker modules to the forkserver's preload list before
   the server starts, so each worker forked from it has them imported already
@@ -35,10 +40,10 @@ from ..errors import WorkerDiedError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, List, Optional
+    from typing import Any, List, Optional, Tuple
 
-__all__ = ["EXIT_NO_GUARD", "MainGuardError", "PRELOAD", "WORKER_MODULES", "check_main_guard",
-           "start_forkserver", "start_worker", "warm_forkserver"]
+__all__ = ["EXIT_NO_GUARD", "ForkServerExited", "MainGuardError", "PRELOAD", "WORKER_MODULES",
+           "check_main_guard", "start_forkserver", "start_worker", "warm_forkserver"]
 
 #: a worker's exit code for "the main script started workers while a worker imported it"
 EXIT_NO_GUARD = 87
@@ -81,17 +86,46 @@ class MainGuardError(WorkerDiedError, RuntimeError):
 
     def __init__(self, device: str, worker_index: int, pid: Optional[int],
                  exitcode: Optional[int], items: Any = None, oom_kills: Optional[int] = None,
-                 method: str = "spawn") -> None:
+                 method: str = "spawn", by_server: bool = False) -> None:
         super().__init__(device, worker_index, pid, exitcode, items, oom_kills)
         self.method = method
+        #: whether the fork server died importing the script (Python 3.13.8, 3.14.1 on)
+        self.by_server = by_server
+        importer = ("the fork server imports it before it forks any worker (Python 3.13.8 "
+                    "and 3.14.1 on)" if by_server else
+                    f"a worker started with {method!r} imports it again")
         self.args = (
             f"worker {worker_index} on device {device!r} (pid {pid}) could not start: "
-            f"{_script()} starts worker processes when it is imported, and a worker started "
-            f"with {method!r} imports it again. Fix: {_FIX}.",)
+            f"{_script()} starts worker processes when it is imported, and {importer}. "
+            f"Fix: {_FIX}.",)
 
     def __reduce__(self) -> Any:
         return (type(self), (self.device, self.worker_index, self.pid, self.exitcode, self.items,
-                             self.oom_kills, self.method))
+                             self.oom_kills, self.method, self.by_server))
+
+
+class ForkServerExited(WorkerDiedError):
+    """A worker could not start: the fork server exited before it forked it.
+
+    Since Python 3.13.8 and 3.14.1 the fork server imports the main script
+    before it forks any worker (its ``__main__`` preload); a script that raises
+    there ends the server, and the standard library's own error is a bare
+    ``EOFError``. This one names the server and where to look (the server's
+    standard error, which shows the script's traceback).
+    """
+
+    def __init__(self, device: str, worker_index: int, server_pid: Optional[int],
+                 exitcode: Optional[int]) -> None:
+        super().__init__(device, worker_index, None, exitcode)
+        self.server_pid = server_pid
+        self.args = (
+            f"worker {worker_index} on device {device!r} could not start: the fork server "
+            f"(pid {server_pid}) exited with code {exitcode} before it forked it. It imports "
+            f"{_script()} first (Python 3.13.8 and 3.14.1 on): its standard error above says "
+            f"what failed there.",)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.device, self.worker_index, self.server_pid, self.exitcode))
 
 
 def check_main_guard() -> None:
@@ -112,8 +146,8 @@ def check_main_guard() -> None:
         return
     sys.stderr.write(
         f"easycore: {frame.f_code.co_filename}, line {frame.f_lineno}, starts worker "
-        f"processes when the script is imported, and this worker (pid {os.getpid()}) is "
-        f"importing it. Fix: {_FIX}.\n")
+        f"processes when the script is imported, and this process (pid {os.getpid()}), "
+        f"started by multiprocessing, is importing it. Fix: {_FIX}.\n")
     sys.stderr.flush()
     # os._exit, not SystemExit: the forkserver's child turns any exit of its
     # own into code 1, and nothing of this half-started worker needs cleaning.
@@ -152,7 +186,7 @@ def warm_forkserver(context: Any) -> None:
         context.set_forkserver_preload(wanted)
 
 
-def start_worker(process: Any, method: str = "fork") -> None:
+def start_worker(process: Any, method: str = "fork", device: str = "?", slot: int = 0) -> None:
     """Start a worker's process as every worker of the process back-end starts.
 
     From a thread that lives as long as the worker (``lifeline.start_process``:
@@ -164,6 +198,15 @@ def start_worker(process: Any, method: str = "fork") -> None:
         process (multiprocessing.Process): not started yet (or the zygote's).
         method (str): its start method (a ``forkserver`` worker is forked by the
             server, whatever thread asks).
+        device (str): the worker's device, for the error below.
+        slot (int): the worker's index, for the error below.
+
+    Raises:
+        MainGuardError: the fork server died importing a main script that starts
+            workers at its top level (the start failed with ``EOFError`` or an
+            ``OSError``).
+        ForkServerExited: the fork server died for another reason (a script that
+            raised as the server imported it).
     """
     from . import interrupts, lifeline
 
@@ -171,7 +214,43 @@ def start_worker(process: Any, method: str = "fork") -> None:
         with interrupts.blocked_at_start():
             process.start()
 
-    lifeline.start_process(start, forks_here=method != "forkserver")
+    try:
+        lifeline.start_process(start, forks_here=method != "forkserver")
+    except (EOFError, OSError) as exc:
+        server = _exited_fork_server() if method == "forkserver" else None
+        if server is None:
+            raise
+        pid, code = server
+        if code == EXIT_NO_GUARD:
+            raise MainGuardError(device, slot, None, code, method=method,
+                                 by_server=True) from exc
+        raise ForkServerExited(device, slot, pid, code) from exc
+
+
+def _exited_fork_server(limit: float = 2.0) -> Optional[Tuple[int, int]]:
+    """The fork server's pid and exit code (negative: the signal) once it exited,
+    within ``limit`` seconds; None while it runs or where that cannot be known.
+    Read without reaping it (``WNOWAIT``): the standard library reaps it when it
+    starts the next one."""
+    import time
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    flags = ("waitid", "P_PID", "WEXITED", "WNOHANG", "WNOWAIT", "CLD_EXITED")
+    if pid is None or not all(hasattr(os, name) for name in flags):
+        return None
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except OSError:  # not our child, or already reaped
+            return None
+        if info is not None:
+            exited = info.si_code == os.CLD_EXITED
+            return pid, info.si_status if exited else -info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)  # its socket closed: its exit follows within moments
 
 
 def start_forkserver(context: Any) -> None:

@@ -372,7 +372,7 @@ class ProcessBackend(Backend):
                           self._method, task_r, res_w, stack_file),
                     name=name, daemon=False,
                 )
-                startup.start_worker(process, self._method)
+                startup.start_worker(process, self._method, h.device, slot)
         finally:
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.
