@@ -1,4 +1,5 @@
-# A notebook's cells, or a script piped to `python -` (argv[1]: the start method).
+# A notebook's cells, or a script piped to `python -` (argv[1]: the start method;
+# argv[2], optional: "preloads", a fork server that imports __main__ first).
 # No `if __name__ == "__main__":` guard and no file a worker could import:
 # everything defined here reaches the workers by value. Prints one JSON line.
 import json
@@ -7,6 +8,11 @@ import sys
 from dataclasses import dataclass
 
 from easycore.common.parallel import Pool
+
+if sys.argv[2:] == ["preloads"]:  # the fork server imports __main__ (3.13.8, 3.14.1 on)
+    from _fork_server_preloads import emulate_main_preload
+
+    emulate_main_preload()
 
 
 @dataclass

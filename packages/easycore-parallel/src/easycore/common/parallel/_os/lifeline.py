@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher threa
 __all__ = [
     "arm_parent_death_signal",
     "parent_gone",
+    "start_hiding_phantom_main",
     "start_process",
     "retire_launcher",
     "detach_from_forkserver",
@@ -196,11 +197,22 @@ def run_into(future: Future, fn: Callable[[], Any]) -> None:
         future.set_exception(exc)
 
 
-def _start_hiding_phantom_main(start: Callable[[], Any]) -> Any:
-    # A script read from stdin (`python - < x.py`) has __main__.__file__ ==
-    # "<stdin>": spawn and forkserver workers would try to run that path and
-    # die before any of our code. Workers get code of __main__ by value, so
-    # they need not import it: hide a path that does not exist while starting.
+def start_hiding_phantom_main(start: Callable[[], Any]) -> Any:
+    """Call ``start`` (a worker's start, the fork server's) with a main script's
+    path that does not exist hidden.
+
+    A script read from stdin (``python - < x.py``) has ``__main__.__file__ ==
+    "<stdin>"``: spawn and forkserver workers would try to run that path and
+    die before any of our code, and so would a fork server that preloads
+    ``__main__`` (Python 3.13.8 and 3.14.1 on). Workers get code of
+    ``__main__`` by value, so they need not import it.
+
+    Args:
+        start (callable): what starts the process.
+
+    Returns:
+        Any: what ``start`` returned.
+    """
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     phantom = (
@@ -240,14 +252,14 @@ def start_process(start: Callable[[], Any], forks_here: bool = True) -> Any:
         _prctl()  # inherited by a forked worker
     if (not forks_here or threading.current_thread() is threading.main_thread()
             or not sys.platform.startswith("linux")):
-        return _start_hiding_phantom_main(start)
+        return start_hiding_phantom_main(start)
     from concurrent.futures import Future
 
     future: Future = Future()
     with _launcher_lock:  # a retiring launcher takes no request after its answer
         if _launcher is None:
             _launcher = _Launcher()
-        _launcher.requests.put((lambda: _start_hiding_phantom_main(start), future))
+        _launcher.requests.put((lambda: start_hiding_phantom_main(start), future))
     return future.result()
 
 

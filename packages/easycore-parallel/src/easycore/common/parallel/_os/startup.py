@@ -275,10 +275,11 @@ def start_forkserver(context: Any) -> None:
     warm_forkserver(context)
     from multiprocessing import forkserver
 
-    from . import interrupts
+    from . import interrupts, lifeline
 
     # SIGINT blocked, as around every worker's start: the server and the workers
     # it forks inherit the mask, so a Ctrl-C while one boots is held until it
-    # ignores it, never a KeyboardInterrupt in multiprocessing's bootstrap.
+    # ignores it, never a KeyboardInterrupt in multiprocessing's bootstrap. A
+    # server that preloads __main__ must not be handed a path like "<stdin>".
     with interrupts.blocked_at_start():
-        forkserver.ensure_running()
+        lifeline.start_hiding_phantom_main(forkserver.ensure_running)
