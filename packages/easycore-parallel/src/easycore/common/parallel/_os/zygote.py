@@ -311,7 +311,7 @@ def _serve(sock: socket.socket, callers_end: socket.socket, owner_pid: int,
         # threads (an OpenBLAS that cannot be shrunk at rest) starts them only
         # here, and the next fork ends them; the workers inherit the size.
         threads.shrink_loaded(budget)
-    threads.prepare_fork()  # its workers find the caller's scan current, as the first ones
+        threads.prepare_fork()  # its workers find the caller's scan current, as the first
     children: Dict[int, Tuple[Any, int]] = {}  # sentinel -> (process, status fd)
     try:
         while True:
