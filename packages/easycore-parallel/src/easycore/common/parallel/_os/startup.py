@@ -203,8 +203,8 @@ def start_worker(process: Any, method: str = "fork", device: str = "?", slot: in
 
     Raises:
         MainGuardError: the fork server died importing a main script that starts
-            workers at its top level (the start failed with ``EOFError`` or an
-            ``OSError``).
+            workers at its top level (the start failed with ``EOFError`` or a
+            ``ConnectionError``).
         ForkServerExited: the fork server died for another reason (a script that
             raised as the server imported it).
     """
@@ -216,7 +216,7 @@ def start_worker(process: Any, method: str = "fork", device: str = "?", slot: in
 
     try:
         lifeline.start_process(start, forks_here=method != "forkserver")
-    except (EOFError, OSError) as exc:
+    except (EOFError, ConnectionError, FileNotFoundError) as exc:  # (the server's end)
         server = _exited_fork_server() if method == "forkserver" else None
         if server is None:
             raise
