@@ -17,8 +17,11 @@ Mechanisms, because each misses cases the others catch:
   [`detach_from_forkserver`][easycore.common.parallel._os.lifeline.detach_from_forkserver]
   closes a worker's copy.
 * [`parent_gone`][easycore.common.parallel._os.lifeline.parent_gone], polled by a
-  watchdog thread in the worker: the parent process id changes when the parent
-  dies and the worker is re-parented. Portable.
+  watchdog thread in the worker where the signal cannot be armed (not Linux):
+  the parent process id changes when the parent dies and the worker is
+  re-parented. Portable. Where the signal is armed the worker runs no such
+  thread, so that a fork in it (a pool of its own) is not a fork from a
+  multi-threaded process.
 * [`descendants`][easycore.common.parallel._os.lifeline.descendants]: the
   processes a worker started (a producer's own subprocesses, data-loader
   workers), found before the worker is killed, so they can be killed too.

@@ -96,13 +96,17 @@ def process_main(
     sys.unraisablehook = _unraisable_hook(sys.unraisablehook)
     if n_threads is not None:
         threads.set_thread_env(n_threads)  # before any library is imported here
-    lifeline.arm_parent_death_signal()
+    armed = lifeline.arm_parent_death_signal()
     expected_ppid = os.getppid()
     if start_method == "forkserver":
         lifeline.detach_from_forkserver()
     elif expected_ppid != owner_pid:
         os._exit(EXIT_PARENT_GONE)  # the parent died before the signal was armed
-    _start_watchdog(expected_ppid)
+    if not armed:
+        # Where the kernel's signal is armed (Linux) it does the watchdog's job, and
+        # better; a thread here would make every fork in this worker (a pool of its
+        # own) a fork from a multi-threaded process, which CPython 3.12+ warns of.
+        _start_watchdog(expected_ppid)
     if start_method != "fork":
         from ..transport import shm
 
