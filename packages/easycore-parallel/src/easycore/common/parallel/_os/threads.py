@@ -33,7 +33,7 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, FrozenSet, Optional, Tuple
+    from typing import Any, FrozenSet, List, Optional, Tuple
 
 __all__ = [
     "AUTO",
@@ -205,8 +205,7 @@ def _openblas_state(lib: Any) -> Optional[Tuple[Any, Any, Any]]:
     """An OpenBLAS pool's ``blas_server_avail``, ``blas_num_threads`` and
     ``blas_cpu_number`` (``ctypes.c_int``s in the library) where its pthreads
     build has no CPU affinity and exports them; None otherwise."""
-    if getattr(lib, "internal_api", None) != "openblas" or getattr(
-            lib, "threading_layer", None) != "pthreads":
+    if not _openblas_pthreads(lib):
         return None
     import ctypes
 
@@ -225,6 +224,12 @@ def _openblas_state(lib: Any) -> Optional[Tuple[Any, Any, Any]]:
     return state  # type: ignore[return-value]
 
 
+def _openblas_pthreads(lib: Any) -> bool:
+    """Whether threadpoolctl's ``lib`` is an OpenBLAS on its own pthreads pool."""
+    return (getattr(lib, "internal_api", None) == "openblas"
+            and getattr(lib, "threading_layer", None) == "pthreads")
+
+
 def restarts_openblas_in_children(n: int) -> bool:
     """Whether a worker forked from here would start OpenBLAS's threads to limit its
     pool to ``n``: a loaded pthreads OpenBLAS above ``n`` that cannot be shrunk at
@@ -240,16 +245,12 @@ def restarts_openblas_in_children(n: int) -> bool:
     Returns:
         bool:
     """
-    scanned = _scanned
-    if not _still_valid(scanned):
+    libs = _scanned_libs()
+    if libs is None:
         return False
-    assert scanned is not None
     try:
-        return any(
-            getattr(lib, "internal_api", None) == "openblas"
-            and getattr(lib, "threading_layer", None) == "pthreads"
-            and lib.get_num_threads() > n and _openblas_state(lib) is None
-            for lib in scanned[1].lib_controllers)
+        return any(_openblas_pthreads(lib) and lib.get_num_threads() > n
+                   and _openblas_state(lib) is None for lib in libs)
     except Exception:  # noqa: BLE001 (a runtime that refuses: the workers set it as before)
         return False
 
@@ -263,26 +264,35 @@ def shrink_loaded(n: int) -> None:
     Args:
         n (int): threads.
     """
+    libs = _scanned_libs()
+    if libs is not None:
+        with contextlib.suppress(Exception):  # (the workers' own limit does the rest)
+            _set_pools(libs, n, grow=False)
+
+
+def _scanned_libs() -> Optional[List[Any]]:
+    """The scan's thread-pool controllers while the scan holds here; None otherwise."""
     scanned = _scanned
-    if not _still_valid(scanned):
-        return
-    assert scanned is not None
-    with contextlib.suppress(Exception):  # (the workers' own limit does the rest)
-        for lib in scanned[1].lib_controllers:
-            if lib.get_num_threads() > n and not _shrink_openblas_at_rest(lib, n):
-                lib.set_num_threads(n)
+    if scanned is None or not _still_valid(scanned):
+        return None
+    return scanned[1].lib_controllers
+
+
+def _set_pools(libs: List[Any], n: int, grow: bool) -> None:
+    """Set ``libs``' pools to ``n``: those above it, and below it if ``grow``."""
+    for lib in libs:
+        current = lib.get_num_threads()
+        # A setter is not free (OpenBLAS's up to milliseconds): skip the pools
+        # already at the budget, and shrink an OpenBLAS at rest without it.
+        if (current != n if grow else current > n) and not _shrink_openblas_at_rest(lib, n):
+            lib.set_num_threads(n)
 
 
 def _limit_loaded(n: int) -> None:
-    scanned = _scanned
-    if _still_valid(scanned):
-        assert scanned is not None
+    libs = _scanned_libs()
+    if libs is not None:
         try:
-            for lib in scanned[1].lib_controllers:
-                # A setter is not free (OpenBLAS's up to milliseconds): skip
-                # the pools already at the budget.
-                if lib.get_num_threads() != n and not _shrink_openblas_at_rest(lib, n):
-                    lib.set_num_threads(n)
+            _set_pools(libs, n, grow=True)
             return
         except Exception:  # noqa: BLE001 (a runtime that refuses: threadpoolctl's own path below)
             pass
