@@ -27,6 +27,9 @@ def gate(tmp_path, monkeypatch):
     timer.start()
     yield release
     timer.cancel()
+    # A cancelled timer's thread still has to wake and end: joined here, so that it
+    # is not running when the next test forks (a fork with a thread running fails it)
+    timer.join(timeout=10)
     release.touch()
 
 
