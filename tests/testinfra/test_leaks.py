@@ -20,8 +20,13 @@ def _wait(event: threading.Event) -> None:
 @pytest.fixture
 def stop():
     event = threading.Event()
+    before = set(threading.enumerate())
     yield event
     event.set()
+    # joined, not only told to end: a thread still ending when the next test forks
+    # would fail that test
+    for thread in set(threading.enumerate()) - before:
+        thread.join(timeout=30)
 
 
 def test_a_clean_block_passes(tmp_path):
