@@ -47,3 +47,38 @@ def test_importing_the_seam_imports_neither_ray_nor_torch():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _toy_backend_example() -> str:
+    text = (DOCS / "extending.md").read_text(encoding="utf-8")
+    after = text.split("shows the whole contract:", 1)[1]
+    return after.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_pages_toy_back_end_runs_as_written(tmp_path):
+    script = tmp_path / "toy_backend.py"
+    script.write_text(_toy_backend_example(), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_toy_back_end_serves_a_pool_made_without_cfg(tmp_path):
+    # A back-end of someone else's (no ``takes_no_cfg``) gets a CfgNode in its spec
+    # even from a pool made without cfg, as the page's ``spec.cfg.copy()`` expects.
+    code = _toy_backend_example().split('if __name__ == "__main__":', 1)[0] + (
+        "from easycore.common.parallel import Pool\n"
+        "class InlinePool(Pool):\n"
+        "    backends = {**Pool.backends, 'inline': InlineBackend}\n"
+        "def seen(ctx):\n"
+        "    ctx.cfg.calls = ctx.cfg.get('calls', 0) + 1\n"
+        "    return type(ctx.cfg).__name__, ctx.cfg.calls\n"
+        "with InlinePool(1, backend='inline') as pool:\n"
+        "    print(pool.apply(seen, pass_context=True), pool.apply(seen, pass_context=True))\n"
+    )
+    script = tmp_path / "toy_pool.py"
+    script.write_text(code, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["('CfgNode',", "1)", "('CfgNode',", "2)"]

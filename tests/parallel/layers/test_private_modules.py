@@ -195,3 +195,39 @@ print(json.dumps({"stdlib": isinstance(cause, stdlib_cause), "tb": cause.tb, "st
     assert report["stdlib"] is False
     assert "invalid literal for int()" in report["tb"]
     assert report["str"] == report["tb"] == report["text"]
+
+
+# A fork pool's workers arm their parent-death signal with libc's prctl, looked up
+# through ``_ctypes`` (the C half of ctypes: the Python half costs ~1 ms more to
+# import); each case says whether the lookup found it and what was imported.
+PRCTL_RUN = """
+import json
+from easycore.common.parallel import Pool
+from easycore.common.parallel._os import lifeline
+
+def armed_in_worker():
+    return lifeline.arm_parent_death_signal()
+
+if __name__ == "__main__":
+    with Pool(1, start_method="fork") as pool:
+        armed = pool.apply(armed_in_worker)
+    print(json.dumps({"found": lifeline._prctl() is not None, "armed": armed,
+                      "ctypes": "ctypes" in sys.modules}))
+"""
+
+
+def test_the_parent_death_signal_is_armed_without_importing_ctypes():
+    assert run_without(PRCTL_RUN) == {"found": True, "armed": True, "ctypes": False}
+
+
+def test_a_ctypes_without_the_parts_used_falls_back_to_ctypes():
+    # An interpreter whose _ctypes lacks dlsym: the public ctypes.CDLL finds prctl.
+    code = "import _ctypes\ndel _ctypes.dlsym\n" + PRCTL_RUN
+    assert run_without(code) == {"found": True, "armed": True, "ctypes": True}
+
+
+def test_a_pool_works_without_ctypes_at_all():
+    # No _ctypes (nor ctypes, built on it): no signal to arm; the workers' watchdog
+    # thread notices the caller's death instead, and the pool still works.
+    assert run_without(PRCTL_RUN, "_ctypes") == {"found": False, "armed": False,
+                                                  "ctypes": False}

@@ -3,6 +3,9 @@ devices, and the stdlib's own options (``initializer``, ``maxtasksperchild``) ke
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -75,6 +78,50 @@ def test_each_worker_has_its_own_copy_of_cfg(no_leaks):
     assert first == ["caller", "caller"]  # each worker its own copy...
     assert second == ["worker", "worker"]  # ...that it keeps between calls
     assert cfg.seen == "caller"  # and the caller's is never touched
+
+
+_CONFIG_LOADED = """
+import json, sys
+from easycore.common.parallel import Pool
+
+def loaded(ctx=None):
+    return "easycore.common.config" in sys.modules
+
+def seen(ctx):
+    ctx.cfg.calls = ctx.cfg.get("calls", 0) + 1
+    return type(ctx.cfg).__name__, ctx.index, ctx.cfg.calls
+
+if __name__ == "__main__":
+    with Pool(2, start_method=sys.argv[1], backend=sys.argv[2]) as pool:
+        report = {"workers_before": pool.broadcast(loaded),
+                  "caller_before": loaded(),
+                  "first": pool.broadcast(seen, pass_context=True),
+                  "second": pool.broadcast(seen, pass_context=True)}
+    print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("start_method, backend", [
+    ("fork", "process"), ("spawn", "process"), ("forkserver", "process"), ("fork", "thread"),
+])
+def test_a_pool_without_cfg_gives_each_worker_an_empty_cfgnode_when_asked(
+        tmp_path, start_method, backend):
+    # Made when a function first asks for its context and kept between calls, as a
+    # given cfg's copy is; the caller and the workers that never ask load no
+    # easycore-config (a fresh interpreter: the suite itself has it loaded), which
+    # saves a short script and each spawned worker ~1 ms.
+    script = tmp_path / "no_cfg.py"
+    script.write_text(_CONFIG_LOADED, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script), start_method, backend],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert sorted(report["first"]) == [["CfgNode", 0, 1], ["CfgNode", 1, 1]]
+    assert sorted(report["second"]) == [["CfgNode", 0, 2], ["CfgNode", 1, 2]]
+    if backend == "process":
+        assert report["caller_before"] is False
+    if backend == "process" and start_method != "forkserver":  # (its server preloads it)
+        assert report["workers_before"] == [False, False]
 
 
 def test_worker_contexts_must_have_one_entry_per_worker(no_leaks):

@@ -30,7 +30,6 @@ Mechanisms, because each misses cases the others catch:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import signal
@@ -77,11 +76,41 @@ def arm_parent_death_signal(sig: Optional[int] = None) -> bool:
 @functools.cache
 def _prctl() -> Any:
     """libc's ``prctl``, looked up once per process: the caller looks it up before
-    it forks (``start_process``), so a forked worker arms its signal at once."""
+    it forks (``start_process``), so a forked worker arms its signal at once.
+
+    Through ``_ctypes``, the C half of ``ctypes``: importing ``ctypes`` itself
+    (its Python half defines every C type) costs ~1 ms more, paid by every short
+    script and every spawned worker for one call. Where ``_ctypes`` lacks a part
+    used here, ``ctypes``; where neither imports, None (the worker's watchdog
+    thread notices its parent's death instead).
+    """
     try:
+        return _libc_function("prctl")
+    except (ImportError, AttributeError, OSError):
+        pass
+    try:
+        import ctypes
+
         return ctypes.CDLL(None, use_errno=True).prctl  # the libc already loaded: no search
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         return None
+
+
+def _libc_function(name: str) -> Any:
+    """``name`` from the C library already loaded, as a function of C ``int``s
+    returning an ``int`` and keeping ``errno`` (``ctypes.CDLL(None, use_errno=True)``'s
+    attribute, made from ``_ctypes`` alone)."""
+    import _ctypes
+
+    class CInt(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = CInt
+
+    program = _ctypes.dlopen(None)  # type: ignore[arg-type]  # (None: as CDLL(None))
+    return Function(_ctypes.dlsym(program, name))
 
 
 def parent_gone(expected_ppid: int) -> bool:

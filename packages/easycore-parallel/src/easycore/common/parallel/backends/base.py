@@ -105,6 +105,10 @@ class Backend(abc.ABC):
     transport: Any
     #: whether ``memory`` reads the workers' memory (``max_worker_memory`` needs it)
     measures_memory: bool = False
+    #: whether ``from_spec`` takes a spec whose ``cfg`` is None (a pool made without
+    #: one): passed on as it is, the workers' programs make an empty ``CfgNode``
+    #: if a function asks for it; other back-ends get that ``CfgNode`` in the spec
+    takes_no_cfg: bool = False
     #: ``__main__``'s functions and classes when the workers started (process
     #: back-ends; see [`main_code`][easycore.common.parallel._os.inherit.main_code])
     main_code: Optional[MainCode] = None
@@ -274,7 +278,7 @@ class BackendSpec(NamedTuple):
     #: ([`WorkerProgram`][easycore.common.parallel.worker.executor.WorkerProgram])
     program: Any
     devices: List[str]
-    cfg: Any  #: each worker gets its own copy
+    cfg: Any  #: each worker gets its own copy (None: none given, see ``takes_no_cfg``)
     policy: Any  #: the [`DevicePolicy`][easycore.common.parallel.backends.policy.DevicePolicy]
     start_method: Optional[str] = None
     threads: Optional[int] = None  #: each worker's thread budget (None: leave alone)

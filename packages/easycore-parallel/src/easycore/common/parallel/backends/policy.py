@@ -315,7 +315,12 @@ def build_backend(backends: Mapping[str, Union[type, str]], name: str, spec: Bac
     Returns:
         Backend:
     """
-    built: Backend = backend_class(backends, name).from_spec(spec, **options)
+    cls = backend_class(backends, name)
+    if spec.cfg is None and not cls.takes_no_cfg:
+        from easycore.common.config import CfgNode
+
+        spec = spec._replace(cfg=CfgNode())
+    built: Backend = cls.from_spec(spec, **options)
     return built
 
 

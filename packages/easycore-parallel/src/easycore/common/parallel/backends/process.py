@@ -141,6 +141,7 @@ class ProcessBackend(Backend):
     #: seconds a worker gets to exit after SIGTERM before it is killed
     term_grace = 0.5
     measures_memory = memory.AVAILABLE
+    takes_no_cfg = True
 
     def __init__(
         self,

@@ -110,6 +110,8 @@ class _Call(NamedTuple):
 class RayBackend(Backend):
     """Runs each device's worker in a Ray actor."""
 
+    takes_no_cfg = True
+
     #: seconds a poll waits in ``ray.wait`` before checking for a wakeup
     wakeup_interval = 0.05
     #: seconds to wait for killed actors to be gone

@@ -57,6 +57,8 @@ class _Slot:
 class ThreadBackend(Backend):
     """Runs each device's worker in a thread of this process."""
 
+    takes_no_cfg = True
+
     def __init__(self, spec: BackendSpec) -> None:
         """
         Args:

@@ -8,8 +8,6 @@ which keywords may not come with it).
 
 from __future__ import annotations
 
-from easycore.common.config import CfgNode
-
 from .._os import threads as _threads
 from ..engine.door import BackendSpec, DevicePolicy
 from ..options import FIELDS, WorkerOptions, check_callable
@@ -96,7 +94,11 @@ def worker_spec(policy: DevicePolicy, devices: List[str], options: WorkerOptions
     init_blob: Any = None
     if initializer is not None:
         init_blob = (initializer, tuple(initargs))  # pickled only for spawned workers
-    cfg_node = cfg if isinstance(cfg, CfgNode) else CfgNode(cfg or {})
+    cfg_node: Any = None  # none given: made by a worker whose function asks (see PoolProgram)
+    if cfg is not None:
+        from easycore.common.config import CfgNode
+
+        cfg_node = cfg if isinstance(cfg, CfgNode) else CfgNode(cfg or {})
     quiet = init_blob is None and type(policy).setup_worker is DevicePolicy.setup_worker
     return BackendSpec(
         PoolProgram(policy, init_blob, quiet), devices, cfg_node, policy, options.start_method,

@@ -52,7 +52,9 @@ class PoolProgram(WorkerProgram):
         # unpickled (see ``inherit``): the initializer's arguments stay shared.
         if self.initializer is not None and not isinstance(self.initializer, bytes):
             self.initializer = dumps_code(self.initializer)
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        state.pop("_with_cfg", None)  # each worker's own
+        return state
 
     def init(self, ctx: WorkerContext) -> None:
         self.policy.setup_worker(ctx.device)
@@ -63,7 +65,7 @@ class PoolProgram(WorkerProgram):
     def function(self, blob: Any, ctx: WorkerContext) -> Callable[[Any], Any]:
         fn, mode, pass_context = _load_job(blob)
         if pass_context:
-            inner = fn
+            inner, ctx = fn, self._context(ctx)
 
             def fn(*args: Any, **kwargs: Any) -> Any:
                 return inner(ctx, *args, **kwargs)
@@ -76,6 +78,23 @@ class PoolProgram(WorkerProgram):
 
     def hook_name(self, blob: Any) -> str:
         return "task"
+
+    def _context(self, ctx: WorkerContext) -> WorkerContext:
+        """``ctx`` with a ``cfg``: a pool made without one leaves it None, and each
+        worker gets an empty ``CfgNode`` when a function first asks for its context,
+        kept for the worker's life (a worker that never asks, and the caller, import
+        no easycore-config: ~1 ms of a short script's and of each spawned worker's
+        start). One program may serve several workers (the thread back-end): kept
+        per slot, a replacement (a new ``ctx`` in the slot) getting a new one."""
+        if ctx.cfg is not None:
+            return ctx
+        made = self.__dict__.setdefault("_with_cfg", {})
+        known = made.get(ctx.index)
+        if known is None or known[0] is not ctx:
+            from easycore.common.config import CfgNode
+
+            known = made[ctx.index] = (ctx, ctx._replace(cfg=CfgNode()))
+        return known[1]
 
 
 def load_code(blob: Any) -> Any:
