@@ -27,7 +27,9 @@ heavy ones that a cold start must not load
 (``tests/parallel/layers/test_import_cost.py``'s ``HEAVY``).
 
 ``--before DIR`` adds the two easycore contenders again, run from another
-checkout's sources (``DIR/packages/*/src`` first on ``PYTHONPATH``): a change's
+checkout's sources (``DIR/packages/*/src`` first on ``PYTHONPATH``, and any
+other easycore sources taken off ``sys.path`` at start-up, so that the namespace packages
+have as many portions to look through as the contenders from here): a change's
 before and after in the same run.
 
 Run: ``scripts/bench coldstart`` or ``python benchmarks/bench_coldstart.py
@@ -139,12 +141,42 @@ def script_runner(directory: str, script: str, method: str, env: dict):
     return run
 
 
-def before_env(env: dict, checkout: str) -> dict:
-    """``env`` with ``checkout``'s package sources first on ``PYTHONPATH``."""
+# Run at start-up by the "before" contenders: any other easycore sources (an
+# editable install's .pth puts them on sys.path) leave it, else every namespace package
+# would span both checkouts (~2 ms more of every "before" script); then the
+# interpreter's own sitecustomize, if any, runs as it would have.
+_SITECUSTOMIZE = """
+import os, sys
+def other_checkout(p):  # a checkout's packages/NAME/src (never site-packages)
+    return (os.path.basename(p) == "src" and os.path.isdir(os.path.join(p, "easycore"))
+            and os.path.basename(os.path.dirname(os.path.dirname(p))) == "packages")
+sys.path[:] = [p for p in sys.path
+               if p in {keep!r} or not (p == {here!r} or other_checkout(p))]
+del sys.modules["sitecustomize"]
+try:
+    import sitecustomize
+except ImportError:
+    pass
+"""
+
+
+def _sources(checkout: str) -> list:
     packages = os.path.join(os.path.abspath(checkout), "packages")
-    sources = sorted(os.path.join(packages, d, "src") for d in os.listdir(packages)
-                     if os.path.isdir(os.path.join(packages, d, "src")))
-    return dict(env, PYTHONPATH=os.pathsep.join([*sources, env.get("PYTHONPATH", "")]))
+    return sorted(os.path.join(packages, d, "src") for d in os.listdir(packages)
+                  if os.path.isdir(os.path.join(packages, d, "src")))
+
+
+def before_env(env: dict, checkout: str, directory: str) -> dict:
+    """``env`` with ``checkout``'s package sources first on ``PYTHONPATH``, and
+    any other easycore sources off ``sys.path`` (a ``sitecustomize`` written in
+    ``directory``)."""
+    here = os.path.join(directory, "before-site")
+    os.makedirs(here, exist_ok=True)
+    sources = _sources(checkout)
+    with open(os.path.join(here, "sitecustomize.py"), "w") as f:
+        f.write(_SITECUSTOMIZE.format(keep=sources, here=here))
+    path = [here, *sources, env.get("PYTHONPATH", "")]
+    return dict(env, PYTHONPATH=os.pathsep.join(path))
 
 
 def import_counts(env: dict) -> str:
@@ -181,11 +213,12 @@ def main() -> int:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # scripts run as installed, compiled code does
     print(import_counts(env))
-    if args.before:
-        print(import_counts(before_env(env, args.before)).replace("  from", "  before: from"))
     start = time.perf_counter()
     goals = []
     with tempfile.TemporaryDirectory(prefix="bench-coldstart-") as directory:
+        if args.before:
+            old = before_env(env, args.before, directory)
+            print(import_counts(old).replace("  from", "  before: from"))
         for name, text in SCRIPTS.items():
             with open(os.path.join(directory, name), "w") as f:
                 f.write(textwrap.dedent(text))
@@ -196,7 +229,6 @@ def main() -> int:
                                      (RUNNER, "easycore_runner.py"))
             ]
             if args.before:
-                old = before_env(env, args.before)
                 contenders += [
                     Contender(f"{name} (before)", script_runner(directory, script, method, old),
                               _expect_sum)
