@@ -48,6 +48,7 @@ __all__ = [
     "start_process",
     "retire_launcher",
     "detach_from_forkserver",
+    "fork_server",
     "descendants",
     "descendants_of",
     "kill_pids",
@@ -125,6 +126,17 @@ def parent_gone(expected_ppid: int) -> bool:
     return os.getppid() != expected_ppid
 
 
+def fork_server() -> Any:
+    """The standard library's fork server object (private: its preload list, its
+    pid, its "alive" pipe), or None where there is none (another platform, another
+    Python): the one place that looks it up."""
+    try:
+        from multiprocessing import forkserver
+    except ImportError:  # pragma: no cover - a platform without it
+        return None
+    return getattr(forkserver, "_forkserver", None)
+
+
 def detach_from_forkserver() -> None:
     """In a worker started by the fork server: drop its copy of the server's "alive" pipe.
 
@@ -132,11 +144,7 @@ def detach_from_forkserver() -> None:
     keeping it would keep the server alive after the caller died, and the
     worker's parent-death signal would never fire.
     """
-    try:
-        from multiprocessing import forkserver
-    except ImportError:  # pragma: no cover - Windows
-        return
-    server: Any = getattr(forkserver, "_forkserver", None)
+    server = fork_server()
     fd = getattr(server, "_forkserver_alive_fd", None)
     if server is not None and fd is not None:
         with contextlib.suppress(OSError):  # already closed

@@ -169,7 +169,9 @@ def warm_forkserver(context: Any) -> None:
     """
     if os.environ.get("EASYCORE_FORKSERVER_PRELOAD", "1") == "0":
         return
-    server = _fork_server()
+    from .lifeline import fork_server
+
+    server = fork_server()
     # No public way to ask whether the server runs nor what it preloads:
     # without these attributes (another Python), nothing is changed.
     if server is None or not hasattr(server, "_preload_modules"):
@@ -180,16 +182,6 @@ def warm_forkserver(context: Any) -> None:
     wanted = current + [m for m in PRELOAD if m not in current]
     if wanted != current:
         context.set_forkserver_preload(wanted)
-
-
-def _fork_server() -> Any:
-    """The standard library's fork server object (private: its preload list, its
-    pid), or None where there is none (another platform, another Python)."""
-    try:
-        from multiprocessing import forkserver
-    except ImportError:  # pragma: no cover - a platform without it
-        return None
-    return getattr(forkserver, "_forkserver", None)
 
 
 def start_worker(process: Any, method: str = "fork", device: str = "?", slot: int = 0) -> None:
@@ -240,7 +232,9 @@ def _exited_fork_server(limit: float = 2.0) -> Optional[Tuple[int, int]]:
     starts the next one."""
     import time
 
-    pid = getattr(_fork_server(), "_forkserver_pid", None)
+    from .lifeline import fork_server
+
+    pid = getattr(fork_server(), "_forkserver_pid", None)
     flags = ("waitid", "P_PID", "WEXITED", "WNOHANG", "WNOWAIT", "CLD_EXITED")
     if pid is None or not all(hasattr(os, name) for name in flags):
         return None
