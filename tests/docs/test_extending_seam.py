@@ -82,3 +82,34 @@ def test_the_toy_back_end_serves_a_pool_made_without_cfg(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["('CfgNode',", "1)", "('CfgNode',", "2)"]
+
+
+def test_the_toy_back_end_loses_no_answer_when_several_threads_send(tmp_path):
+    # A pool's caller threads send while its coordinator polls: the page's back-end
+    # must hand answers between them safely (a swapped list lost one now and then,
+    # and the call waiting for it hung).
+    code = _toy_backend_example().split('if __name__ == "__main__":', 1)[0] + (
+        "import threading\n"
+        "from easycore.common.parallel import Pool\n"
+        "class InlinePool(Pool):\n"
+        "    backends = {**Pool.backends, 'inline': InlineBackend}\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "with InlinePool(2, backend='inline') as pool:\n"
+        "    def calls(base):\n"
+        "        for i in range(base, base + 300):\n"
+        "            assert pool.apply(square, (i,)) == i * i\n"
+        "    threads = [threading.Thread(target=calls, args=(k * 1000,)) for k in range(3)]\n"
+        "    for thread in threads:\n"
+        "        thread.start()\n"
+        "    assert pool.map(square, range(500), chunksize=1) == [i * i for i in range(500)]\n"
+        "    for thread in threads:\n"
+        "        thread.join()\n"
+        "print('ok')\n"
+    )
+    script = tmp_path / "toy_threads.py"
+    script.write_text(code, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ok"]

@@ -13,6 +13,7 @@ the spec, whether workers are forked) they take from here.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from .._lazy import exports
@@ -238,14 +239,23 @@ class Coordinator:
             name (str): the thread's name.
         """
         #: set to stop the thread (it returns within its back-end's ``tick``,
-        #: or at once after a ``wakeup``)
+        #: or at once after a ``wakeup``: ``halt`` does both)
         self.stop = threading.Event()
         # The thread holds the engine, not the client: a pool nobody references
         # is collected, and its __del__ stops the workers.
         self._thread = threading.Thread(target=engine.pump_until, args=(self.stop,),
                                         name=name, daemon=True)
+        self._wakeup = engine.state.backend.wakeup
         self._lock = threading.Lock()
         self._started = False
+
+    def halt(self) -> None:
+        """Tell the thread to end, and wake its back-end's ``poll`` so that it ends
+        now: a back-end of someone else's may wait in ``poll`` until woken, with no
+        tick of its own, and its ``abort`` need not end that wait."""
+        self.stop.set()
+        with contextlib.suppress(Exception):  # a back-end already torn down
+            self._wakeup()
 
     def start(self) -> None:
         """Start the thread if it is not running yet (any thread may call it)."""

@@ -640,12 +640,13 @@ class Pool(door.WorkerStacks):
         if self._state == "TERMINATED":
             return
         self._state = "TERMINATED"
-        self._coordinator.stop.set()
         if sys.is_finalizing():
             # The coordinator (a daemon thread) may have been frozen holding the
             # engine's locks: aborting, or joining it, would hang the exit. The
             # back-end's exit handler has already stopped the workers.
+            self._coordinator.stop.set()
             return
+        self._coordinator.halt()
         # Where busy workers were goes into their jobs' errors (and a Ctrl-C's note).
         self._stopped_at = self._engine.abort(where=True)
         self._coordinator.join(5.0)
@@ -664,8 +665,7 @@ class Pool(door.WorkerStacks):
             job.window = None
             job.finished.wait()
         self._readers.join(None)
-        self._coordinator.stop.set()
-        self._backend.wakeup()  # the coordinator's poll returns now, not at its next tick
+        self._coordinator.halt()
         self._coordinator.join()
         self._state = "TERMINATED"
         self._engine.close(timeout)
