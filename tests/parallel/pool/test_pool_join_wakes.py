@@ -80,7 +80,7 @@ class WaitingBackend(Backend):
 
 
 class WaitingPool(Pool):
-    backends = {**Pool.backends, "waiting": WaitingBackend}
+    backends = {**Pool.backends, "waiting": WaitingBackend}  # noqa: RUF012 -- as the docs write it
 
 
 def _new_threads(before):
