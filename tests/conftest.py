@@ -7,6 +7,7 @@ whose code forked a process with threads fails (see :mod:`fork_warnings`)."""
 
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,6 +37,14 @@ def _hide_folders_named_like(*libraries: str) -> None:
 
 
 _hide_folders_named_like("torch", "ray")
+
+# A suite started in the background by a shell without job control (`scripts/test &`,
+# `nohup`) inherits SIGINT ignored, and so does every process it starts: the Ctrl-C
+# tests would wait for an interrupt that never comes. Give it the handler Python
+# installs under a terminal (the scripts it runs, exec'd, start with the default
+# disposition and install theirs).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A Ray head waits 30 s for its GCS to come up; on a loaded 2-core CI box that has
 # run out (a docs example's cluster failed to start). Every Ray the suite starts,

@@ -4,15 +4,17 @@ argv[1]: a folder that exists. The pool's workers are forked before the
 caller's resource tracker starts, so they do not hold its pipe: once the
 caller is gone, the tracker removes every name the caller registered, the
 names it reserved for its workers' segments among them, and exits. The first
-worker to make a segment after item ``ARM`` then kills its caller, waits for
-the tracker to be gone, and only then lets ``shm_open`` run: the widest the
-window ever is (the kernel's parent-death signal, turned off here, otherwise
-kills the worker a moment after). It writes what ``shm_open`` did to
-``outcome-<pid>`` in the folder and exits.
+worker to make a segment after item ``ARM`` then kills its caller (and its
+zygote, which would kill it on seeing the caller gone), waits for the tracker
+to be gone, and only then lets ``shm_open`` run: the widest the window ever
+is (the kernel's parent-death signal, turned off here, otherwise kills the
+worker a moment after). It writes what ``shm_open`` did to ``outcome-<pid>``
+in the folder and exits.
 
 Prints one JSON line (the caller's pid) before the call that gets it killed.
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -50,7 +52,16 @@ def kill_the_caller_as_it_makes_a_segment():
             info = json.load(f)
         ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG off: outlive the caller
         lifeline.parent_gone = lambda expected_ppid: False  # and its watchdog
-        os.kill(info["caller"], signal.SIGKILL)
+        # The zygote that forked this worker kills its workers when it sees its
+        # caller's end of their socket close, which can come before its own
+        # parent-death signal: it goes first, while the caller is stopped (a caller
+        # that saw its zygote die would kill the workers too).
+        caller, parent = info["caller"], os.getppid()
+        with contextlib.suppress(ProcessLookupError):  # (the other worker was first)
+            os.kill(caller, signal.SIGSTOP)
+            if parent != caller:
+                os.kill(parent, signal.SIGKILL)
+            os.kill(caller, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while not _gone(info["tracker"]) and time.monotonic() < deadline:
             time.sleep(0.01)
