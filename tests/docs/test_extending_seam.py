@@ -55,44 +55,48 @@ def _toy_backend_example() -> str:
     return after.split("```python\n", 1)[1].split("\n```", 1)[0]
 
 
-def test_the_pages_toy_back_end_runs_as_written(tmp_path):
-    script = tmp_path / "toy_backend.py"
-    script.write_text(_toy_backend_example(), encoding="utf-8")
+def _run(tmp_path, code: str) -> str:
+    """Run ``code`` as a script of its own; its standard output."""
+    script = tmp_path / "toy.py"
+    script.write_text(code, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _toy_pool_script(body: str) -> str:
+    """The page's toy back-end (without its own demonstration) serving a ``Pool``."""
+    return _toy_backend_example().split('if __name__ == "__main__":', 1)[0] + (
+        "from easycore.common.parallel import Pool\n"
+        "class InlinePool(Pool):\n"
+        "    backends = {**Pool.backends, 'inline': InlineBackend}\n"
+    ) + body
+
+
+def test_the_pages_toy_back_end_runs_as_written(tmp_path):
+    _run(tmp_path, _toy_backend_example())
 
 
 def test_the_toy_back_end_serves_a_pool_made_without_cfg(tmp_path):
     # A back-end of someone else's (no ``takes_no_cfg``) gets a CfgNode in its spec
     # even from a pool made without cfg, as the page's ``spec.cfg.copy()`` expects.
-    code = _toy_backend_example().split('if __name__ == "__main__":', 1)[0] + (
-        "from easycore.common.parallel import Pool\n"
-        "class InlinePool(Pool):\n"
-        "    backends = {**Pool.backends, 'inline': InlineBackend}\n"
+    out = _run(tmp_path, _toy_pool_script(
         "def seen(ctx):\n"
         "    ctx.cfg.calls = ctx.cfg.get('calls', 0) + 1\n"
         "    return type(ctx.cfg).__name__, ctx.cfg.calls\n"
         "with InlinePool(1, backend='inline') as pool:\n"
         "    print(pool.apply(seen, pass_context=True), pool.apply(seen, pass_context=True))\n"
-    )
-    script = tmp_path / "toy_pool.py"
-    script.write_text(code, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["('CfgNode',", "1)", "('CfgNode',", "2)"]
+    ))
+    assert out.split() == ["('CfgNode',", "1)", "('CfgNode',", "2)"]
 
 
 def test_the_toy_back_end_loses_no_answer_when_several_threads_send(tmp_path):
     # A pool's caller threads send while its coordinator polls: the page's back-end
     # must hand answers between them safely (a swapped list lost one now and then,
     # and the call waiting for it hung).
-    code = _toy_backend_example().split('if __name__ == "__main__":', 1)[0] + (
+    out = _run(tmp_path, _toy_pool_script(
         "import threading\n"
-        "from easycore.common.parallel import Pool\n"
-        "class InlinePool(Pool):\n"
-        "    backends = {**Pool.backends, 'inline': InlineBackend}\n"
         "def square(x):\n"
         "    return x * x\n"
         "with InlinePool(2, backend='inline') as pool:\n"
@@ -106,10 +110,5 @@ def test_the_toy_back_end_loses_no_answer_when_several_threads_send(tmp_path):
         "    for thread in threads:\n"
         "        thread.join()\n"
         "print('ok')\n"
-    )
-    script = tmp_path / "toy_threads.py"
-    script.write_text(code, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["ok"]
+    ))
+    assert out.split() == ["ok"]
