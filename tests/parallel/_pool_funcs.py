@@ -88,6 +88,15 @@ def announce_then_block(x, folder, block=0, seconds=60.0):
     return x
 
 
+def announce_then_hold(x, folder, block=0, limit=60.0):
+    """Item ``block`` writes its worker's pid to ``folder/<x>`` and waits until
+    ``folder/release`` exists (``limit`` seconds at most); others return."""
+    if x == block:
+        announce_then_block(x, folder, block, seconds=0.0)
+        wait_for_file(Path(folder) / "release", limit)
+    return x
+
+
 def announce_and_nap(x, folder, seconds=0.05):
     """Every item announces itself, then naps (a long stream of short tasks)."""
     Path(folder, f"{x}.started").touch()

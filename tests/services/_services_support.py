@@ -54,6 +54,12 @@ class Tool:
             time.sleep(0.01)
         return "opened"
 
+    def hold(self, folder, limit=60.0):
+        """Write ``folder/0``, then block until ``folder/release`` exists."""
+        with open(os.path.join(folder, "0"), "w"):
+            pass
+        return self.wait_for(os.path.join(folder, "release"), limit)
+
     def boom(self, message="boom"):
         raise ValueError(message)
 

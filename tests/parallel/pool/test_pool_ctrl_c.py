@@ -92,19 +92,22 @@ def test_ctrl_c_while_waiting_in_any_blocking_call(call, tmp_path, no_leaks):
 
 @pytest.mark.parametrize("method", [m for m in METHODS if m in ("fork", "spawn")])
 def test_ctrl_c_from_a_terminal_to_the_whole_process_group(method):
-    proc = subprocess.Popen(
+    # ``with``: its pipes are closed whatever happens (left open by a failure,
+    # they were the next test's "unclosed file" warnings).
+    with subprocess.Popen(
         [sys.executable, str(SCRIPTS / "pool_ctrl_c.py"), method],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(SCRIPTS),
         start_new_session=True,  # its own process group, like a terminal job
-    )
-    try:
-        assert proc.stdout.readline().strip() == "working", proc.stderr.read()
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    ) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "working", proc.stderr.read()
+            os.killpg(proc.pid, signal.SIGINT)
+            # The script prints its threads' stacks and exits after 45 s.
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
     assert proc.returncode == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {

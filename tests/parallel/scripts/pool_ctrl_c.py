@@ -6,6 +6,7 @@ workers (which ignore SIGINT) keep serving the next call, and close/join
 leave nothing behind.
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -33,6 +34,8 @@ def helper(proc):
 
 
 if __name__ == "__main__":
+    # A hang shows where it waits (the test waits 60 s for this script).
+    faulthandler.dump_traceback_later(45, exit=True)
     pool = Pool(2, start_method=sys.argv[1])
     pids = pool.worker_pids
     prefix = pool._engine.backend.transport.prefix

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from ._named_tuples import NamedTuple
-from ._os import inherit
+from ._os import inherit, interrupts
 from .engine.core import ItemError, Job, JobSink
 from .errors import RunnerClosedError
 from .options import check_callable, check_positive_int
@@ -296,14 +296,14 @@ class _Stream(JobSink):
                         self._error = RunnerClosedError("the background task's job ended")
                     raise self._error
                 if deadline is None:
-                    self._cond.wait()
+                    self._cond.wait(interrupts.slice_of(None))
                 else:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise PoolTimeoutError(
                             "no result from the background task within the timeout"
                         )
-                    self._cond.wait(remaining)
+                    self._cond.wait(interrupts.slice_of(remaining))
             return self._ready.popleft()
 
 

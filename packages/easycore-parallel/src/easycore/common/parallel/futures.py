@@ -34,6 +34,7 @@ import weakref
 from concurrent.futures import process as _cf_process
 from concurrent.futures.process import BrokenProcessPool
 
+from ._future import Future
 from ._hints import ParamSpec, TypeVar
 from ._os.threads import ThreadsOption
 from .errors import ParallelError, WorkerDiedError
@@ -312,7 +313,7 @@ class Executor(concurrent.futures.Executor):
         """
         with self._shutdown_lock:
             self._check_open()
-            future: concurrent.futures.Future[T] = concurrent.futures.Future()
+            future: Future[T] = Future()
             self._pool._submit_call(fn, args, kwargs, _FutureSink(future))
             self._futures.add(future)
             return future

@@ -25,6 +25,8 @@ import threading
 import time
 from collections import deque
 
+from ._future import Future
+from ._os import interrupts
 from .background import (
     BackgroundStats,
     Stager,
@@ -75,7 +77,7 @@ def _settle(future: concurrent.futures.Future, value: Any,
         pass  # cancelled meanwhile
 
 
-class _JobFuture(concurrent.futures.Future):
+class _JobFuture(Future):
     """A job's Future whose ``cancel`` keeps its promise (``concurrent.futures``'):
     True only if the job will never run (it was not handed to a worker yet),
     False once it runs."""
@@ -240,7 +242,7 @@ class JobQueue:
                     break
                 if not block:
                     raise queue.Full(f"the JobQueue holds maxsize={self._maxsize} jobs")
-                self._cond.wait()
+                self._cond.wait(interrupts.slice_of(None))
             future = _JobFuture()
             k = self._puts
             self._puts += 1
@@ -290,7 +292,10 @@ class JobQueue:
         timeout = _no_timeout_if_false(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         start = time.perf_counter()
-        if not self._get_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        if not interrupts.sliced(
+            lambda seconds: self._get_lock.acquire(timeout=-1 if seconds is None else seconds),
+            timeout,
+        ):
             self._waited += time.perf_counter() - start
             raise PoolTimeoutError(f"no result within {timeout} s")
         try:
@@ -300,14 +305,16 @@ class JobQueue:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise PoolTimeoutError(f"no job was put within {timeout} s")
-                    self._cond.wait(remaining)
+                    self._cond.wait(interrupts.slice_of(remaining))
                 self._open_pool()
                 future = self._futures[0]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # wait(), not result(timeout): a job's own TimeoutError is no wait timeout.
             pool = self._pool
             waited = time.perf_counter()
-            done, _ = concurrent.futures.wait([future], remaining)
+            done = interrupts.sliced(
+                lambda seconds: concurrent.futures.wait((future,), seconds).done, remaining
+            )
             if pool is not None:  # insights: the caller waited for a result
                 PoolJobs(pool).waited(time.perf_counter() - waited)
             if not done:

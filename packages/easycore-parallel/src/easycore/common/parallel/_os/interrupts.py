@@ -17,6 +17,16 @@ bytecodes. Two places must not be cut in half by it:
   worker unblocks it
   ([`unblock_in_worker`][easycore.common.parallel._os.interrupts.unblock_in_worker])
   once it ignores it. A Ctrl-C meanwhile reaches the caller as usual.
+
+And one place where it must get through: **a blocking wait in the main
+thread**. The kernel hands a Ctrl-C to any thread that does not block SIGINT,
+usually the main thread but not always (a sandboxed kernel such as gVisor,
+or a main thread that has another signal pending, hands it to the pool's
+coordinator); Python then raises ``KeyboardInterrupt`` in the main thread only
+once it runs Python code again, and a main thread waiting on a lock that
+another thread releases (a result's event) waited until the work ended.
+[`sliced`][easycore.common.parallel._os.interrupts.sliced] waits in slices
+of at most ``SLICE`` seconds there.
 """
 
 from __future__ import annotations
@@ -25,12 +35,20 @@ import contextlib
 import importlib
 import signal
 import threading
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, Iterator, List
+    from typing import Any, Callable, Iterator, List, Optional
 
-__all__ = ["deferred", "blocked_at_start", "unblock_in_worker"]
+__all__ = [
+    "SLICE", "blocked_at_start", "deferred", "join", "slice_of", "sliced", "unblock_in_worker",
+]
+
+#: seconds a blocking wait in the main thread sleeps at most before it runs
+#: Python code again (where a pending Ctrl-C raises): ten wakeups a second of
+#: a waiting caller, nothing measurable, against a Ctrl-C that waited for the work
+SLICE = 0.1
 
 _SIGMASK = hasattr(signal, "pthread_sigmask")
 
@@ -87,8 +105,14 @@ def blocked_at_start() -> Iterator[None]:
     if not _SIGMASK:
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # The mask is read first, changing nothing, and changed inside the try:
+    # ``pthread_sigmask`` runs pending signal handlers after it changed the
+    # mask, so a Ctrl-C already received made the blocking call itself raise,
+    # and SIGINT stayed blocked in this thread for good (every process it
+    # started later inherited that: a Ctrl-C never reached them).
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ())
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         yield
     finally:
         if signal.SIGINT not in before:
@@ -99,3 +123,61 @@ def unblock_in_worker() -> None:
     """In a worker that now ignores SIGINT: unblock it (a pending one is dropped)."""
     if _SIGMASK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def slice_of(timeout: Optional[float]) -> Optional[float]:
+    """How long one wait of a loop that looks again may sleep: ``timeout``, but at
+    most ``SLICE`` seconds in the main thread (see ``sliced``).
+
+    Args:
+        timeout (float or None): what is left of the whole wait (None: no limit).
+
+    Returns:
+        float or None: the seconds for this one wait.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return timeout
+    return SLICE if timeout is None else min(SLICE, timeout)
+
+
+def sliced(wait: Callable[[Optional[float]], Any], timeout: Optional[float] = None) -> bool:
+    """``wait(timeout)``, which a Ctrl-C interrupts whichever thread the kernel handed it to.
+
+    In the main thread the wait goes in slices of at most ``SLICE`` seconds:
+    between two, Python runs its signal handlers, and a Ctrl-C that another
+    thread received raises ``KeyboardInterrupt`` here. Elsewhere (no Ctrl-C
+    is raised there) it is one call.
+
+    Args:
+        wait (callable): ``wait(seconds)`` waits at most ``seconds`` (None: no
+            limit) and returns whether what it waits for happened (truthy), as
+            ``threading.Event.wait`` does.
+        timeout (float or None): seconds in all; None waits for ever.
+
+    Returns:
+        bool: whether what ``wait`` waits for happened within ``timeout``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if wait(slice_of(left)):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+
+
+def join(thread: threading.Thread, timeout: Optional[float] = None) -> bool:
+    """``thread.join(timeout)`` as ``sliced`` waits; whether the thread has ended.
+
+    Args:
+        thread (threading.Thread): a started thread.
+        timeout (float or None): seconds; None waits for ever.
+
+    Returns:
+        bool: whether ``thread`` ended within ``timeout``.
+    """
+    def wait(seconds: Optional[float]) -> bool:
+        thread.join(seconds)
+        return not thread.is_alive()
+
+    return sliced(wait, timeout)

@@ -17,7 +17,7 @@ import contextlib
 import threading
 
 from .._lazy import exports
-from .._os import inherit
+from .._os import inherit, interrupts
 from ..backends.base import Backend, BackendSpec
 from ..backends.policy import BACKENDS, DevicePolicy, build_backend
 
@@ -273,4 +273,4 @@ class Coordinator:
             timeout (float or None): seconds; None waits for ever.
         """
         if self._started and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+            interrupts.join(self._thread, timeout)

@@ -33,7 +33,7 @@ import warnings
 import weakref
 
 from .._lazy import bind
-from .._os import stacks
+from .._os import interrupts, stacks
 from .._os import threads as _threads
 from ..engine import door
 from ..engine.door import DevicePolicy
@@ -379,9 +379,9 @@ class Pool(door.WorkerStacks):
         Returns:
             concurrent.futures.Future:
         """
-        import concurrent.futures
+        from .._future import Future
 
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        future: Future[T] = Future()
         self._submit_call(fn, args, kwargs, FutureSink(future))
         return future
 
@@ -663,7 +663,7 @@ class Pool(door.WorkerStacks):
             # A lazy imap still referenced: its input is read to the end now,
             # whether or not its iterator is being read (as the stdlib's).
             job.window = None
-            job.finished.wait()
+            interrupts.sliced(job.finished.wait)
         self._readers.join(None)
         self._coordinator.halt()
         self._coordinator.join()

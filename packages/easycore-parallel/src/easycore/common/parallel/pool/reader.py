@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 
+from .._os import interrupts
 from ..engine.core import Engine
 from ..engine.job import BufferedInput, Job
 
@@ -192,4 +193,4 @@ class Readers:
             readers, self._threads = self._threads, []
         for reader in readers:
             if reader is not threading.current_thread():
-                reader.join(timeout)
+                interrupts.join(reader, timeout)

@@ -21,6 +21,7 @@ import weakref
 from collections import deque
 
 from .._hints import Generic, TypeVar
+from .._os import interrupts
 from ..engine.core import Engine
 from ..engine.job import ItemError, Job, JobSink
 from ..errors import WorkerError
@@ -121,7 +122,7 @@ class AsyncResult(Generic[T]):
 
     def wait(self, timeout: Optional[float] = None) -> None:
         """Wait until the result is available or ``timeout`` seconds pass."""
-        self._event.wait(timeout)
+        interrupts.sliced(self._event.wait, timeout)
 
     def get(self, timeout: Optional[float] = None) -> T:
         """The result; re-raises the task's exception.
@@ -134,10 +135,10 @@ class AsyncResult(Generic[T]):
         """
         recorder = self._recorder
         if recorder is None:
-            ready = self._event.wait(timeout)
+            ready = interrupts.sliced(self._event.wait, timeout)
         else:  # insights: the caller waits for a result
             t0 = time.perf_counter()
-            ready = self._event.wait(timeout)
+            ready = interrupts.sliced(self._event.wait, timeout)
             recorder.waiting_for_results += time.perf_counter() - t0
         if not ready:
             raise TimeoutError(f"no result within {timeout} s")

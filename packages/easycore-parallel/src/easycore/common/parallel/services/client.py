@@ -37,9 +37,9 @@ import select
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass
 
+from .._future import Future
 from ..connection.address import process_alive, wait_gone
 from ..connection.auth import AuthenticationError
 from ..connection.client import connect

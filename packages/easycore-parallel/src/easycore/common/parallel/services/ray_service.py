@@ -21,9 +21,10 @@ import secrets
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import InvalidStateError
 from dataclasses import dataclass
 
+from .._future import Future
 from ..backends.ray import acquire_ray, death_cause, import_ray, is_cuda, release_ray
 from ..errors import (
     DeathCause,

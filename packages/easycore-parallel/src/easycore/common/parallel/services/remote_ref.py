@@ -28,6 +28,7 @@ import os
 import weakref
 from concurrent.futures import Future
 
+from .. import _future
 from .dispatch import REF, RefToken
 
 TYPE_CHECKING = False
@@ -149,7 +150,7 @@ def resolve(handle: Any, result: Any) -> Any:
 
 def resolve_future(handle: Any, inner: Future) -> Future:
     """A future of ``inner``'s result, passed through ``resolve``."""
-    outer: Future = Future()
+    outer: Future = _future.Future()  # a Ctrl-C ends its waits
     outer.set_running_or_notify_cancel()
 
     def done(f: Future) -> None:
