@@ -1,9 +1,9 @@
 """A Ctrl-C that the kernel hands to another thread than the main one.
 
 A process-directed SIGINT goes to any thread that does not block it: usually
-the main thread, but under a sandboxed kernel (gVisor) or while the main
-thread has another signal pending, to a pool's coordinator or a service's
-reader. Python raises ``KeyboardInterrupt`` in the main thread only, once it
+the main thread, but not always (one with another signal pending, or blocking
+SIGINT for a moment, is passed over for a pool's coordinator or a service's
+reader). Python raises ``KeyboardInterrupt`` in the main thread only, once it
 runs Python code again. These helpers send the SIGINT to a thread of the
 test's own with ``pthread_kill``, which the kernel gives to that thread only.
 """
@@ -45,8 +45,10 @@ def interrupted_elsewhere(call: Callable[[], Any], folder: Path) -> float:
         float: seconds from the SIGINT to the ``KeyboardInterrupt`` (which must come).
     """
     sent_at: list = []
+    armed = threading.Event()  # the SIGINT comes inside ``pytest.raises`` only
 
     def ctrl_c() -> None:
+        armed.wait(WAIT)
         _wait_for(folder / "0")
         sent_at.append(time.monotonic())
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
@@ -55,6 +57,7 @@ def interrupted_elsewhere(call: Callable[[], Any], folder: Path) -> float:
     thread.start()
     try:
         with pytest.raises(KeyboardInterrupt):
+            armed.set()
             call()
         interrupted_at = time.monotonic()
     finally:

@@ -120,10 +120,27 @@ class ElasticCluster:
             with ray_env():
                 self.spare = self.cluster.add_node(**self.SPARE)
         self.cluster.wait_for_nodes(timeout=60)
-        wait_for(lambda: self.ray.available_resources().get("CPU", 0) >= 3,
-                 "the cluster's 3 CPUs to be free")
+        try:
+            wait_for(lambda: self.ray.available_resources().get("CPU", 0) >= 3,
+                     "the cluster's 3 CPUs to be free")
+        except TimeoutError as exc:
+            # Say who holds them: a test before left an actor or a task running.
+            raise TimeoutError(f"{exc}; free: {self.ray.available_resources()}, "
+                               f"in all: {self.ray.cluster_resources()}, "
+                               f"actors: {_live_actors(self.ray)}") from None
 
     def shutdown(self) -> None:
         self.ray.shutdown()
         self.cluster.shutdown()
 
+
+
+def _live_actors(ray: Any) -> Any:
+    """The cluster's actors that are not dead (class, node, state), or why not known."""
+    try:
+        from ray.util.state import list_actors
+
+        return [(a.class_name, a.node_id, a.state) for a in list_actors(limit=100)
+                if a.state != "DEAD"]
+    except Exception as exc:  # noqa: BLE001 -- a diagnostic, never the failure itself
+        return f"unknown ({exc!r})"

@@ -19,12 +19,13 @@ bytecodes. Two places must not be cut in half by it:
   once it ignores it. A Ctrl-C meanwhile reaches the caller as usual.
 
 And one place where it must get through: **a blocking wait in the main
-thread**. The kernel hands a Ctrl-C to any thread that does not block SIGINT,
-usually the main thread but not always (a sandboxed kernel such as gVisor,
-or a main thread that has another signal pending, hands it to the pool's
-coordinator); Python then raises ``KeyboardInterrupt`` in the main thread only
-once it runs Python code again, and a main thread waiting on a lock that
-another thread releases (a result's event) waited until the work ended.
+thread**. The kernel hands a Ctrl-C to any thread that does not block SIGINT:
+usually the main thread, but not always (one that has another signal pending
+or blocks SIGINT for a moment is passed over for the pool's coordinator, and
+a kernel may choose otherwise). Python raises ``KeyboardInterrupt`` in the
+main thread only, once it runs Python code again: a main thread waiting on a
+lock that another thread releases (a result's event) waited until the work
+ended.
 [`sliced`][easycore.common.parallel._os.interrupts.sliced] waits in slices
 of at most ``SLICE`` seconds there.
 """

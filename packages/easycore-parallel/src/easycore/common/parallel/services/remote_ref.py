@@ -24,11 +24,11 @@ references made through it do.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import weakref
-from concurrent.futures import Future
 
-from .. import _future
+from .._future import Future
 from .dispatch import REF, RefToken
 
 TYPE_CHECKING = False
@@ -148,12 +148,12 @@ def resolve(handle: Any, result: Any) -> Any:
     return result
 
 
-def resolve_future(handle: Any, inner: Future) -> Future:
+def resolve_future(handle: Any, inner: concurrent.futures.Future) -> Future:
     """A future of ``inner``'s result, passed through ``resolve``."""
-    outer: Future = _future.Future()  # a Ctrl-C ends its waits
+    outer: Future = Future()
     outer.set_running_or_notify_cancel()
 
-    def done(f: Future) -> None:
+    def done(f: concurrent.futures.Future) -> None:
         error = f.exception()
         if error is not None:
             outer.set_exception(error)
