@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ import time
 import pytest
 from _parallel_support import METHODS, SCRIPTS
 from _pool_funcs import announce_and_nap, announce_then_block, nap, square, wait_for_file
+from ctrl_c import ctrl_c_a_script
 
 from easycore.common.parallel import Pool
 
@@ -92,23 +92,8 @@ def test_ctrl_c_while_waiting_in_any_blocking_call(call, tmp_path, no_leaks):
 
 @pytest.mark.parametrize("method", [m for m in METHODS if m in ("fork", "spawn")])
 def test_ctrl_c_from_a_terminal_to_the_whole_process_group(method):
-    # ``with``: its pipes are closed whatever happens (left open by a failure,
-    # they were the next test's "unclosed file" warnings).
-    with subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "pool_ctrl_c.py"), method],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(SCRIPTS),
-        start_new_session=True,  # its own process group, like a terminal job
-    ) as proc:
-        try:
-            assert proc.stdout.readline().strip() == "working", proc.stderr.read()
-            os.killpg(proc.pid, signal.SIGINT)
-            # The script prints its threads' stacks and exits after 45 s.
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-    assert proc.returncode == 0, err
+    # The script prints its threads' stacks and exits if it still runs after 45 s.
+    out, err = ctrl_c_a_script(SCRIPTS / "pool_ctrl_c.py", [method])
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {
         "caught": True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from _parallel_support import (
     shm_segments,
     wait_gone,
 )
+from ctrl_c import ctrl_c_a_script
 
 from easycore.common.config import CfgNode
 from easycore.common.parallel.transport import shm
@@ -180,23 +180,7 @@ def _wait_for_shm(prefix: str, timeout: float) -> bool:
 # --- Ctrl-C ----------------------------------------------------------------------
 @pytest.mark.parametrize("target", ["group", "parent"])
 def test_ctrl_c_during_a_call_cleans_up_everything(target):
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "ctrl_c.py"), METHODS[0]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(SCRIPTS),
-        start_new_session=True,  # its own process group, like a terminal job
-    )
-    try:
-        assert proc.stdout.readline().strip() == "working", proc.stderr.read()
-        if target == "group":
-            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        else:
-            os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert proc.returncode == 0, err
+    out, err = ctrl_c_a_script(SCRIPTS / "ctrl_c.py", [METHODS[0]], group=target == "group")
     report = json.loads(out.strip().splitlines()[-1])
     assert report["caught"] is True
     assert report["is_activate"] is False

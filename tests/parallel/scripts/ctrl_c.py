@@ -4,6 +4,7 @@ The test sends SIGINT (to the process group, like a terminal, or to this
 process only) once a worker printed "working".
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -35,6 +36,8 @@ def helper(proc):
 
 
 if __name__ == "__main__":
+    # A hang shows where it waits (the test waits 60 s for this script).
+    faulthandler.dump_traceback_later(45, exit=True)
     runner = Slow(2, start_method=sys.argv[1])
     prefix = runner._engine.backend.transport.prefix
     pids = runner.worker_pids
