@@ -29,17 +29,26 @@ class Future(concurrent.futures.Future[T]):
 
     def result(self, timeout: Optional[float] = None) -> T:
         """As ``concurrent.futures.Future.result``."""
-        self._wait(timeout)
+        # Its end, or the timeout: the standard library's own call then raises
+        # what it raises (the value, the error, TimeoutError, CancelledError).
+        self.done_within(timeout)
         return super().result(0)
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """As ``concurrent.futures.Future.exception``."""
-        self._wait(timeout)
+        self.done_within(timeout)
         return super().exception(0)
 
-    def _wait(self, timeout: Optional[float]) -> None:
-        # Its end, or the timeout: the standard library's own call then raises
-        # what it raises (the value, the error, TimeoutError, CancelledError).
-        if not self.done():
-            interrupts.sliced(lambda seconds: concurrent.futures.wait((self,), seconds).done,
-                              timeout)
+    def done_within(self, timeout: Optional[float] = None) -> bool:
+        """Wait for the future's end (its result, its error or its cancellation), as
+        ``concurrent.futures.wait`` does, but a Ctrl-C interrupts it.
+
+        Args:
+            timeout (float or None): seconds; None waits for ever.
+
+        Returns:
+            bool: whether it ended within ``timeout``.
+        """
+        return self.done() or interrupts.sliced(
+            lambda seconds: concurrent.futures.wait((self,), seconds).done, timeout
+        )

@@ -197,7 +197,7 @@ class JobQueue:
         self._pool: Optional[Pool] = make_pool()
         self._closed = False
         self._maxsize = maxsize
-        self._futures: Deque[concurrent.futures.Future] = deque()
+        self._futures: Deque[_JobFuture] = deque()
         self._cond = threading.Condition()  # the FIFO, for put and close
         self._get_lock = threading.Lock()  # one get at a time: FIFO across consumer threads
         self._puts = 0
@@ -312,9 +312,7 @@ class JobQueue:
             # wait(), not result(timeout): a job's own TimeoutError is no wait timeout.
             pool = self._pool
             waited = time.perf_counter()
-            done = interrupts.sliced(
-                lambda seconds: concurrent.futures.wait((future,), seconds).done, remaining
-            )
+            done = future.done_within(remaining)
             if pool is not None:  # insights: the caller waited for a result
                 PoolJobs(pool).waited(time.perf_counter() - waited)
             if not done:
