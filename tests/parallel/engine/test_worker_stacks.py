@@ -23,6 +23,7 @@ import time
 
 import pytest
 from _stack_funcs import StuckAtEnd, StuckRunner, spin_in_c, stuck_on, wait_here
+from ctrl_c import needs_python_sigint_handler
 from leaks import check_leaks
 
 from easycore.common.parallel import (
@@ -226,8 +227,7 @@ def test_a_close_that_times_out_says_where_the_end_hook_was(no_leaks):
     runner.close()  # closed already
 
 
-@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
-                    reason="needs Python's own SIGINT handler in the test process")
+@needs_python_sigint_handler
 @pytest.mark.parametrize("client", ["runner", "pool"])
 def test_ctrl_c_says_where_the_busy_workers_were(client, tmp_path, no_leaks):
     def ctrl_c():

@@ -18,17 +18,11 @@ import time
 import pytest
 from _parallel_support import METHODS, SCRIPTS
 from _pool_funcs import announce_and_nap, announce_then_block, nap, square, wait_for_file
-from ctrl_c import ctrl_c_a_script
+from ctrl_c import ctrl_c_a_script, needs_python_sigint_handler
 
 from easycore.common.parallel import Pool
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
-        reason="needs Python's own SIGINT handler in the test process",
-    ),
-]
+pytestmark = [pytest.mark.timeout(120), needs_python_sigint_handler]
 
 WAIT = 30
 SLACK = 5.0  # "promptly": far below the seconds the interrupted call had left
