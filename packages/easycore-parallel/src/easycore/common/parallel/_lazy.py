@@ -4,18 +4,43 @@ A short script, and every worker started with ``spawn`` or ``forkserver``,
 pays for each module it imports: ``easycore.common.parallel`` and its
 ``pool`` package import a public name's module only when the name is first
 read, then keep it in their namespace (later reads are plain lookups).
+
+Both import through `load`, with the cyclic garbage collector paused: an
+import makes only objects that live as long as the interpreter (functions,
+classes, constants), and the ~15 young and 2 middle-generation collections
+that easycore's modules would trigger find nothing to free (~1.5 ms of a
+cold script's ~55). One young collection still runs after, at the next
+allocation, and moves them on.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
+    from types import ModuleType
     from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ["bind", "exports"]
+__all__ = ["bind", "exports", "load"]
+
+
+def load(module: str, package: str) -> ModuleType:
+    """``importlib.import_module(module, package)``, the garbage collector paused.
+
+    The collector is re-enabled after only if this call disabled it: one that
+    you (or an outer `load`) turned off stays off.
+    """
+    pause = gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        return importlib.import_module(module, package)
+    finally:
+        if pause:
+            gc.enable()
 
 
 def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
@@ -36,7 +61,7 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         try:
-            defining = importlib.import_module(module, package)
+            defining = load(module, package)
         except AttributeError as exc:
             # Raised from here as it is, ``from package import name`` would say
             # only "cannot import name": the module's own failure (a dependency
@@ -74,6 +99,6 @@ def bind(namespace: Dict[str, Any], parts: Dict[str, str]) -> None:
         wanted = names.split()
         if all(name in namespace for name in wanted):
             continue
-        defining = importlib.import_module(module, namespace["__package__"])
+        defining = load(module, namespace["__package__"])
         for name in wanted:
             namespace[name] = getattr(defining, name)
