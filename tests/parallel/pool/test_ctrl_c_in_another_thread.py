@@ -57,6 +57,20 @@ def test_an_executor_future_ends_when_another_thread_gets_the_ctrl_c(tmp_path, n
         assert future.result(timeout=WAIT) == 0
 
 
+@pytest.mark.parametrize("first", ["wait", "nowait"])
+def test_an_executor_shutdown_ends_when_another_thread_gets_the_ctrl_c(first, tmp_path, no_leaks):
+    # After shutdown(wait=False), shutdown(wait=True) waits for the thread that drains
+    # the pool: that wait too.
+    with Executor(1) as executor:
+        future = executor.submit(announce_then_hold, 0, str(tmp_path))
+        if first == "nowait":
+            executor.shutdown(wait=False)
+        assert interrupted_elsewhere(executor.shutdown, tmp_path) < SLACK
+        (tmp_path / "release").touch()
+        assert future.result(timeout=WAIT) == 0
+        executor.shutdown(wait=True)
+
+
 def test_a_background_task_ends_when_another_thread_gets_the_ctrl_c(tmp_path, no_leaks):
     task = BackgroundTask(announce_then_hold, (0, str(tmp_path)), workers=1)
     try:

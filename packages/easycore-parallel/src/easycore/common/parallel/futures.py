@@ -36,6 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from ._future import Future
 from ._hints import ParamSpec, TypeVar
+from ._os import interrupts
 from ._os.threads import ThreadsOption
 from .errors import ParallelError, WorkerDiedError
 from .insights import Insights
@@ -171,7 +172,7 @@ def _at_exit() -> None:
     with _registry_lock:
         threads = list(_draining.values())
     for thread in threads:
-        thread.join()
+        interrupts.join(thread)
 
 
 def _forget_in_child() -> None:
@@ -394,7 +395,7 @@ class Executor(concurrent.futures.Executor):
                 with _registry_lock:
                     thread = _draining.get(id(self._pool))
                 if thread is not None:
-                    thread.join()
+                    interrupts.join(thread)  # as Pool.join waits: a Ctrl-C ends it
             return
         if wait:
             self._pool.close()
