@@ -81,19 +81,23 @@ def test_broadcast_reaches_each_thread_once_in_worker_order(pool):
 
 def test_a_timeout_fails_the_task_and_a_fresh_thread_takes_its_place(no_leaks):
     release = threading.Event()
-    with Pool(2, backend="thread", task_timeout=0.5) as pool:
-        try:
+    stalled: list = []
+    try:
+        with Pool(2, backend="thread", task_timeout=0.5) as pool:
             with pytest.raises(TaskTimeoutError) as info:
-                pool.map(functools.partial(_wait_on, release), range(4), 1)
+                pool.map(functools.partial(_wait_on, release, stalled), range(4), 1)
             assert info.value.item == 0 and info.value.device == "cpu"
             assert pool.map(square, range(10)) == [x * x for x in range(10)]
             assert len(set(pool.broadcast(threading.get_ident))) == 2
-        finally:
-            release.set()  # the abandoned thread returns and exits
+    finally:
+        release.set()  # the abandoned thread returns and exits
+        for thread in stalled:  # before the leak check looks
+            thread.join(WAIT)
 
 
-def _wait_on(event, x):
+def _wait_on(event, stalled, x):
     if x == 0:
+        stalled.append(threading.current_thread())
         event.wait(WAIT)
     return x
 
