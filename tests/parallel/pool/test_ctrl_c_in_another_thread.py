@@ -10,6 +10,7 @@ a kernel that handed it there). See ``tests/ctrl_c.py``.
 from __future__ import annotations
 
 import functools
+import threading
 
 import pytest
 from _pool_funcs import announce_then_hold, square
@@ -17,6 +18,7 @@ from ctrl_c import WAIT, interrupted_elsewhere, needs_python_sigint_handler
 
 from easycore.common.config import CfgNode
 from easycore.common.parallel import BackgroundTask, Executor, JobQueue, Pool, UnorderedRunner
+from easycore.common.parallel._os import interrupts
 
 pytestmark = [pytest.mark.timeout(120), needs_python_sigint_handler]
 
@@ -69,6 +71,27 @@ def test_an_executor_shutdown_ends_when_another_thread_gets_the_ctrl_c(first, tm
         (tmp_path / "release").touch()
         assert future.result(timeout=WAIT) == 0
         executor.shutdown(wait=True)
+
+
+def test_a_join_that_a_ctrl_c_ended_leaves_its_thread_alive_and_joinable(tmp_path):
+    # CPython 3.10-3.12's Thread.join, interrupted while it waits, marked the thread
+    # as ended although it ran on: every later join returned at once (a pool's
+    # coordinator outlived the Executor.shutdown that joined its draining thread).
+    release = threading.Event()
+
+    def hold() -> None:
+        (tmp_path / "0").touch()
+        release.wait(WAIT)
+
+    thread = threading.Thread(target=hold, name="held")
+    thread.start()
+    try:
+        assert interrupted_elsewhere(lambda: interrupts.join(thread), tmp_path) < SLACK
+        assert thread.is_alive()
+        assert not interrupts.join(thread, 0.05)
+    finally:
+        release.set()
+    assert interrupts.join(thread, WAIT)
 
 
 def test_a_background_task_ends_when_another_thread_gets_the_ctrl_c(tmp_path, no_leaks):

@@ -178,7 +178,12 @@ def join(thread: threading.Thread, timeout: Optional[float] = None) -> bool:
         bool: whether ``thread`` ended within ``timeout``.
     """
     def wait(seconds: Optional[float]) -> bool:
-        thread.join(seconds)
-        return not thread.is_alive()
+        # Each slice holds a Ctrl-C until it returns (``deferred``): CPython
+        # 3.10-3.12's ``Thread.join``, interrupted while it waits, releases the
+        # lock the running thread holds and marks it ended, and every later join
+        # of it returns at once.
+        with deferred():
+            thread.join(seconds)
+            return not thread.is_alive()
 
     return sliced(wait, timeout)
