@@ -140,7 +140,7 @@ class Stager:
         self._queue.put(None)
         # At interpreter shutdown a daemon thread is frozen, never to end.
         if self._thread is not threading.current_thread() and not sys.is_finalizing():
-            self._thread.join(timeout)
+            interrupts.join(self._thread, timeout)
 
 
 def pool_factory(owner: Any, workers: Optional[int],

@@ -36,6 +36,8 @@ import signal
 import sys
 import threading
 
+from . import interrupts
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher thread is needed
     from concurrent.futures import Future
@@ -219,7 +221,7 @@ def retire_launcher(timeout: float = 5.0) -> None:
         launcher.requests.put((_RETIRE, future))
     try:
         if future.result(timeout):
-            launcher.thread.join(timeout)
+            interrupts.join(launcher.thread, timeout)
     except Exception:  # noqa: BLE001 -- a busy launcher stays; the next close asks again
         pass
 

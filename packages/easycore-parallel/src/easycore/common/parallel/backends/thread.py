@@ -25,7 +25,7 @@ import os
 import queue
 import threading
 
-from .._os import stacks
+from .._os import interrupts, stacks
 from .._os.stacks import Stack
 from ..errors import WorkerError
 from ..options import check_options
@@ -186,7 +186,8 @@ class ThreadBackend(Backend):
             slot.inbox.put(StopWorker())
         for slot in self._slots:
             if slot.thread is not None and slot.thread is not threading.current_thread():
-                slot.thread.join(0.5)  # a thread stuck in a task cannot be stopped
+                # a thread stuck in a task cannot be stopped
+                interrupts.join(slot.thread, 0.5)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         if self._closed:

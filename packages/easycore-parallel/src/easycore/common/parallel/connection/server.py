@@ -46,6 +46,7 @@ import time
 import traceback
 from collections import deque
 
+from .._os import interrupts
 from .address import remove_quietly
 from .auth import ServerProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter, frame
@@ -231,7 +232,7 @@ class Server:
             return  # never started
         self.wake()
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            interrupts.join(self._thread)
         with self._lock:  # a late wake must not write to a reused descriptor number
             if not self._wake_open:
                 return  # stopped already
@@ -532,7 +533,7 @@ class Server:
                 with contextlib.suppress(OSError):
                     os.write(self._door_w, b"\0")
         if self._door is not None and self._door is not threading.current_thread():
-            self._door.join(5.0)
+            interrupts.join(self._door, 5.0)
         assert self._listener is not None
         self._listener.close()
         with self._lock:

@@ -40,6 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._future import Future
+from .._os import interrupts
 from ..connection.address import process_alive, wait_gone
 from ..connection.auth import AuthenticationError
 from ..connection.client import connect
@@ -446,7 +447,7 @@ class ProcessChannel:
                 self._link.send(wire.BYE, time.monotonic() + self.bye_timeout)
         self._wake()
         if threading.current_thread() is not self._reader:
-            self._reader.join(5.0)
+            interrupts.join(self._reader, 5.0)
         label = self.target.label
         self._fail(lambda: ServiceClosedError(f"this handle to {label} is closed"))
         self._link.close()

@@ -25,6 +25,7 @@ from concurrent.futures import InvalidStateError
 from dataclasses import dataclass
 
 from .._future import Future
+from .._os import interrupts
 from ..backends.ray import acquire_ray, death_cause, import_ray, is_cuda, release_ray
 from ..errors import (
     DeathCause,
@@ -224,7 +225,7 @@ class RayChannel:
         self._stop.set()
         releaser = self._releaser
         if releaser is not None and releaser is not threading.current_thread():
-            releaser.join(5.0)
+            interrupts.join(releaser, 5.0)
         if self._owns_session and os.getpid() == self.pid:
             self._owns_session = False
             try:  # noqa: SIM105 - the except below says why it is broad
