@@ -18,13 +18,21 @@ Sections (``--only NAME,...``):
   ``multiprocessing.Pool.apply``, each against the pipe floor (one byte each
   way between two processes, ``os.write``/``os.read``), taking turns, medians
   of the rounds. Goal: the runner and ``Pool.apply`` within 5x the floor.
-  Two more rows place the same round trip (where the platform lets a
-  thread be held on a CPU, and has two): both processes on one CPU, and
-  on two. They are context, not the floor: on a virtual machine the
-  first is a hand-over of the CPU (a few microseconds) and the second a
-  wake-up on another CPU (tens of microseconds); the unplaced floor is
-  whichever of the two the scheduler chose, and a call through several
-  processes and threads pays some of each.
+  A row beside them is a bare Python call: ``square(7)`` pickled to a
+  process that unpickles it, calls it and pickles the result back, one
+  ``os.write`` and one ``os.read`` each way, nothing else: what any
+  Python-level call pays before a library's own work (a line after the
+  table gives each call's time against it). Two more rows place the same
+  round trip (where the platform lets a thread be held on a CPU, and has
+  two): both processes on one CPU, and on two; a third, the bare Python
+  call with both processes on one CPU. They are context, not the floor: on
+  a virtual machine the first is a hand-over of the CPU (a few
+  microseconds) and the second a wake-up on another CPU (tens of
+  microseconds); the unplaced floor is whichever of the two the scheduler
+  chose, and a call through several processes and threads pays some of
+  each. ``taskset -c 0 python benchmarks/bench_steps.py --only floor``
+  holds every process on one CPU: each call's own work, without wake-ups
+  on other CPUs.
 * ``imap``: ``Pool.imap`` over 200,000 tiny items (``x * x``) against
   ``multiprocessing.Pool.imap(chunksize=256)``. Goal: at least 1.5x.
 * ``cfg``: ``runner([7])`` with a 100,000-key ``cfg`` whose consumer writes a
@@ -42,6 +50,7 @@ import inspect
 import mmap
 import multiprocessing
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -84,14 +93,27 @@ def _echo(r: int, w: int, cpu: Optional[int] = None) -> None:
         os.write(w, b)
 
 
+def _call_back(r: int, w: int, cpu: Optional[int] = None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    while True:
+        b = os.read(r, 65536)
+        if not b or b == b"q":
+            os._exit(0)
+        fn, args = pickle.loads(b)
+        os.write(w, pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class PipeFloor:
     """A child that echoes one byte: a raw round trip between two processes."""
+
+    _serve = staticmethod(_echo)
 
     def __init__(self, cpu: Optional[int] = None) -> None:
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
         ctx = multiprocessing.get_context("fork")
-        self._p = ctx.Process(target=_echo, args=(r1, w2, cpu), daemon=True)
+        self._p = ctx.Process(target=self._serve, args=(r1, w2, cpu), daemon=True)
         self._p.start()
         os.close(r1)
         os.close(w2)
@@ -106,6 +128,18 @@ class PipeFloor:
         self._p.join(5)
         os.close(self._w)
         os.close(self._r)
+
+
+class BareCall(PipeFloor):
+    """The least a Python call to a kept-alive process does: ``square(7)`` pickled
+    there, its result pickled back, one ``os.write`` and one ``os.read`` each way
+    (no framing, no error handling, no bookkeeping)."""
+
+    _serve = staticmethod(_call_back)
+
+    def call(self) -> bool:
+        os.write(self._w, pickle.dumps((square, (7,)), protocol=pickle.HIGHEST_PROTOCOL))
+        return pickle.loads(os.read(self._r, 65536)) == 49
 
 
 # ------------------------------------------------------------- instrumentation
@@ -500,7 +534,12 @@ def _placed_floors() -> Dict[str, Any]:
     return {
         "pipe round trip, both on one CPU": (PipeFloor(here), here),
         "pipe round trip, on two CPUs": (PipeFloor(there), here),
+        "bare Python call, both on one CPU": (BareCall(here), here),
     }
+
+
+#: the least a Python call to a kept-alive process does (``BareCall``)
+BARE = "bare Python call (a pickle each way)"
 
 
 def section_floor(cfg) -> List[str]:
@@ -511,12 +550,14 @@ def section_floor(cfg) -> List[str]:
     flush()
     ok = expect(True)
     floor = PipeFloor()
+    bare = BareCall()
     placed = _placed_floors()
     try:
         with StepSquare(2) as runner, ecp.Pool(2) as pool, multiprocessing.Pool(2) as mp:
             got = take_turns([
                 Contender("pipe round trip (1 byte each way)", _repeat(floor.call, True, calls),
                           ok),
+                Contender(BARE, _repeat(bare.call, True, calls), ok),
                 *(Contender(name, _pinned(_repeat(echo.call, True, calls), cpu), ok)
                   for name, (echo, cpu) in placed.items()),
                 Contender("runner([7])", _repeat(lambda: runner([7]), 49, calls), ok),
@@ -527,11 +568,18 @@ def section_floor(cfg) -> List[str]:
             ], rounds)
     finally:
         floor.close()
+        bare.close()
         for echo, _cpu in placed.values():
             echo.close()
     peer = "pipe round trip (1 byte each way)"
     _median_rows("  one call, kept alive", got, peer, calls)
     f = got[peer].median
+    # Context for the goal: what a Python call pays before any library's work.
+    b = got[BARE].median
+    print(f"  against the {BARE} ({b / calls * 1e6:.1f} us, {b / f:.1f}x the floor): "
+          + ", ".join(f"{name} {got[name].median / b:.2f}x" for name in (
+              "runner([7])", "easycore Pool.apply(square, (7,))",
+              "multiprocessing.Pool.apply(square, (7,))")))
     return [
         goal("runner([x]) vs the pipe floor (floor / time, at least 1/5)",
              f / got["runner([7])"].median, 0.2),
