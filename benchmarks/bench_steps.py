@@ -83,37 +83,36 @@ now = time.perf_counter  # CLOCK_MONOTONIC on Linux: one clock for every process
 
 
 # ------------------------------------------------------------- the pipe floor
-def _echo(r: int, w: int, cpu: Optional[int] = None) -> None:
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
-    while True:
-        b = os.read(r, 1)
-        if not b or b == b"q":
-            os._exit(0)
-        os.write(w, b)
+def _echo(message: bytes) -> bytes:
+    return message
 
 
-def _call_back(r: int, w: int, cpu: Optional[int] = None) -> None:
+def _call_back(message: bytes) -> bytes:
+    fn, args = pickle.loads(message)
+    return pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _serve_pipe(r: int, w: int, cpu: Optional[int], answer: Callable[[bytes], bytes]) -> None:
+    """The child's loop: each message read is answered with ``answer(message)``."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     while True:
         b = os.read(r, 65536)
         if not b or b == b"q":
             os._exit(0)
-        fn, args = pickle.loads(b)
-        os.write(w, pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL))
+        os.write(w, answer(b))
 
 
 class PipeFloor:
     """A child that echoes one byte: a raw round trip between two processes."""
 
-    _serve = staticmethod(_echo)
+    _answer = staticmethod(_echo)
 
     def __init__(self, cpu: Optional[int] = None) -> None:
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
         ctx = multiprocessing.get_context("fork")
-        self._p = ctx.Process(target=self._serve, args=(r1, w2, cpu), daemon=True)
+        self._p = ctx.Process(target=_serve_pipe, args=(r1, w2, cpu, self._answer), daemon=True)
         self._p.start()
         os.close(r1)
         os.close(w2)
@@ -135,7 +134,7 @@ class BareCall(PipeFloor):
     there, its result pickled back, one ``os.write`` and one ``os.read`` each way
     (no framing, no error handling, no bookkeeping)."""
 
-    _serve = staticmethod(_call_back)
+    _answer = staticmethod(_call_back)
 
     def call(self) -> bool:
         os.write(self._w, pickle.dumps((square, (7,)), protocol=pickle.HIGHEST_PROTOCOL))
