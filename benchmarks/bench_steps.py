@@ -525,7 +525,8 @@ def _pinned(run: Callable[[], bool], cpu: int) -> Callable[[], bool]:
 
 def _placed_floors() -> Dict[str, Any]:
     """Context for the floor: the same round trip with both processes held on one
-    CPU, and on two (where the platform places threads and has two CPUs)."""
+    CPU, and on two, and the bare Python call on one CPU (where the platform
+    places threads and has two CPUs)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
         return {}
