@@ -198,22 +198,28 @@ def test_a_stream_worker_killed_while_it_starts_is_replaced_even_with_max_deaths
         if client == "BackgroundTask":
             stream = BackgroundTask(pid, workers=2, max_deaths=1, initializer=gate,
                                     initargs=(held.dir, held.path))
-            get = functools.partial(stream.get, timeout=WAIT)
+
+            def answers():
+                return {stream.get(timeout=WAIT)}
         else:
             stream = JobQueue(workers=2, max_deaths=1, initializer=gate,
                               initargs=(held.dir, held.path))
 
-            def get():
+            def answers():
+                # Two jobs in flight at once: one job after another runs on the
+                # worker that ran the last, so the second is what reaches the
+                # replacement once it is ready.
                 stream.put(pid)
-                return stream.get(timeout=WAIT)
+                stream.put(pid)
+                return {stream.get(timeout=WAIT), stream.get(timeout=WAIT)}
         with stream:
-            ready = get()
+            (ready,) = answers()  # the other worker is held in its initializer
             victim = _kill_the_other(stream.worker_pids, ready)
             held.release()
-            seen = {get()}
+            seen = answers()
             deadline = time.monotonic() + WAIT
             while not seen - {ready} and time.monotonic() < deadline:
-                seen.add(get())  # until the replacement (started, then ready) answers too
+                seen |= answers()  # until the replacement (started, then ready) answers too
             assert victim not in seen and len(seen - {ready}) == 1
     finally:
         held.release()

@@ -6,7 +6,9 @@ seen the moment it happens, whatever the others do; a task pipe joins the
 set only while it holds output the pipe could not take yet (sends never
 block: the polling thread flushes them when there is room). Another thread
 makes a blocked poll return through the wake-up pipe, as CPython's
-``concurrent.futures.process`` keeps its ``_ThreadWakeup`` apart.
+``concurrent.futures.process`` keeps its ``_ThreadWakeup`` apart. While its
+waits are short (a kept-alive call's answer), a poll spins for a moment before
+it sleeps: see [`spin`][easycore.common.parallel._os.spin].
 
 This module knows file descriptors and slots only; what a readable pipe or
 a fired sentinel means is the [`ProcessBackend`][easycore.common.parallel.ProcessBackend]'s.
@@ -18,6 +20,9 @@ import contextlib
 import os
 import selectors
 import threading
+import time
+
+from .._os.spin import Spinner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -33,7 +38,13 @@ class Multiplexer:
     ``wakeup`` and ``want_write`` by any thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spin: float = 0.0) -> None:
+        """
+        Args:
+            spin (float): the longest spin before a blocking wait (seconds; 0:
+                never), see [`spin.budget`][easycore.common.parallel._os.spin.budget].
+        """
+        self._spinner = Spinner(spin)
         self._sel: Optional[selectors.BaseSelector] = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -106,8 +117,15 @@ class Multiplexer:
         if sel is None:
             return []
         self._update_writers(sel, flush, task_fd)
+        spinner = self._spinner
+        ready, started = spinner.spin(lambda: sel.select(0), timeout)
+        if not ready:
+            if ready is not None:  # spun in vain: the rest of the timeout
+                timeout = max(0.0, timeout - (time.perf_counter() - started))
+            ready = sel.select(timeout)
+        spinner.waited(started)
         out: List[Tuple[str, int]] = []
-        for key, _mask in sel.select(timeout):
+        for key, _mask in ready:
             kind, slot = key.data
             if kind == "wake":
                 # Reset before draining, so no wakeup is lost; no lock here: a

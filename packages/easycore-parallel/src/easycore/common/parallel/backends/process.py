@@ -5,8 +5,7 @@ left held (and its stream torn) when a worker dies in the middle of a read,
 which is how classic pools hang. Here each worker owns its task and result
 pipes, and the caller waits on every result pipe *and* every process
 sentinel at once, so a hook's error or a worker's death is seen the moment it
-happens, whatever the others do (the
-[`multiplexer`][easycore.common.parallel.backends.multiplexer]).
+happens ([`multiplexer`][easycore.common.parallel.backends.multiplexer]).
 
 Sends never block: the caller's end of each task pipe is non-blocking, and
 what a busy worker's pipe cannot take yet waits in a buffer that the polling
@@ -36,7 +35,7 @@ import time
 from multiprocessing import util
 from multiprocessing.context import BaseContext
 
-from .._os import inherit, lifeline, memory, oom, stacks, startup, threads, zygote
+from .._os import inherit, lifeline, memory, oom, spin, stacks, startup, threads, zygote
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
@@ -255,6 +254,7 @@ class ProcessBackend(Backend):
 
     def _launch(self) -> None:
         startup.check_main_guard()  # a worker importing a script without the guard: exits
+        spin_seconds = spin.budget()  # a bad EASYCORE_SPIN_US: said before anything starts
         if self._method != "fork":
             # The standard library starts the resource tracker for these workers
             # anyway; started now, the workers get names for segments of their own
@@ -285,7 +285,7 @@ class ProcessBackend(Backend):
                 # (and spin) every core's thread: the zygote limited it once instead.
                 self._first_from_zygote = threads.restarts_openblas_in_children(
                     self._spec.threads)
-        self._mux = Multiplexer()
+        self._mux = Multiplexer(spin_seconds)
         self._finalizer = util.Finalize(
             self, _kill_all,
             args=(self._handles, self.transport, None, self._inherited(), self._zygote),

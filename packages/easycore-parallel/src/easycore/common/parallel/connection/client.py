@@ -13,19 +13,23 @@ a whole frame and sends what the socket takes before the deadline; what it
 does not take stays queued, whole, and goes out with the next ``send`` or
 ``flush``, so a call that runs out of time never leaves half a frame that
 the next one would corrupt. ``recv`` returns the next frame or None at the
-deadline. Every wait is a ``poll`` on the socket with the time left.
+deadline. Every wait is a ``poll`` on the socket with the time left,
+after a short spin while the answers come quickly
+([`spin`][easycore.common.parallel._os.spin]).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import select
 import socket
 import time
 from collections import deque
 from collections.abc import Callable
 
+from .._os.spin import Spinner, budget
 from .auth import ClientProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter
 
@@ -48,12 +52,13 @@ class Link:
 
     Args:
         sock (socket.socket): a connected stream socket (made non-blocking here).
+        spin (float): the longest spin before a blocking wait (seconds; 0: never).
     """
 
     #: seconds between calls of a wait's ``check``
     tick = 0.25
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, spin: float = 0.0) -> None:
         sock.setblocking(False)
         self.sock = sock
         self._reader = FrameReader()
@@ -64,6 +69,8 @@ class Link:
         self._poll = select.poll()
         self._poll.register(sock.fileno(), select.POLLIN)
         self._events = select.POLLIN
+        self._spinner = Spinner(spin)
+        self._poll_now = functools.partial(self._poll.poll, 0)
         self.eof = False
 
     def fileno(self) -> int:
@@ -167,7 +174,10 @@ class Link:
             wait = left
             if check is not None:
                 wait = self.tick if wait is None else min(wait, self.tick)
-            ready = self._poll.poll(None if wait is None else max(0, int(wait * 1000) + 1))
+            ready, started = self._spinner.spin(self._poll_now, wait)
+            if not ready:
+                ready = self._poll.poll(None if wait is None else max(0, int(wait * 1000) + 1))
+            self._spinner.waited(started)
             if ready:
                 return True
             if check is not None:
@@ -203,9 +213,12 @@ def connect(address: str, authkey: bytes, hello: bytes, deadline: Optional[float
         multiprocessing.AuthenticationError: a wrong key on either side.
         EOFError: the server closed the connection during the handshake.
         OSError: nobody listens (``ConnectionRefusedError``, ``FileNotFoundError``).
+        ValueError: ``EASYCORE_SPIN_US`` is no budget (see
+            [`spin.budget`][easycore.common.parallel._os.spin.budget]).
     """
+    spin = budget()  # a bad EASYCORE_SPIN_US: said before the socket opens
     sock = _open(address, deadline)
-    link = Link(sock)
+    link = Link(sock, spin)
     try:
         proof = ClientProof(authkey)
         link.send(proof.answer(_expect(link, deadline, check)), deadline, check)

@@ -37,6 +37,7 @@ death instead of waiting.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import selectors
 import socket
@@ -46,7 +47,7 @@ import time
 import traceback
 from collections import deque
 
-from .._os import interrupts
+from .._os import interrupts, spin
 from .address import remove_quietly
 from .auth import ServerProof
 from .frames import READ_CHUNK, FrameReader, FrameWriter, frame
@@ -196,10 +197,18 @@ class Server:
         self._thread: Optional[threading.Thread] = None
         self._door: Optional[threading.Thread] = None
         self._wake_open = False
+        self._spin = 0.0  # set by start
 
     # --------------------------------------------------------------- life
     def start(self) -> None:
-        """Listen, then accept and serve from the server's two threads."""
+        """Listen, then accept and serve from the server's two threads.
+
+        Raises:
+            ValueError: ``EASYCORE_SPIN_US`` is no budget (see
+                [`spin.budget`][easycore.common.parallel._os.spin.budget]).
+            OSError: the address cannot be bound.
+        """
+        self._spin = spin.budget()  # a bad value: said before anything listens
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.address)
@@ -383,6 +392,10 @@ class Server:
         sel.register(self._wake_r, selectors.EVENT_READ, None)
         peers: Dict[int, Peer] = {}
         turn = self._turn
+        # A client calling in a loop sends its next frame microseconds after
+        # its reply: look for it for a moment before sleeping (``_os.spin``).
+        spinner = spin.Spinner(self._spin)
+        select_now = functools.partial(sel.select, 0)
         next_timer: Optional[float] = None
         try:
             while not self._stopping:
@@ -392,7 +405,11 @@ class Server:
                     timeout = max(0.0, next_timer - time.monotonic())
                 else:
                     timeout = None
-                for key, events in sel.select(timeout):
+                ready, started = spinner.spin(select_now, timeout)
+                if not ready:
+                    ready = sel.select(timeout)
+                spinner.waited(started)
+                for key, events in ready:
                     if key.data is None:
                         _drain(self._wake_r)
                         self._adopt(peers)

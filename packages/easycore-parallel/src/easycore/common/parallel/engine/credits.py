@@ -11,6 +11,11 @@ worker's place in its fifo while the chunk is taken and encoded (outside the
 engine lock for a lazy input), so that the fifo is always in the order the
 worker runs its chunks.
 
+A chunk goes to the least loaded worker; among those, to the one that took
+the last chunk. One call after another thus runs on one worker, whose process
+is awake and looking for the next call (see [`spin`][easycore.common.parallel._os.spin]),
+while a batch of chunks still spreads over every worker.
+
 The [`Dispatcher`][easycore.common.parallel.engine.credits.Dispatcher] is one
 part of the engine over its [`EngineState`][easycore.common.parallel.engine.state.EngineState];
 a job that ends while it is sent is ended through the core's
@@ -54,7 +59,7 @@ class Dispatcher:
         """
         self.state = state
         self.outcomes = outcomes
-        self._rr = 0  # where the round-robin over the workers starts next
+        self._last = 0  # the worker taken last: the first of the least loaded (see above)
 
     def has_credit(self) -> bool:
         """Whether some worker could take a chunk now."""
@@ -140,14 +145,14 @@ class Dispatcher:
         best = None
         n = len(state.workers)
         for k in range(n):
-            w = state.workers[(self._rr + k) % n]
+            w = state.workers[(self._last + k) % n]
             if (self.usable(w) and len(w.fifo) < state.credits
                     and (best is None or len(w.fifo) < len(best.fifo))
                     and self.share_left(job, w) != 0):
                 best = w
         if best is None:
             return None
-        self._rr = (best.slot + 1) % n
+        self._last = best.slot
         job.outstanding += 1
         best.fifo.append(RESERVED)
         return best.slot

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import functools
 import os
 import pickle
+import select
 import signal
 import sys
 import time
 
 from .._named_tuples import NamedTuple
-from .._os import interrupts, lifeline, stacks, threads
+from .._os import interrupts, lifeline, spin, stacks, threads
 from ..errors import ErrorReport
 from .executor import HookFailed, Terminated, WorkerContext, WorkerHandler, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
@@ -195,11 +197,18 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
     post(ready)
     if type(ready) is WorkerFailed:
         return
+    # A kept-alive call's next item comes within microseconds of this one's
+    # result: look for it for a moment before sleeping (see ``_os.spin``).
+    spinner = spin.Spinner(_spin_budget())
+    poller = select.poll()
+    poller.register(tasks.fileno(), select.POLLIN)
     while True:
         # The last message (a job's function may be a big pickle) must not
         # stay alive while this worker waits for the next one.
         data = message = None
+        _got, started = spinner.spin(functools.partial(poller.poll, 0), None)
         data = _receive(tasks)
+        spinner.waited(started)
         received = time.perf_counter()
         try:
             message = reported("receiving a message", pickle.loads, data)
@@ -209,6 +218,13 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
         post(executor.handle(message, received, len(data)))
         if type(message) is not RunChunk:  # StopWorker: answered, this worker exits
             return
+
+
+def _spin_budget() -> float:
+    try:
+        return spin.budget()
+    except ValueError:  # the caller said so before it started this worker
+        return 0.0
 
 
 def _executor(spec_bytes: bytes, n_threads: Optional[int]) -> WorkerHandler:
