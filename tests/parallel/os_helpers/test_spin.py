@@ -93,7 +93,7 @@ def test_nothing_spins_without_a_budget_or_with_a_timeout_of_zero():
     assert spin.Spinner(60.0).spin(ready, 0.0)[0] is None
 
 
-def test_a_long_wait_stops_the_spin_until_a_short_one():
+def test_after_a_long_wait_one_wait_in_eight_spins_and_a_short_one_spins_again():
     spinner = spin.Spinner(0.01)
     calls = []
 
@@ -102,13 +102,37 @@ def test_a_long_wait_stops_the_spin_until_a_short_one():
 
     _, started = spinner.spin(ready, None)
     assert calls  # nothing known yet: it spins
-    spinner.waited(started - 1.0)  # a wait of a second: longer than the budget
+    spinner.waited(started - 1.0)  # a wait of a second: longer than SHORT budgets
     n = len(calls)
-    got, started = spinner.spin(ready, None)
-    assert got is None and len(calls) == n  # sleeps at once
+    for _ in range(spin.PROBE_EVERY - 1):
+        got, started = spinner.spin(ready, None)
+        assert got is None and len(calls) == n  # sleeps at once
+        spinner.waited(started - 1.0)  # long again
+    _, started = spinner.spin(ready, None)  # the probe
+    assert len(calls) > n
     spinner.waited(started)  # that wait was short
+    n = len(calls)
     spinner.spin(ready, None)
-    assert len(calls) > n  # spins again
+    assert len(calls) > n  # spins again at once
+
+
+def test_a_wait_up_to_a_few_budgets_long_counts_as_short():
+    # A wait that slept is longer by the wake-ups a spin saves: up to SHORT
+    # budgets, the next wait still spins.
+    spinner = spin.Spinner(0.01)
+    calls = []
+
+    def ready():
+        calls.append(1)
+        return True
+
+    _, started = spinner.spin(ready, None)
+    spinner.waited(started - 0.01 * (spin.SHORT - 1))  # (SHORT - 1) budgets and a bit
+    spinner.spin(ready, None)
+    assert len(calls) == 2
+    _, started = spinner.spin(ready, None)
+    spinner.waited(started - 0.01 * (spin.SHORT + 1))  # longer than SHORT budgets
+    assert spinner.spin(ready, None)[0] is None and len(calls) == 3
 
 
 # ------------------------------------------------------ workers and callers

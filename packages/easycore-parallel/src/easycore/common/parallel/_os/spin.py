@@ -14,12 +14,15 @@ The spin is short and yields the CPU at every turn (``sched_yield``), so a
 process that has work on this CPU (the very worker being waited for, on a
 machine with fewer free CPUs than processes) runs instead of the spinner. A
 [`Spinner`][easycore.common.parallel._os.spin.Spinner] spins only while its
-waits are short: after a wait longer than the budget (a long chunk, an idle
-worker) the next wait sleeps at once, and it spins again after a short one.
-Where this process may run on one CPU only, nothing spins.
+waits are short: after a wait longer than four budgets (a long chunk, an idle
+worker) the next waits sleep at once, but for one in eight, which spins again.
+A wait that slept is longer by the very wake-ups a spin saves (and so is the
+other side's, while it sleeps too): hence four budgets, not one, and the
+probe. Where this process may run on one CPU only, nothing spins.
 
 ``EASYCORE_SPIN_US``: the budget in microseconds (default 200; ``0``: never
-spin). The process back-end's polling thread and its workers read it.
+spin). Read by the process back-end's polling thread and its workers, and by
+the connections of the services and the ``Queue`` (both ends).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ __all__ = ["ENV", "Spinner", "budget"]
 ENV = "EASYCORE_SPIN_US"
 #: the budget when the environment does not set one (seconds)
 DEFAULT = 200e-6
+#: after a long wait, one wait in this many spins anyway
+PROBE_EVERY = 8
+#: a wait up to this many budgets long is short: the next one spins
+SHORT = 4
 _INFINITY = float("inf")
 
 
@@ -79,7 +86,7 @@ class Spinner:
     One waiting thread uses it: a back-end's polling thread, a worker's main loop.
     """
 
-    __slots__ = ("_last", "budget")
+    __slots__ = ("_last", "_slept", "budget")
 
     def __init__(self, seconds: float) -> None:
         """
@@ -89,6 +96,7 @@ class Spinner:
         """
         self.budget = seconds
         self._last = 0.0  # how long the last wait took: spin when it was short
+        self._slept = 0  # waits that slept at once since the last spin
 
     def spin(self, ready: Callable[[], T], timeout: Optional[float]) -> Tuple[T, float]:
         """Call ``ready`` until it returns something true, if spinning pays now.
@@ -106,8 +114,13 @@ class Spinner:
         """
         started = time.perf_counter()
         limit = self.budget
-        if not limit or self._last > limit or (timeout is not None and timeout <= 0.0):
+        if not limit or (timeout is not None and timeout <= 0.0):
             return None, started  # type: ignore[return-value]
+        if self._last > SHORT * limit:
+            self._slept += 1
+            if self._slept < PROBE_EVERY:
+                return None, started  # type: ignore[return-value]
+        self._slept = 0
         if timeout is not None:
             limit = min(limit, timeout)
         end = started + limit
