@@ -6,9 +6,10 @@ seen the moment it happens, whatever the others do; a task pipe joins the
 set only while it holds output the pipe could not take yet (sends never
 block: the polling thread flushes them when there is room). Another thread
 makes a blocked poll return through the wake-up pipe, as CPython's
-``concurrent.futures.process`` keeps its ``_ThreadWakeup`` apart. While its
-waits are short (a kept-alive call's answer), a poll spins for a moment before
-it sleeps: see [`spin`][easycore.common.parallel._os.spin].
+``concurrent.futures.process`` keeps its ``_ThreadWakeup`` apart. Where the
+polling thread is the one waiting (a runner's caller) and its waits are short
+(a kept-alive call's answer), a poll spins for a moment before it sleeps: see
+[`spin`][easycore.common.parallel._os.spin].
 
 This module knows file descriptors and slots only; what a readable pipe or
 a fired sentinel means is the [`ProcessBackend`][easycore.common.parallel.ProcessBackend]'s.
@@ -100,7 +101,8 @@ class Multiplexer:
                 os.write(self._wake_w, b"x")
 
     def select(self, timeout: float, flush: Callable[[int], bool],
-               task_fd: Callable[[int], Optional[int]]) -> List[Tuple[str, int]]:
+               task_fd: Callable[[int], Optional[int]], spin: bool = False
+               ) -> List[Tuple[str, int]]:
         """Wait up to ``timeout`` seconds; what happened, as ``("result" | "exit", slot)``.
 
         Args:
@@ -109,6 +111,8 @@ class Multiplexer:
                 True when nothing is left (or the worker is gone).
             task_fd (callable): ``task_fd(slot)``: the task pipe's descriptor,
                 None once the worker is gone or its pipes are closed.
+            spin (bool): spin for a moment first, while waits are short (the
+                polling thread is the one waiting for the results).
 
         Returns:
             list: in the selector's order; writes and wake-ups are handled here.
@@ -117,13 +121,16 @@ class Multiplexer:
         if sel is None:
             return []
         self._update_writers(sel, flush, task_fd)
-        spinner = self._spinner
-        ready, started = spinner.spin(lambda: sel.select(0), timeout)
-        if not ready:
-            if ready is not None:  # spun in vain: the rest of the timeout
-                timeout = max(0.0, timeout - (time.perf_counter() - started))
+        if spin:
+            spinner = self._spinner
+            ready, started = spinner.spin(lambda: sel.select(0), timeout)
+            if not ready:
+                if ready is not None:  # spun in vain: the rest of the timeout
+                    timeout = max(0.0, timeout - (time.perf_counter() - started))
+                ready = sel.select(timeout)
+            spinner.waited(started)
+        else:
             ready = sel.select(timeout)
-        spinner.waited(started)
         out: List[Tuple[str, int]] = []
         for key, _mask in ready:
             kind, slot = key.data

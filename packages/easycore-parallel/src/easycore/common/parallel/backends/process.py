@@ -448,7 +448,7 @@ class ProcessBackend(Backend):
         # reaches this one when it next runs Python code.
         tick = self.tick if timeout is None else max(0.0, min(timeout, self.tick))
         out: List[Tuple[int, Any]] = []
-        for kind, slot in mux.select(tick, self._flush_slot, self._task_fd):
+        for kind, slot in mux.select(tick, self._flush_slot, self._task_fd, self.spin_in_poll):
             h = self._by_slot[slot]
             # On an exit, what it said before dying comes first.
             self._drain(h, out, known_readable=kind == "result")
