@@ -109,10 +109,11 @@ class Backend(abc.ABC):
     #: one): passed on as it is, the workers' programs make an empty ``CfgNode``
     #: if a function asks for it; other back-ends get that ``CfgNode`` in the spec
     takes_no_cfg: bool = False
-    #: whether ``poll`` may spin for a moment before it sleeps (see
-    #: [`spin`][easycore.common.parallel._os.spin]): set where the thread that polls
-    #: is the one waiting for the results (a runner's caller), not for a pool's
-    #: coordinator, which hands them to another thread that then needs the
+    #: whether the next ``poll`` may spin for a moment before it sleeps (see
+    #: [`spin`][easycore.common.parallel._os.spin]), set by the engine before each
+    #: poll: where the thread that polls is the one waiting for the results (a
+    #: runner's caller) and one chunk is out (a kept-alive call). Not for a pool's
+    #: coordinator, which hands results to another thread that then needs the
     #: interpreter lock a spinning coordinator keeps taking
     spin_in_poll: bool = False
     #: ``__main__``'s functions and classes when the workers started (process

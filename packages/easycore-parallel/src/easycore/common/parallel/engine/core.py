@@ -342,6 +342,11 @@ class Engine:
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
+            if self.caller_pumps:
+                # A runner's caller waiting for one call's answer spins for a
+                # moment before it sleeps (``_os.spin``); not while a stream's
+                # chunks run, whose workers need the CPU.
+                state.backend.spin_in_poll = state.one_chunk_in_flight()
             recorder = state.recorder
             if recorder is not None and recorder.caller_pumps:  # insights
                 t0 = time.perf_counter()

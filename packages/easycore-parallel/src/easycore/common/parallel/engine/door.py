@@ -121,7 +121,6 @@ def start(backend: Backend, options: WorkerOptions, policy: Policy, *,
         engine.state.max_worker_memory = limit
         engine.recorder = recorder  # before the start: start-up counts
         engine.caller_pumps = caller_pumps
-        backend.spin_in_poll = caller_pumps
         if recorder is not None:
             recorder.caller_pumps = caller_pumps
         engine.start(wait=wait)

@@ -148,6 +148,15 @@ class EngineState:
         """Whether some worker holds a chunk (or a place reserved for one)."""
         return any(w.fifo for w in self.workers)
 
+    def one_chunk_in_flight(self) -> bool:
+        """Whether exactly one chunk is out (a kept-alive call's, say); read without the lock."""
+        n = 0
+        for w in self.workers:
+            n += len(w.fifo)
+            if n > 1:
+                return False
+        return n == 1
+
     def check_usable(self) -> None:
         """Raise what keeps the engine from taking work: its break, or its close."""
         if self.broken is not None:

@@ -197,18 +197,26 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
     post(ready)
     if type(ready) is WorkerFailed:
         return
-    # A kept-alive call's next item comes within microseconds of this one's
-    # result: look for it for a moment before sleeping (see ``_os.spin``).
+    # One call after another (each a job of one chunk): the next comes within
+    # microseconds of this one's result, so look for it for a moment before
+    # sleeping (see ``_os.spin``). Not within a job's stream of chunks: the
+    # next one is queued already, or the caller is busy, and a spinning worker
+    # would take the CPU it needs.
     spinner = spin.Spinner(_spin_budget())
     poller = select.poll()
     poller.register(tasks.fileno(), select.POLLIN)
+    ready_now = functools.partial(poller.poll, 0)
+    last_job, spin_next = None, False
     while True:
         # The last message (a job's function may be a big pickle) must not
         # stay alive while this worker waits for the next one.
         data = message = None
-        _got, started = spinner.spin(functools.partial(poller.poll, 0), None)
-        data = _receive(tasks)
-        spinner.waited(started)
+        if spin_next:
+            _got, started = spinner.spin(ready_now, None)
+            data = _receive(tasks)
+            spinner.waited(started)
+        else:
+            data = _receive(tasks)
         received = time.perf_counter()
         try:
             message = reported("receiving a message", pickle.loads, data)
@@ -218,6 +226,7 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
         post(executor.handle(message, received, len(data)))
         if type(message) is not RunChunk:  # StopWorker: answered, this worker exits
             return
+        spin_next, last_job = message.job != last_job, message.job
 
 
 def _spin_budget() -> float:
