@@ -20,11 +20,12 @@ from _parallel_support import METHODS, stray_children
 
 from easycore.common.parallel import Pool
 from easycore.common.parallel._os import spin
+from easycore.common.parallel._os.threads import available_cpus
 from easycore.common.parallel.worker import loop
 
 pytestmark = pytest.mark.timeout(120)
 
-MANY_CPUS = pytest.mark.skipif(spin._cpus() < 2, reason="one CPU: nothing spins")
+MANY_CPUS = pytest.mark.skipif(available_cpus() < 2, reason="one CPU: nothing spins")
 
 
 # ------------------------------------------------------------------ budget
@@ -133,6 +134,23 @@ def test_a_wait_up_to_a_few_budgets_long_counts_as_short():
     _, started = spinner.spin(ready, None)
     spinner.waited(started - 0.01 * (spin.SHORT + 1))  # longer than SHORT budgets
     assert spinner.spin(ready, None)[0] is None and len(calls) == 3
+
+
+def test_a_wait_blocks_for_the_rest_of_its_timeout_after_a_spin_in_vain():
+    asked = []
+
+    def block(seconds):
+        asked.append(seconds)
+        return ["slept"]
+
+    assert spin.Spinner(0.001).wait(list, block, 1.0) == ["slept"]
+    assert 0.0 < asked[-1] < 1.0  # less the spin
+    assert spin.Spinner(0.0).wait(list, block, 1.0) == ["slept"]
+    assert asked[-1] == 1.0  # no spin: the whole timeout
+    assert spin.Spinner(0.001).wait(list, block, None) == ["slept"]
+    assert asked[-1] is None  # no timeout: for ever
+    assert spin.Spinner(60.0).wait(lambda: ["found"], block, None) == ["found"]
+    assert len(asked) == 3  # found by the spin: no block
 
 
 # ------------------------------------------------------ workers and callers

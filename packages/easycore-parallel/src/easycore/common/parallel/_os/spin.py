@@ -30,6 +30,8 @@ from __future__ import annotations
 import os
 import time
 
+from .threads import available_cpus
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Callable, Optional, Tuple, TypeVar
@@ -68,22 +70,17 @@ def budget() -> float:
         if not 0.0 <= seconds < _INFINITY:  # NaN too
             raise ValueError(f"{ENV}={raw!r}: expected microseconds, a finite number >= 0 "
                              f"(0: never spin before a blocking wait)")
-    if seconds and _cpus() < 2:
+    if seconds and available_cpus() < 2:
         return 0.0
     return seconds
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # macOS has no affinity
-        return os.cpu_count() or 1
 
 
 class Spinner:
     """Spins before a blocking wait while this waiter's waits are short.
 
-    One waiting thread uses it: a back-end's polling thread, a worker's main loop.
+    One waiting thread uses it: a back-end's polling thread, a worker's main
+    loop, a connection's user or its server's serving thread. Each waits through
+    [`wait`][easycore.common.parallel._os.spin.Spinner.wait].
     """
 
     __slots__ = ("_last", "_slept", "budget")
@@ -133,3 +130,24 @@ class Spinner:
     def waited(self, started: float) -> None:
         """The wait that began at ``started`` (``spin``'s second value) has ended."""
         self._last = time.perf_counter() - started
+
+    def wait(self, ready: Callable[[], T], block: Callable[[Optional[float]], T],
+             timeout: Optional[float]) -> T:
+        """Spin for ``ready``'s answer while that pays, else ``block`` for the rest.
+
+        Args:
+            ready (callable): checks without blocking (see ``spin``).
+            block (callable): ``block(seconds)`` waits for the same answer, at
+                most ``seconds`` (None: for ever).
+            timeout (float or None): the whole wait's limit (seconds).
+
+        Returns:
+            What ``ready`` found, or what ``block`` returned.
+        """
+        got, started = self.spin(ready, timeout)
+        if not got:
+            if got is not None and timeout is not None:  # spun in vain: the rest
+                timeout = max(0.0, timeout - (time.perf_counter() - started))
+            got = block(timeout)
+        self.waited(started)
+        return got

@@ -21,7 +21,6 @@ import contextlib
 import os
 import selectors
 import threading
-import time
 
 from .._os.spin import Spinner
 
@@ -122,13 +121,7 @@ class Multiplexer:
             return []
         self._update_writers(sel, flush, task_fd)
         if spin:
-            spinner = self._spinner
-            ready, started = spinner.spin(lambda: sel.select(0), timeout)
-            if not ready:
-                if ready is not None:  # spun in vain: the rest of the timeout
-                    timeout = max(0.0, timeout - (time.perf_counter() - started))
-                ready = sel.select(timeout)
-            spinner.waited(started)
+            ready = self._spinner.wait(lambda: sel.select(0), sel.select, timeout)
         else:
             ready = sel.select(timeout)
         out: List[Tuple[str, int]] = []

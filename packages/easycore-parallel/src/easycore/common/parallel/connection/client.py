@@ -35,7 +35,7 @@ from .frames import READ_CHUNK, FrameReader, FrameWriter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Deque, Optional, Tuple
+    from typing import Deque, List, Optional, Tuple
 
 __all__ = ["Link", "connect"]
 
@@ -174,14 +174,13 @@ class Link:
             wait = left
             if check is not None:
                 wait = self.tick if wait is None else min(wait, self.tick)
-            ready, started = self._spinner.spin(self._poll_now, wait)
-            if not ready:
-                ready = self._poll.poll(None if wait is None else max(0, int(wait * 1000) + 1))
-            self._spinner.waited(started)
-            if ready:
+            if self._spinner.wait(self._poll_now, self._poll_for, wait):
                 return True
             if check is not None:
                 check()
+
+    def _poll_for(self, seconds: Optional[float]) -> List[Tuple[int, int]]:
+        return self._poll.poll(None if seconds is None else max(0, int(seconds * 1000) + 1))
 
     def shutdown(self) -> None:
         """End the connection for both sides now (the other side reads EOF)."""

@@ -405,11 +405,7 @@ class Server:
                     timeout = max(0.0, next_timer - time.monotonic())
                 else:
                     timeout = None
-                ready, started = spinner.spin(select_now, timeout)
-                if not ready:
-                    ready = sel.select(timeout)
-                spinner.waited(started)
-                for key, events in ready:
+                for key, events in spinner.wait(select_now, sel.select, timeout):
                     if key.data is None:
                         _drain(self._wake_r)
                         self._adopt(peers)

@@ -212,11 +212,8 @@ def _serve(spec_bytes: Optional[bytes], n_threads: Optional[int], tasks: Any,
         # stay alive while this worker waits for the next one.
         data = message = None
         if spin_next:
-            _got, started = spinner.spin(ready_now, None)
-            data = _receive(tasks)
-            spinner.waited(started)
-        else:
-            data = _receive(tasks)
+            spinner.wait(ready_now, poller.poll, None)
+        data = _receive(tasks)
         received = time.perf_counter()
         try:
             message = reported("receiving a message", pickle.loads, data)
