@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Callable, Iterator, List, Optional
 
 __all__ = [
-    "SLICE", "blocked_at_start", "deferred", "join", "slice_of", "sliced", "unblock_in_worker",
+    "SLICE", "blocked_at_start", "deferred", "held", "join", "slice_of", "sliced",
+    "unblock_in_worker",
 ]
 
 #: seconds a blocking wait in the main thread sleeps at most before it runs
@@ -85,7 +86,7 @@ class deferred:  # used as a function: ``with interrupts.deferred():``
         held: List[Any] = []
         self._held = held
         self._previous = previous
-        _raw.signal(_SIGINT, lambda signum, frame: held.append(frame))
+        _raw.signal(_SIGINT, _Hold(held))
 
     def __exit__(self, *exc: Any) -> None:
         previous = self._previous
@@ -94,6 +95,26 @@ class deferred:  # used as a function: ``with interrupts.deferred():``
         _raw.signal(_SIGINT, previous)
         if self._held:
             previous(signal.SIGINT, self._held[0])
+
+
+class _Hold:
+    """``deferred``'s SIGINT handler: notes the Ctrl-C (its frame) for later."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: List[Any]) -> None:
+        self._held = held
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self._held.append(frame)
+
+
+def held() -> bool:
+    """Whether a Ctrl-C is held here now (this thread is inside ``deferred``, and
+    it is the main thread): a ``KeyboardInterrupt`` raised meanwhile is not the
+    user's Ctrl-C but some code's own (an object's unpickling, say)."""
+    return (threading.get_ident() == threading.main_thread().ident
+            and isinstance(_raw.getsignal(_SIGINT), _Hold))
 
 
 @contextlib.contextmanager

@@ -42,7 +42,8 @@ Client calls ``door.start(backend, options, policy, ...)``:
   A lazy input is read only by its owner's thread (``Engine.feed``), or by a
   thread of its own when it is a ``BufferedInput`` (``Pool.imap``'s).
 
-``Engine.pump()`` (one thread at a time: a runner's caller, a pool's coordinator):
+``Engine.pump()`` (one thread at a time: a runner's caller, a pool's coordinator,
+or a pool's blocking call leading its own job, ``turns.py``):
 - polls the back-end; a ``ChunkDone`` pops its chunk from the worker's fifo,
   decodes the results, asks the policy what failed items cost
   (``chunk_failed``) and delivers them outside the lock, through
@@ -58,7 +59,7 @@ The dispatcher and the supervisor change only the state; a job ends, and the
 engine breaks, only in the core, through the ``Outcomes`` interface
 (``state.py``) the core implements. No two modules here import each other
 (an import-linter contract holds it): ``door`` > ``core`` > ``supervision`` |
-``credits`` > ``state`` > ``job`` > ``ordering`` | ``chunking``.
+``credits`` | ``turns`` > ``state`` > ``job`` > ``ordering`` | ``chunking``.
 """
 
 from .door import start

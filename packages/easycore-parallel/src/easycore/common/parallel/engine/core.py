@@ -18,7 +18,9 @@ results) and the engine does the rest (see the data flow in
 * **Who runs what.** ``pump()`` reads the back-end, routes results to their
   jobs, checks task deadlines and hands out free credits. Any thread may call
   it; one does at a time. A runner's calling thread pumps itself (its consumer
-  hooks run there); a pool runs a coordinator thread that pumps.
+  hooks run there); a pool runs a coordinator thread that pumps, and a
+  blocking call whose job is the only one pumps for it itself meanwhile
+  (``turns``).
 * **Failures** (``supervision``), as the engine's policy says: with
   [`FailFast`][easycore.common.parallel.engine.supervision.FailFast] (the
   runners) the first error (an item that raised, a worker that died) is
@@ -64,6 +66,7 @@ from .job import ItemError, Job, JobSink
 from .ordering import deliver
 from .state import RESERVED, EngineState, WorkerState, pop_chunk
 from .supervision import FailFast, Policy, ReplaceWorker, Supervisor
+from .turns import Turns
 
 __all__ = ["Engine", "ItemError", "Job", "JobSink"]
 
@@ -138,6 +141,8 @@ class Engine:
         self._next_job = 0
         self._pump_lock = threading.Lock()
         self._on_idle = on_idle
+        #: whose turn it is to pump: a pool's coordinator, or a leading caller
+        self.turns = Turns(state)
         #: True when the thread that submits jobs is the one that pumps (a
         #: runner's call): no wake-up through the pipe is needed then
         self.caller_pumps = False
@@ -214,6 +219,7 @@ class Engine:
         retry: Optional[bool] = None,
         targets: Optional[List[int]] = None,
         window: Optional[int] = None,
+        lead: bool = False,
     ) -> Job:
         """Create a job and start sending its chunks.
 
@@ -233,6 +239,9 @@ class Engine:
             window (int or None): items taken from the source but not yet
                 consumed (see [`consume`][easycore.common.parallel.engine.core.Engine.consume])
                 at most: how a stream that nobody reads stops.
+            lead (bool): the caller will wait for the job's end: it pumps for
+                it (``lead``) if the job is the only one and the coordinator
+                is parked; then ``state.led`` is the job (see ``turns``).
 
         Returns:
             Job:
@@ -257,16 +266,61 @@ class Engine:
                 self.finish(job, None)
                 return job
             state.active.append(job)
+            led = lead and self.turns.claim(job)
+            leader = state.led
             self.dispatcher.dispatch()
             # The coordinator must see a new job whose chunks it will send, or
             # time: not one whose first chunk is out without a deadline (its
             # result, or its worker's exit, wakes the coordinator, which then
             # sends the rest). Waking it for nothing costs a kept-alive call a
-            # thread switch.
-            wake = job.timeout is not None or job.seq == 0
+            # thread switch. A leading caller must see another's job at once:
+            # it stops leading, and the coordinator sends it.
+            wake = not led and (job.timeout is not None or job.seq == 0 or leader is not None)
+            unpark = not led and leader is None and self.turns.parked
         if wake and not self.caller_pumps:
             state.backend.wakeup()
+        if unpark:
+            self.turns.unpark()
         return job
+
+    def lead(self, job: Job, ready: Callable[[], bool]) -> None:
+        """Pump for ``job`` until ``ready()``: the blocking call ``submit_job`` let lead.
+
+        Stops early (the coordinator then pumps, and the caller waits as any
+        other) when another job is submitted, or on a close or a break. Ctrl-C
+        is held during one pump (``interrupts.SLICE`` seconds at most), then
+        raised; the coordinator gets its turn back whatever ends the lead.
+
+        Args:
+            job (Job): the job, ``state.led``.
+            ready (callable): whether the caller's result is there.
+        """
+        state, turns = self.state, self.turns
+        recorder = state.recorder
+        t0 = time.perf_counter()
+        try:
+            while not ready():
+                with state.lock:
+                    if (state.led is not job or turns.foreign(job) or state.closing
+                            or state.broken is not None):
+                        return
+                with interrupts.deferred():
+                    self.pump(interrupts.SLICE, waiting=True)
+        finally:
+            if recorder is not None:  # insights: the caller waited for its result
+                recorder.waiting_for_results += time.perf_counter() - t0
+            self.end_lead(job)
+
+    def end_lead(self, job: Job) -> None:
+        """Give the pump back after leading ``job``, and send what waited; nothing if
+        ``job`` is not led (so any way out of a blocking call may call it)."""
+        state = self.state
+        if state.led is not job:  # (only the caller of job's lead sets it to job)
+            return
+        with state.lock:
+            if state.led is job:
+                self.turns.leave(job)
+                self.dispatcher.dispatch()
 
     def feed(self, job: Job, budget: Optional[float] = None) -> bool:
         """Pull and send a lazy job's items while credits allow (owner's thread);
@@ -329,11 +383,14 @@ class Engine:
             return list(self.state.busy)
 
     # ----------------------------------------------------------------- pump
-    def pump(self, timeout: Optional[float] = None) -> None:
+    def pump(self, timeout: Optional[float] = None, waiting: bool = False) -> None:
         """Read the back-end once, route what came, hand out credits.
 
         Args:
             timeout (float or None): seconds to wait for something to happen.
+            waiting (bool): the pumping thread waits for a result itself (a
+                runner's caller, a pool's leading call): it spins a moment
+                first while one chunk is out (``_os.spin``).
         """
         state, supervisor = self.state, self.supervisor
         with self._pump_lock:
@@ -342,11 +399,11 @@ class Engine:
             if deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
-            if self.caller_pumps:
-                # A runner's caller waiting for one call's answer spins for a
-                # moment before it sleeps (``_os.spin``); not while a stream's
-                # chunks run, whose workers need the CPU.
-                state.backend.spin_in_poll = state.one_chunk_in_flight()
+            # A caller waiting for one call's answer spins for a moment before
+            # it sleeps (``_os.spin``); not while a stream's chunks run, whose
+            # workers need the CPU, nor a pool's coordinator (see there).
+            state.backend.spin_in_poll = ((self.caller_pumps or waiting)
+                                          and state.one_chunk_in_flight())
             recorder = state.recorder
             if recorder is not None and recorder.caller_pumps:  # insights
                 t0 = time.perf_counter()
@@ -374,6 +431,9 @@ class Engine:
             stop (threading.Event): set when the client stops.
         """
         while not stop.is_set():
+            self.turns.park(stop)  # while a blocking call pumps for itself
+            if stop.is_set():
+                break
             try:
                 self.pump(None)
             except BaseException:  # noqa: BLE001  # pragma: no cover - a bug; keep serving other jobs
@@ -451,8 +511,10 @@ class Engine:
                 results = state.transport.decode_results(slot, msg.results)
             except KeyboardInterrupt:
                 # A Ctrl-C (main thread: a runner's caller) is the user's, not the
-                # results' fault; elsewhere it came from unpickling, as below.
-                if threading.current_thread() is threading.main_thread():
+                # results' fault; elsewhere, or where a Ctrl-C is held (a pool's
+                # leading call), it came from unpickling, as below.
+                if (threading.current_thread() is threading.main_thread()
+                        and not interrupts.held()):
                     raise
                 self._fail_decode(job, w, slot, KeyboardInterrupt())
                 return

@@ -125,6 +125,8 @@ class Dispatcher:
     def reserve(self, job: Job) -> Optional[int]:
         """A worker with a free credit for ``job`` (credit taken), or None (lock held)."""
         state = self.state
+        if state.led is not None and job is not state.led:
+            return None  # a caller pumps for its own job: its thread gets no other's results
         if not may_run_ahead(job, state.reorder_bytes):
             return None
         if (job.window is not None and not job.retrying

@@ -23,7 +23,7 @@ from ..backends.policy import BACKENDS, DevicePolicy, build_backend
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, Dict, List, Literal, Mapping, Optional, Union
+    from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Union
 
     from ..insights import Insights, Recorder
     from ..options import WorkerOptions
@@ -222,6 +222,54 @@ def forked(engine: Any) -> bool:
     return inherit.forked(engine.backend)
 
 
+def blocking_call(engine: Engine, coordinator: Coordinator, submitted: threading.local,
+                  start: Callable[[], Any]) -> Any:
+    """A client's blocking call: submit its job (``start()``) and wait for its result.
+
+    The call leads its job (pumps for it, ``Engine.lead``) where the engine let it:
+    ``submitted.lead`` is True while ``start()`` runs, for the client's submit to
+    pass on. A Ctrl-C (or any error) once the job exists cancels it, wherever it
+    lands: while the result is waited for, or between the job's submission and
+    the wait (a job left running there ran on until its result was
+    garbage-collected, ahead of the client's next calls).
+
+    Args:
+        engine (Engine): the client's engine.
+        coordinator (Coordinator): the client's coordinator (started on the way out).
+        submitted (threading.local): ``sink``: the sink of the job the client's
+            submit made in this thread (its ``job`` set by the engine before a
+            Ctrl-C can land); ``lead``: see above.
+        start (callable): submits the job; returns what ``get()`` gives the result.
+
+    Returns:
+        Any: the result.
+    """
+    result = sink = led = job = None
+    submitted.sink, submitted.lead = None, True
+    try:
+        result = start()
+        sink = submitted.sink
+        led = engine.state.led
+        if sink is not None and led is not None and sink.job is led:
+            engine.lead(led, result.ready)
+        return result.get()
+    except BaseException:
+        sink = submitted.sink
+        job = sink.job if sink is not None else None
+        if job is not None and not job.done:
+            engine.cancel(job)
+        raise
+    finally:
+        sink, submitted.sink, submitted.lead = submitted.sink, None, False
+        if sink is not None and sink.job is not None:
+            engine.end_lead(sink.job)  # (a Ctrl-C before the lead began, too)
+            coordinator.start()  # for what comes next (idle deaths, async jobs)
+        # The error raised keeps this frame (its traceback): not what holds the
+        # error (the result, its sink, its job), or the cycle keeps them, and
+        # the pool with its workers, until a garbage collection.
+        result = sink = led = job = None
+
+
 class Coordinator:
     """The thread that pumps a client's engine until ``stop`` is set (a pool's
     results, callbacks and replacements come from it), started with the
@@ -246,6 +294,7 @@ class Coordinator:
         self._thread = threading.Thread(target=engine.pump_until, args=(self.stop,),
                                         name=name, daemon=True)
         self._wakeup = engine.state.backend.wakeup
+        self._unpark = engine.turns.unpark
         self._lock = threading.Lock()
         self._started = False
 
@@ -254,13 +303,16 @@ class Coordinator:
         now: a back-end of someone else's may wait in ``poll`` until woken, with no
         tick of its own, and its ``abort`` need not end that wait."""
         self.stop.set()
+        self._unpark()  # (parked while blocking calls pumped for themselves)
         with contextlib.suppress(Exception):  # a back-end already torn down
             self._wakeup()
 
     def start(self) -> None:
         """Start the thread if it is not running yet (any thread may call it)."""
         if not self._started:
-            with self._lock:
+            with self._lock, interrupts.deferred():
+                # (Deferred: a Ctrl-C inside Thread.start, once the thread runs,
+                # would leave it started but not marked, to be started again.)
                 if not self._started:
                     self._thread.start()
                     self._started = True

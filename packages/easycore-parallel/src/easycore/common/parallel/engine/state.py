@@ -133,6 +133,9 @@ class EngineState:
         self.max_worker_memory: Optional[int] = None
         #: slots whose first start is not over (see ``Dispatcher.share_left``)
         self.first_starts: Set[int] = set()
+        #: the job a blocking caller pumps for (see ``turns``): no other job's
+        #: chunks are sent meanwhile
+        self.led: Optional[Job] = None
 
     @property
     def devices(self) -> List[str]:

@@ -295,41 +295,28 @@ class Pool(door.WorkerStacks):
         # ``Engine.submit_job``); endless streams (``BackgroundTask``) need it.
         self._check_running()
         check_chunksize(chunksize)
-        self._coordinator.start()
         timeout = self._options.timeout_for(task_timeout)
         code = job_code(func, mode, pass_context, self._pickle_code, self._codes,
                         self._backend.main_code)
         # The engine sets sink.job before a Ctrl-C can land (submit_job defers
         # it): the blocking call that made the job (_wait) finds it there.
         self._submitted.sink = sink
+        lead, self._submitted.lead = getattr(self._submitted, "lead", False), False
         job = self._engine.submit_job(
             code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
             chunker=self._chunkers.get(func), chunk_size=chunksize, targets=targets, window=window,
-        )
+            lead=lead)
+        if self._engine.state.led is not job:  # (a led job's caller pumps: see _wait)
+            self._coordinator.start()
         with self._lock:
             if not job.done:
                 self._jobs.add(job)
         return job
 
     def _wait(self, start: Callable[[], AsyncResult]) -> Any:
-        """A blocking call: submit its job (``start()``) and wait for its result.
-
-        A Ctrl-C (or any error) once the job exists cancels it, wherever it
-        lands: while the result is waited for, or between the job's submission
-        and the wait (a job left running there ran on until its result was
-        garbage-collected, ahead of the pool's next calls).
-        """
-        self._submitted.sink = None
-        try:
-            return start().get()
-        except BaseException:
-            sink = self._submitted.sink
-            job = sink.job if sink is not None else None
-            if job is not None and not job.done:
-                self._engine.cancel(job)
-            raise
-        finally:
-            self._submitted.sink = None
+        """A blocking call: submit its job (``start()``) and wait for its result
+        (see ``door.blocking_call``)."""
+        return door.blocking_call(self._engine, self._coordinator, self._submitted, start)
 
     def _progress_bar(self, total: Optional[int], func: Callable) -> Progress:
         return Progress(self._progress, total, getattr(func, "__name__", "Pool"), self._recorder)
