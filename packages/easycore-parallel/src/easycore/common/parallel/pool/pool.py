@@ -302,6 +302,8 @@ class Pool(door.WorkerStacks):
         # it): the blocking call that made the job (_wait) finds it there.
         self._submitted.sink = sink
         lead, self._submitted.lead = getattr(self._submitted, "lead", False), False
+        if not lead:  # (first: its start waits for the thread, before any item runs)
+            self._coordinator.start()
         job = self._engine.submit_job(
             code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
             chunker=self._chunkers.get(func), chunk_size=chunksize, targets=targets, window=window,
