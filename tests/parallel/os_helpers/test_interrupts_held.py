@@ -30,10 +30,9 @@ def test_held_inside_deferred_in_the_main_thread_only():
 
 
 def test_a_ctrl_c_while_held_is_raised_on_the_way_out():
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts.deferred():
-            signal.raise_signal(signal.SIGINT)
-            assert interrupts.held()  # (still here: the Ctrl-C waits)
+    with pytest.raises(KeyboardInterrupt), interrupts.deferred():
+        signal.raise_signal(signal.SIGINT)
+        assert interrupts.held()  # (still here: the Ctrl-C waits)
     assert not interrupts.held()
 
 
