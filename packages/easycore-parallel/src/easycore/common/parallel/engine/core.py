@@ -300,9 +300,8 @@ class Engine:
         t0 = time.perf_counter()
         try:
             while not ready():
-                with state.lock:
-                    if (state.led is not job or turns.foreign(job) or state.closing
-                            or state.broken is not None):
+                with state.lock:  # (only end_lead, on the way out, clears state.led)
+                    if turns.foreign(job) or state.closing or state.broken is not None:
                         return
                 with interrupts.deferred():
                     self.pump(interrupts.SLICE, waiting=True)

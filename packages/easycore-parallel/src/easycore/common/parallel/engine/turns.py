@@ -39,8 +39,6 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Optional
-
     from .job import Job
     from .state import EngineState
 
@@ -134,8 +132,3 @@ class Turns:
     def parked(self) -> bool:
         """bool: the coordinator is parked (read under the lock)."""
         return self.coordinator == _PARKED
-
-    @property
-    def led(self) -> Optional[Job]:
-        """Job or None: the job a caller pumps for now."""
-        return self._state.led

@@ -308,7 +308,7 @@ class Pool(door.WorkerStacks):
             code, source, sink, ordered=ordered, lazy=lazy, timeout=timeout,
             chunker=self._chunkers.get(func), chunk_size=chunksize, targets=targets, window=window,
             lead=lead)
-        if self._engine.state.led is not job:  # (a led job's caller pumps: see _wait)
+        if lead and self._engine.state.led is not job:  # (refused: the coordinator pumps it)
             self._coordinator.start()
         with self._lock:
             if not job.done:
