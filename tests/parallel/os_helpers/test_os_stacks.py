@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 import time
 
 import pytest
@@ -29,13 +30,13 @@ def _target(path: str, ready, what: str) -> None:
     {"c": _spin_in_c, "sleep": _sleep_forever}[what]()
 
 
-@pytest.fixture(params=["fork", "forkserver", "spawn"])
+@pytest.fixture(params=["fork", "fork-inherited", "forkserver", "spawn"])
 def worker(request):
     started = []
 
     def start(what: str):
-        ctx = multiprocessing.get_context(request.param)
-        dump = stacks.DumpFile()
+        ctx = multiprocessing.get_context(request.param.split("-")[0])
+        dump = stacks.DumpFile(inherited=request.param == "fork-inherited")
         ready = ctx.Event()
         proc = ctx.Process(target=_target, args=(dump.path, ready, what), daemon=True)
         proc.start()
@@ -65,7 +66,8 @@ def test_a_worker_says_where_it_is_even_inside_c_code_holding_the_gil(worker, wh
     again = stacks.request([("w", proc.pid, dump)], timeout=30)["w"]  # a dump of its own
     assert again is not None and again.user_frame() == frame
     assert function in str(again)
-    assert not os.path.exists(dump.path)  # the worker unlinked the name at once
+    if not dump.path.startswith("/proc/self/fd/"):
+        assert not os.path.exists(dump.path)  # the worker unlinked the name at once
 
 
 def test_a_worker_that_is_gone_gives_none_and_the_file_is_released(worker):
@@ -105,3 +107,28 @@ def test_a_forked_copy_of_the_dump_file_never_removes_its_name():
     finally:
         dump.close()
     assert not os.path.exists(dump.path)
+
+
+def _names_in_tmp() -> set:
+    prefix = f"easycore-stack-{os.getpid()}-"
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(prefix)}
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"),
+                    reason="needs memfd_create and /proc (Linux)")
+def test_a_file_for_a_worker_forked_from_here_has_no_name_and_a_fallback_has_one(monkeypatch):
+    before = _names_in_tmp()
+    dump = stacks.DumpFile(inherited=True)
+    try:
+        assert dump.path == f"/proc/self/fd/{dump._fd}"
+        assert _names_in_tmp() == before  # nothing made in the temporary directory
+    finally:
+        dump.close()
+    assert dump._fd is None
+    monkeypatch.setattr(stacks, "_MEMFD_WORKS", False)  # as where there is no memfd
+    named = stacks.DumpFile(inherited=True)
+    try:
+        assert os.path.exists(named.path) and not named.path.startswith("/proc/")
+    finally:
+        named.close()
+    assert not os.path.exists(named.path)

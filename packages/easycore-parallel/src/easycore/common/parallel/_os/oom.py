@@ -27,13 +27,14 @@ def kills() -> Optional[int]:
         kernel, ``/proc`` not mounted).
     """
     try:
-        with open(_VMSTAT, "rb") as f:
-            for line in f:
-                if line.startswith(b"oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+        with open(_VMSTAT, "rb", buffering=0) as f:
+            text = b"\n" + f.read() + b"\n"  # one read, one search: not a loop over ~180 lines
+        at = text.find(b"\noom_kill ")
+        if at < 0:
+            return None
+        return int(text[at + 10:text.index(b"\n", at + 10)])
+    except (OSError, ValueError):
         return None
-    return None
 
 
 def since(base: Optional[int]) -> Optional[int]:

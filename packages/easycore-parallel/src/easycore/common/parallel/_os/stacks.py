@@ -16,7 +16,8 @@ function names. Never local variables, arguments or data.
 Each worker's file is made by the caller
 ([`DumpFile`][easycore.common.parallel._os.stacks.DumpFile]), opened by the
 worker at start and then unlinked by it: from then on it exists only as two
-open descriptors, so nothing is left on disk whoever dies first.
+open descriptors, so nothing is left on disk whoever dies first. A worker the
+caller forks itself (Linux) gets a file with no name at all, in memory.
 """
 
 from __future__ import annotations
@@ -175,10 +176,25 @@ class DumpFile:
     with [`install`][easycore.common.parallel._os.stacks.install] and unlinks
     it. ``close`` releases the caller's descriptor (and the name, if the worker
     never got that far).
+
+    For a worker this process forks itself (``inherited``), on Linux, the file
+    is an anonymous one in memory (``memfd_create``) that the worker inherits
+    and opens as ``/proc/self/fd/N``: no name in a temporary directory to make
+    and remove (a file system's metadata, the slowest part of a forked worker's
+    start in a container's overlay ``/tmp``), nothing on disk ever.
     """
 
-    def __init__(self) -> None:
-        fd, self.path = tempfile.mkstemp(prefix=f"easycore-stack-{os.getpid()}-")
+    def __init__(self, inherited: bool = False) -> None:
+        """
+        Args:
+            inherited (bool): the worker is forked by this process (not by a zygote
+                or a fork server, not spawned) after this file is made.
+        """
+        fd = _memfd() if inherited else None
+        if fd is not None:
+            self.path = f"{_SELF_FD}/{fd}"
+        else:
+            fd, self.path = tempfile.mkstemp(prefix=f"easycore-stack-{os.getpid()}-")
         self._fd: Optional[int] = fd
         self._owner = os.getpid()
         self._lock = threading.Lock()
@@ -205,13 +221,33 @@ class DumpFile:
             os.close(fd)
             # A forked worker's inherited copy must not remove a sibling's file
             # before that sibling opened it.
-            if os.getpid() == self._owner:
+            if os.getpid() == self._owner and not self.path.startswith(_SELF_FD):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
 
     def __del__(self) -> None:  # the engine closes it; this is the safety net
         with contextlib.suppress(Exception):
             self.close()
+
+
+_SELF_FD = "/proc/self/fd"
+
+
+def _memfd() -> Optional[int]:
+    """A new anonymous file in memory (Linux), or None where there is none to be had
+    (no ``memfd_create``, no ``/proc``, or the call failed)."""
+    global _MEMFD_WORKS
+    if _MEMFD_WORKS is None:
+        _MEMFD_WORKS = hasattr(os, "memfd_create") and os.path.isdir(_SELF_FD)
+    if not _MEMFD_WORKS:
+        return None
+    try:
+        return os.memfd_create("easycore-stack", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+
+
+_MEMFD_WORKS: Optional[bool] = None
 
 
 def install(path: Optional[str]) -> bool:
@@ -234,8 +270,9 @@ def install(path: Optional[str]) -> bool:
         f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
     except OSError:
         return False
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    if not path.startswith(_SELF_FD):  # (an inherited file has no name to remove)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     global _installed
     _installed = f  # faulthandler keeps the descriptor, not the object
     faulthandler.register(SIGNAL, file=f, all_threads=True, chain=False)

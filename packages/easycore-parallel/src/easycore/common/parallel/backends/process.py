@@ -307,8 +307,9 @@ class ProcessBackend(Backend):
                     self, _kill_all, args=(self._handles, self.transport, name,
                                            self._inherited(), self._zygote), exitpriority=10
                 )
+            oom_base = oom.kills()  # (once: a read of /proc/vmstat per worker added up)
             for slot in range(len(self.devices)):
-                self._start_one(slot)
+                self._start_one(slot, oom_base)
         except BaseException:
             self.abort()
             raise
@@ -334,7 +335,7 @@ class ProcessBackend(Backend):
         for ref in self._inherited():
             inherit.release(ref)
 
-    def _start_one(self, slot: int, replacement: bool = False) -> None:
+    def _start_one(self, slot: int, oom_base: Optional[int], replacement: bool = False) -> None:
         spec = self._spec
         task_r, task_w = self._ctx.Pipe(duplex=False)
         res_r, res_w = self._ctx.Pipe(duplex=False)
@@ -352,14 +353,15 @@ class ProcessBackend(Backend):
         # read them: sent through the task pipe instead (non-blocking,
         # flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
-        dump = stacks.DumpFile() if stacks.AVAILABLE else None
+        from_zygote = (replacement or self._first_from_zygote) and self._zygote is not None
+        dump = stacks.DumpFile(inherited and not from_zygote) if stacks.AVAILABLE else None
         stack_file = dump.path if dump is not None else None
         name = f"easycore-parallel-{slot}[{self.devices[slot]}]"
-        h = WorkerHandle(slot, self.devices[slot], None, task_w, res_r, dump)
+        h = WorkerHandle(slot, self.devices[slot], None, task_w, res_r, dump, oom_base)
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            if (replacement or self._first_from_zygote) and self._zygote is not None:
+            if from_zygote and self._zygote is not None:
                 # A replacement: this process runs threads by now (CPython 3.12+
                 # warns about a fork here, rightly). Either way the zygote forks it.
                 with contextlib.suppress(zygote.ZygoteGone):  # else from here, as before
@@ -559,7 +561,7 @@ class ProcessBackend(Backend):
                 raise RuntimeError(f"worker {worker} is still running")
             old.close()
             self._handles.remove(old)  # in place: the finalizer holds this list
-            self._start_one(worker, replacement=True)
+            self._start_one(worker, oom.kills(), replacement=True)
 
     # ------------------------------------------------------------------ end
     def stop(self, timeout: Optional[float] = None) -> None:

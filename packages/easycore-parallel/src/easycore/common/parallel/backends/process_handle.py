@@ -11,7 +11,7 @@ import contextlib
 import select
 import threading
 
-from .._os import oom, stacks
+from .._os import stacks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -24,7 +24,9 @@ class WorkerHandle:
     """The caller's side of one worker process."""
 
     def __init__(self, slot: int, device: str, process: Any, tasks: Any, results: Any,
-                 dump: Optional[stacks.DumpFile] = None) -> None:
+                 dump: Optional[stacks.DumpFile] = None, oom_base: Optional[int] = None) -> None:
+        """``oom_base``: the out-of-memory killer's count read as the worker starts
+        (``oom.kills()``; read once for a batch of workers started together)."""
         self.slot = slot
         self.device = device
         self.process = process
@@ -38,7 +40,7 @@ class WorkerHandle:
             self.poller = select.poll()
             self.poller.register(results.fileno(), select.POLLIN)
         self.pid: Optional[int] = None
-        self.oom_base = oom.kills()  # the out-of-memory killer's count as it starts
+        self.oom_base = oom_base  # the out-of-memory killer's count as it starts
         self.out = bytearray()  # framed bytes the pipe could not take yet
         self.ready = False
         self.ended = False  # answered a stop
