@@ -341,17 +341,14 @@ class ProcessBackend(Backend):
         res_r, res_w = self._ctx.Pipe(duplex=False)
         context = spec.contexts[slot] if spec.contexts is not None else None
         program: Any = spec.program if self._program_ref is None else self._program_ref
-        worker_spec = WorkerSpec(
-            program, slot, self.devices[slot], self._cfg_payload, context,
-            self.transport,
-            self._item_slots_ref if self._item_slots_ref is not None else self._item_slots_name,
-        )
+        slots = self._item_slots_ref if self._item_slots_ref is not None else self._item_slots_name
+        worker_spec = WorkerSpec(program, slot, self.devices[slot], self._cfg_payload, context,
+                                 self.transport, slots)
         spec_bytes = _dump_spec(worker_spec, self.main_code)
-        # Under fork the worker inherits the bytes with the Process object. A
-        # spawned one would get them inside its start, written by
-        # Process.start() while the caller waits for the child to boot and
-        # read them: sent through the task pipe instead (non-blocking,
-        # flushed by poll), every worker boots at once.
+        # Under fork the worker inherits the bytes with the Process object. A spawned one
+        # would get them inside its start, written by Process.start() while the caller
+        # waits for the child to boot and read them: sent through the task pipe instead
+        # (non-blocking, flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
         from_zygote = (replacement or self._first_from_zygote) and self._zygote is not None
         dump = stacks.DumpFile(inherited and not from_zygote) if stacks.AVAILABLE else None
