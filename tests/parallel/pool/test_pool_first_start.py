@@ -9,12 +9,22 @@ import warnings
 
 import pytest
 from _parallel_support import METHODS
-from _pool_funcs import meet, raise_value_error, touch_in
+from _pool_funcs import (
+    announce_then_hold,
+    meet,
+    raise_value_error,
+    touch_in,
+    wait_for_file,
+    worker_pid,
+)
+from _slow_start import HeldContext
 from processes import wait_gone
 
 from easycore.common.parallel import Pool
 
 pytestmark = pytest.mark.timeout(120)
+
+WAIT = 30.0
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -25,6 +35,25 @@ def test_two_long_tasks_given_at_once_run_on_two_workers(method, tmp_path, no_le
         got = pool.map(meet, [str(tmp_path)] * 2, chunksize=1)
     assert [met for _, met in got] == [True, True]
     assert len({pid for pid, _ in got}) == 2
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_call_made_while_another_runs_waits_for_a_starting_worker_not_behind_it(
+        method, tmp_path, no_leaks):
+    # Worker 1 starts only once ``started`` exists; the long call holds worker 0
+    # until ``release`` exists, which is made only after the short call answered.
+    started = tmp_path / "started"
+    with Pool(2, start_method=method, worker_contexts=[None, HeldContext(str(started))]) as pool:
+        long = pool.apply_async(announce_then_hold, (0, str(tmp_path)))
+        wait_for_file(tmp_path / "0", WAIT)  # worker 0 runs it
+        short = pool.apply_async(worker_pid)
+        started.touch()
+        try:
+            short_pid = short.get(timeout=WAIT)  # (queued behind the long call: no answer)
+            assert short_pid == pool.worker_pids[1]  # the worker that was starting
+        finally:
+            (tmp_path / "release").touch()
+        assert long.get(timeout=WAIT) == 0
 
 
 @pytest.mark.parametrize("method", METHODS)

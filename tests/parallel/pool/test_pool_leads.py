@@ -61,7 +61,9 @@ def test_another_threads_job_runs_while_a_blocking_call_is_held(tmp_path, no_lea
         done.set()
 
     with Pool(2) as pool:
-        pool.apply(square, (2,))  # the next call leads
+        # Both workers ready first: a worker still starting (forkserver, spawn) leaves
+        # the other thread's job to queue behind the held one on the only ready worker.
+        assert pool.broadcast(square, 2) == [4, 4]  # (and the next call leads)
         thread = threading.Thread(target=other)
         thread.start()
         try:

@@ -170,10 +170,17 @@ class Dispatcher:
         on the first (``spawn``, ``forkserver``). A worker holds more as it
         finishes what it held; a replacement's start does not count. A chunk
         of a ``chunksize`` given is never cut: the worker takes it whole while
-        it holds less than its share.
+        it holds less than its share. Meanwhile a worker that holds another
+        job's chunk takes none of this job's: a short call made while a long
+        one runs waits for a worker still starting (or for this one to finish),
+        not behind the long one.
         """
+        if not self.state.first_starts:
+            return None
+        if any(c is not RESERVED and c.job is not job for c in w.fifo):
+            return 0
         total = job.total
-        if not self.state.first_starts or total is None:
+        if total is None:
             return None
         held = sum(c.n for c in w.fifo if c is not RESERVED and c.job is job)
         return max(0, -(-total // len(self.state.workers)) - held)
