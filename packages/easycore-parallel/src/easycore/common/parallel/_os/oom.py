@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
 __all__ = ["kills", "since"]
 
 _VMSTAT = "/proc/vmstat"
+_KEY = b"\noom_kill "  # its line, as found in the file with a newline put first
 
 
 def kills() -> Optional[int]:
@@ -29,10 +30,11 @@ def kills() -> Optional[int]:
     try:
         with open(_VMSTAT, "rb", buffering=0) as f:
             text = b"\n" + f.read() + b"\n"  # one read, one search: not a loop over ~180 lines
-        at = text.find(b"\noom_kill ")
+        at = text.find(_KEY)
         if at < 0:
             return None
-        return int(text[at + 10:text.index(b"\n", at + 10)])
+        at += len(_KEY)
+        return int(text[at:text.index(b"\n", at)])
     except (OSError, ValueError):
         return None
 

@@ -350,19 +350,19 @@ class ProcessBackend(Backend):
         # waits for the child to boot and read them: sent through the task pipe instead
         # (non-blocking, flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
-        from_zygote = (replacement or self._first_from_zygote) and self._zygote is not None
-        dump = stacks.DumpFile(inherited and not from_zygote) if stacks.AVAILABLE else None
+        forker = self._zygote if replacement or self._first_from_zygote else None  # (or None: here)
+        dump = stacks.DumpFile(inherited and forker is None) if stacks.AVAILABLE else None
         stack_file = dump.path if dump is not None else None
         name = f"easycore-parallel-{slot}[{self.devices[slot]}]"
         h = WorkerHandle(slot, self.devices[slot], None, task_w, res_r, dump, oom_base)
         self._handles.append(h)
         self._by_slot[slot] = h
         try:
-            if from_zygote and self._zygote is not None:
+            if forker is not None:
                 # A replacement: this process runs threads by now (CPython 3.12+
                 # warns about a fork here, rightly). Either way the zygote forks it.
                 with contextlib.suppress(zygote.ZygoteGone):  # else from here, as before
-                    h.process = self._zygote.fork(
+                    h.process = forker.fork(
                         _zygote_worker, (spec_bytes, spec.threads, stack_file),
                         [task_r.fileno(), res_w.fileno()], name)
             if h.process is None:
