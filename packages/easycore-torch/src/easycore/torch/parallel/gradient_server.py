@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import queue
 import threading
 import time
@@ -39,7 +38,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from easycore.common.parallel.extending import ServiceHost
+from easycore.common.parallel.extending import ServiceHost, thread_budget
 from easycore.common.parallel.services import Service, ServiceHandle, is_remote_call
 
 from .runner import UnorderedRunner
@@ -179,7 +178,7 @@ class GradientServer:
         if backend == "process" and reducers > 1:
             # Each reducer is a runner of its own: without this, each would run
             # torch on every core, N times over the cores (and crawl).
-            options.setdefault("cpu_threads", max(1, _cpus() // reducers))
+            options.setdefault("cpu_threads", thread_budget("auto", reducers))
         handles: List[ServiceHandle] = []
         try:
             for k, names in enumerate(shards):
@@ -363,13 +362,6 @@ class GradientServer:
 
     def __repr__(self) -> str:
         return f"<GradientServer {self._handle!r}>"
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _shard(model: torch.nn.Module, reducers: int) -> List[List[str]]:
