@@ -104,7 +104,13 @@ class Stager:
         self._fn = fn
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        try:
+            with interrupts.deferred():  # a Ctrl-C inside start: held until the thread runs
+                self._thread.start()
+        except BaseException:
+            if self._thread.ident is not None:  # it runs: end it, nobody will
+                self.close()
+            raise
 
     def submit(self, value: Any, error: Optional[BaseException], done: _Done) -> None:
         """Stage ``value`` (unless ``error``), then call ``done(value, error)`` in the thread."""

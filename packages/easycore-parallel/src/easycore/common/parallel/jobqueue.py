@@ -206,7 +206,11 @@ class JobQueue:
         self._results = 0
         self._stager: Optional[Stager] = None
         if self._stage is not None:
-            self._stager = Stager(self._stage, "easycore-jobqueue-stage")
+            try:
+                self._stager = Stager(self._stage, "easycore-jobqueue-stage")
+            except BaseException:  # (a Ctrl-C too) the workers go with the queue never made
+                self.close()
+                raise
 
     # ---------------------------------------------------------------- jobs
     def put(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any

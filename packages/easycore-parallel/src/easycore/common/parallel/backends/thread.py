@@ -100,10 +100,11 @@ class ThreadBackend(Backend):
             target=self._run, args=(slot, token, inbox, executor),
             name=f"easycore-worker-{slot.index}[{self.devices[slot.index]}]", daemon=True,
         )
-        thread.start()
-        # Set once started: an abort meanwhile (a replacement's start races the
-        # pool's terminate) must never join a thread not started yet.
-        slot.thread = thread
+        with interrupts.deferred():  # a Ctrl-C inside start: held until the thread is known
+            thread.start()
+            # Set once started: an abort meanwhile (a replacement's start races the
+            # pool's terminate) must never join a thread not started yet.
+            slot.thread = thread
         if self._closed:  # aborted while it started: it goes too
             slot.token = None
             inbox.put(StopWorker())

@@ -203,6 +203,10 @@ class Server:
     def start(self) -> None:
         """Listen, then accept and serve from the server's two threads.
 
+        A start that fails part way (no descriptor or thread to be had, a
+        Ctrl-C: held until both threads run, then raised) leaves nothing
+        behind: nothing listens, runs or stays open, and the address is gone.
+
         Raises:
             ValueError: ``EASYCORE_SPIN_US`` is no budget (see
                 [`spin.budget`][easycore.common.parallel._os.spin.budget]).
@@ -210,26 +214,52 @@ class Server:
         """
         self._spin = spin.budget()  # a bad value: said before anything listens
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = False
+        fds: List[int] = []
         try:
-            listener.bind(self.address)
-            os.chmod(self.address, 0o600)  # the directory is private already; belt and braces
-            listener.listen(128)
-            listener.setblocking(False)
+            with interrupts.deferred():
+                listener.bind(self.address)
+                bound = True
+                os.chmod(self.address, 0o600)  # the directory is private already; belt and braces
+                listener.listen(128)
+                listener.setblocking(False)
+                self._listener = listener
+                fds.extend(os.pipe())
+                fds.extend(os.pipe())
+                for fd in fds:
+                    os.set_blocking(fd, False)
+                self._wake_r, self._wake_w, self._door_r, self._door_w = fds
+                self._wake_open = True
+                self._thread = threading.Thread(target=self._run, args=(self._serve,),
+                                                name=f"easycore-{self._name}-serve", daemon=True)
+                self._door = threading.Thread(target=self._run, args=(self._door_loop,),
+                                              name=f"easycore-{self._name}-door", daemon=True)
+                self._thread.start()
+                self._door.start()
         except BaseException:
-            listener.close()
+            self._abandon(listener, bound, fds)
             raise
-        self._listener = listener
-        self._wake_r, self._wake_w = os.pipe()
-        self._door_r, self._door_w = os.pipe()
-        for fd in (self._wake_r, self._wake_w, self._door_r, self._door_w):
-            os.set_blocking(fd, False)
-        self._wake_open = True
-        self._thread = threading.Thread(target=self._run, args=(self._serve,),
-                                        name=f"easycore-{self._name}-serve", daemon=True)
-        self._door = threading.Thread(target=self._run, args=(self._door_loop,),
-                                      name=f"easycore-{self._name}-door", daemon=True)
-        self._thread.start()
-        self._door.start()
+
+    def _abandon(self, listener: socket.socket, bound: bool, fds: List[int]) -> None:
+        """Undo a ``start`` that failed part way (see ``start``)."""
+        if self._door is not None and self._door.ident is None:
+            self._door = None  # never started: nothing to wake or join
+        if self._thread is not None and self._thread.ident is not None:
+            self.stop()  # the serve loop's end closes the door, the listener and the address
+            return
+        self._thread = None  # never started: ``stop`` has nothing to do
+        self._accepting = False
+        if self._door is not None:  # the door runs alone: wake it to its end
+            with contextlib.suppress(OSError):
+                os.write(self._door_w, b"\0")
+            interrupts.join(self._door, 5.0)
+        listener.close()
+        if bound:  # (else the address is not ours)
+            remove_quietly(self.address)
+        self._wake_open = False
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def stop(self) -> None:
         """Close the door, send every client ``closing_frame``, drop them all; waits.

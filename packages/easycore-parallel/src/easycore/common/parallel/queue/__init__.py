@@ -54,6 +54,7 @@ import threading
 import weakref
 from multiprocessing import util
 
+from .._os import interrupts
 from ..connection.address import new_socket_address, pid_namespace, services_dir
 from ..connection.server import Server
 from ..errors import QueueClosedError, QueuePeerDiedError
@@ -134,11 +135,19 @@ class Queue:
                     (os.getpid(), pid_namespace(), shm.tracker_identity()))
         broker = Broker(maxsize, prefix)
         server = broker.server = Server(broker, address, authkey, name="queue")
-        server.start()
         self._broker: Optional[Broker] = broker
         self._end: Optional[ClientEnd] = None
-        _OWNED[self._token] = self
-        self._finalizer = util.Finalize(self, broker.close, exitpriority=15)
+        try:
+            # A Ctrl-C in here is held until the finalizer owns the broker: then
+            # the queue closes again. (A start that fails leaves nothing behind.)
+            with interrupts.deferred():
+                server.start()
+                _OWNED[self._token] = self
+                self._finalizer = util.Finalize(self, broker.close, exitpriority=15)
+        except BaseException:
+            if getattr(self, "_finalizer", None) is not None:
+                self.close()
+            raise
 
     def _setup(self, token: str, maxsize: int, transport: SharedMemoryTransport, prefix: str,
                authkey: bytes, address: str, owner: Tuple[int, Optional[int], Any]) -> None:

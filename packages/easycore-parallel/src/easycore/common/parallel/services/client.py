@@ -123,7 +123,11 @@ class ProcessChannel:
         self.pid = os.getpid()  # a forked child must not use (or close) our connection
         reply = transport_class()
         reply.prepare()
-        self._link, request = self._open(reply, deadline)
+        try:
+            self._link, request = self._open(reply, deadline)
+        except BaseException:
+            _cleanup(reply)
+            raise
         request.bind_worker(0)
         self._reply = reply  # caller role: decodes results
         self._request = request  # worker role: encodes arguments
@@ -137,13 +141,30 @@ class ProcessChannel:
         self._closed = False
         #: True once an interrupted send left this connection unusable
         self.reset = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._reader = threading.Thread(
-            target=self._read_loop, name="easycore-service-client", daemon=True
-        )
-        self._reader.start()
+        fds: List[int] = []
+        reading = False
+        try:
+            # A Ctrl-C in here is held until the reader runs: then (as after any
+            # failure here) this connection closes again, and nothing is left open.
+            with interrupts.deferred():
+                fds.extend(os.pipe())
+                for fd in fds:
+                    os.set_blocking(fd, False)
+                self._wake_r, self._wake_w = fds
+                self._reader = threading.Thread(
+                    target=self._read_loop, name="easycore-service-client", daemon=True
+                )
+                self._reader.start()
+                reading = True
+        except BaseException:
+            if reading:
+                self.close()
+            else:
+                self._link.close()
+                for fd in fds:
+                    os.close(fd)
+                _cleanup(reply)
+            raise
 
     def _open(self, reply: Any, deadline: Optional[float]) -> tuple:
         """Connect, authenticate and say hello, all before ``deadline``."""
