@@ -7,11 +7,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from easycore.common.network import DownloadError, download_file
+from easycore.common.network.deadline import Deadline
 from easycore.common.path import HTTPURLHandler, PathManager
 from easycore.common.path.cache import url_to_cache_path
 
@@ -183,3 +185,22 @@ def test_the_library_adds_no_logging_handler():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_a_ctrl_c_inside_the_timers_start_leaves_no_timer(monkeypatch):
+    # Thread.start waits for the new thread: a Ctrl-C there finds the timer running,
+    # and the with block's __exit__ never comes.
+    started = []
+    start = threading.Timer.start
+
+    def interrupted(timer):
+        start(timer)
+        started.append(timer)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Timer, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt), Deadline(600.0):
+        pass
+    (timer,) = started
+    timer.join(10)
+    assert not timer.is_alive()

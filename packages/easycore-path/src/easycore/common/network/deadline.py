@@ -49,7 +49,13 @@ class Deadline:
         if math.isfinite(self.seconds):
             self._timer = threading.Timer(self.remaining(), self._expire)
             self._timer.daemon = True
-            self._timer.start()
+            try:
+                self._timer.start()
+            except BaseException:
+                # A Ctrl-C inside start (which waits for the thread) finds the timer
+                # running, and no __exit__ follows to end it: end it here.
+                self._timer.cancel()
+                raise
         self._outer = getattr(_local, "deadline", None)
         _local.deadline = self
         return self
