@@ -13,11 +13,9 @@ failure is made.
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import pytest
 from ctrl_c import needs_python_sigint_handler
+from thread_starts import cannot_start, ctrl_c_once_it_runs, on_start_of
 
 from easycore.common.parallel import BackgroundTask, JobQueue, Pool
 
@@ -36,38 +34,17 @@ class _StagedJobs(JobQueue):
     _stage = staticmethod(lambda value: value + 1)
 
 
-def _cannot_start(thread, start):
-    raise RuntimeError("can't start new thread")
-
-
-def _ctrl_c_once_it_runs(thread, start):
-    start(thread)
-    signal.raise_signal(signal.SIGINT)  # as if Ctrl-C came while start waited for it
-
-
 FAILURES = [
-    pytest.param(_cannot_start, RuntimeError, id="cannot-start"),
-    pytest.param(_ctrl_c_once_it_runs, KeyboardInterrupt, id="ctrl-c",
+    pytest.param(cannot_start, RuntimeError, id="cannot-start"),
+    pytest.param(ctrl_c_once_it_runs, KeyboardInterrupt, id="ctrl-c",
                  marks=needs_python_sigint_handler),
 ]
-
-
-def _on_start_of(patch, name, then):
-    """Make ``then(thread, start)`` run instead of the start of the thread named ``name*``."""
-    start = threading.Thread.start
-
-    def patched(thread):
-        if thread.name.startswith(name):
-            return then(thread, start)
-        return start(thread)
-
-    patch.setattr(threading.Thread, "start", patched)
 
 
 @pytest.mark.parametrize(("fail", "error"), FAILURES)
 def test_a_background_tasks_staging_thread(monkeypatch, no_leaks, fail, error):
     with monkeypatch.context() as patch:
-        _on_start_of(patch, "easycore-background-stage", fail)
+        on_start_of(patch, "easycore-background-stage", fail)
         with pytest.raises(error):
             _StagedTask(_one, (1,), workers=1)
     with _StagedTask(_one, (1,), workers=1) as task:  # and the next one works
@@ -77,7 +54,7 @@ def test_a_background_tasks_staging_thread(monkeypatch, no_leaks, fail, error):
 @pytest.mark.parametrize(("fail", "error"), FAILURES)
 def test_a_job_queues_staging_thread(monkeypatch, no_leaks, fail, error):
     with monkeypatch.context() as patch:
-        _on_start_of(patch, "easycore-jobqueue-stage", fail)
+        on_start_of(patch, "easycore-jobqueue-stage", fail)
         with pytest.raises(error):
             _StagedJobs(workers=1)
     with _StagedJobs(workers=1) as jobs:
@@ -87,7 +64,7 @@ def test_a_job_queues_staging_thread(monkeypatch, no_leaks, fail, error):
 @needs_python_sigint_handler
 def test_a_ctrl_c_inside_a_thread_workers_start(monkeypatch, no_leaks):
     with monkeypatch.context() as patch:
-        _on_start_of(patch, "easycore-worker-1", _ctrl_c_once_it_runs)
+        on_start_of(patch, "easycore-worker-1", ctrl_c_once_it_runs)
         with pytest.raises(KeyboardInterrupt):
             Pool(2, backend="thread")
     with Pool(2, backend="thread") as pool:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import errno
 import os
 import pickle
-import signal
 import threading
 
 import pytest
 from _services_support import Tool
 from ctrl_c import needs_python_sigint_handler
 from leaks import check_leaks
+from thread_starts import cannot_start, ctrl_c_once_it_runs, on_start_of
 
 from easycore.common.parallel.services import Service
 
@@ -38,21 +38,10 @@ def service(services_dir):
             yield handle
 
 
-def _on_reader_start(patch, then):
-    start = threading.Thread.start
-
-    def patched(thread):
-        if thread.name == READER:
-            return then(thread, start)
-        return start(thread)
-
-    patch.setattr(threading.Thread, "start", patched)
-
-
 def test_a_reader_that_cannot_start(monkeypatch, service):
     handle = _fresh(service)
     with monkeypatch.context() as patch:
-        _on_reader_start(patch, _cannot_start)
+        on_start_of(patch, READER, cannot_start)
         with pytest.raises(RuntimeError, match="can't start new thread"):
             handle.call("echo", 1)
     assert [t for t in threading.enumerate() if t.name == READER] == [_owners(service)]
@@ -74,12 +63,8 @@ def test_no_descriptor_for_the_wake_up_pipe(monkeypatch, service):
 def test_a_ctrl_c_inside_the_readers_start(monkeypatch, service):
     handle = _fresh(service)
 
-    def ctrl_c_once_it_runs(thread, start):
-        start(thread)
-        signal.raise_signal(signal.SIGINT)  # as if Ctrl-C came while start waited for it
-
     with monkeypatch.context() as patch:
-        _on_reader_start(patch, ctrl_c_once_it_runs)
+        on_start_of(patch, READER, ctrl_c_once_it_runs)
         with pytest.raises(KeyboardInterrupt):
             handle.call("echo", 1)
     assert [t for t in threading.enumerate() if t.name == READER] == [_owners(service)]
@@ -89,10 +74,6 @@ def test_a_ctrl_c_inside_the_readers_start(monkeypatch, service):
 
 def _raise(error):
     raise error
-
-
-def _cannot_start(thread, start):
-    raise RuntimeError("can't start new thread")
 
 
 def _fresh(service):

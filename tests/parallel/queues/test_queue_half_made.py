@@ -15,13 +15,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 import tempfile
 import threading
 
 import pytest
 from ctrl_c import needs_python_sigint_handler
 from leaks import check_leaks
+from thread_starts import cannot_start, ctrl_c_once_it_runs, on_start_of
 
 from easycore.common.parallel import Queue
 from easycore.common.parallel.connection.address import ENV_DIR
@@ -43,27 +43,6 @@ def nothing_left(services_dir):
         yield
 
 
-def _on_start_of(monkeypatch, suffix, then):
-    """Make ``then(thread, start)`` run instead of the start of the thread named ``*suffix``."""
-    start = threading.Thread.start
-
-    def patched(thread):
-        if thread.name.endswith(suffix):
-            return then(thread, start)
-        return start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", patched)
-
-
-def _cannot_start(thread, start):
-    raise RuntimeError("can't start new thread")
-
-
-def _ctrl_c_once_it_runs(thread, start):
-    start(thread)
-    signal.raise_signal(signal.SIGINT)  # as if Ctrl-C came while start waited for it
-
-
 def _a_queue_works():
     with Queue() as q:
         q.put(1)
@@ -73,7 +52,7 @@ def _a_queue_works():
 @pytest.mark.parametrize("thread", ["-serve", "-door"])
 def test_a_server_thread_that_cannot_start(monkeypatch, services_dir, nothing_left, thread):
     with monkeypatch.context() as patch:
-        _on_start_of(patch, "queue" + thread, _cannot_start)
+        on_start_of(patch, "easycore-queue" + thread, cannot_start)
         with pytest.raises(RuntimeError, match="can't start new thread"):
             Queue()
     assert os.listdir(services_dir) == []
@@ -105,7 +84,7 @@ def test_no_descriptor_for_the_servers_pipes(monkeypatch, services_dir, nothing_
 @pytest.mark.parametrize("thread", ["-serve", "-door"])
 def test_a_ctrl_c_inside_a_server_threads_start(monkeypatch, services_dir, nothing_left, thread):
     with monkeypatch.context() as patch:
-        _on_start_of(patch, "queue" + thread, _ctrl_c_once_it_runs)
+        on_start_of(patch, "easycore-queue" + thread, ctrl_c_once_it_runs)
         with pytest.raises(KeyboardInterrupt):
             Queue()
     assert os.listdir(services_dir) == []
