@@ -247,12 +247,8 @@ class Server:
         if self._thread is not None and self._thread.ident is not None:
             self.stop()  # the serve loop's end closes the door, the listener and the address
             return
-        self._thread = None  # never started: ``stop`` has nothing to do
-        self._accepting = False
-        if self._door is not None:  # the door runs alone: wake it to its end
-            with contextlib.suppress(OSError):
-                os.write(self._door_w, b"\0")
-            interrupts.join(self._door, 5.0)
+        # Never started (nor the door, which starts after it): ``stop`` has nothing to do.
+        self._thread = None
         listener.close()
         if bound:  # (else the address is not ours)
             remove_quietly(self.address)
