@@ -98,3 +98,9 @@ def pid() -> int:
 def nap(seconds: float, value=None):
     time.sleep(seconds)
     return value
+
+
+def napping_pid(seconds: float) -> int:
+    """Sleep, then say which worker ran the call."""
+    time.sleep(seconds)
+    return os.getpid()
