@@ -52,7 +52,7 @@ from .dispatch import REF
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, Callable, Deque, Dict, List, Optional
+    from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
 __all__ = ["ProcessChannel", "ProcessTarget"]
 
@@ -160,10 +160,7 @@ class ProcessChannel:
             if reading:
                 self.close()
             else:
-                self._link.close()
-                for fd in fds:
-                    os.close(fd)
-                _cleanup(reply)
+                _release(self._link, fds, reply)
             raise
 
     def _open(self, reply: Any, deadline: Optional[float]) -> tuple:
@@ -471,16 +468,21 @@ class ProcessChannel:
             interrupts.join(self._reader, 5.0)
         label = self.target.label
         self._fail(lambda: ServiceClosedError(f"this handle to {label} is closed"))
-        self._link.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        _cleanup(self._reply)
+        _release(self._link, (self._wake_r, self._wake_w), self._reply)
 
 
 def _drain(fd: int) -> None:
     with contextlib.suppress(BlockingIOError, InterruptedError):
         while os.read(fd, 4096):
             pass
+
+
+def _release(link: Any, fds: Iterable[int], reply: Any) -> None:
+    """What a channel holds, given back: by ``close`` and by a start that failed."""
+    link.close()
+    for fd in fds:
+        os.close(fd)
+    _cleanup(reply)
 
 
 def _cleanup(transport: Any) -> None:
