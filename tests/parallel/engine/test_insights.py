@@ -50,6 +50,12 @@ class BigResults(OrderedRunner):
 
 
 class BusyWorkers(UnorderedRunner):
+    # An init hook makes the constructor wait for every worker: without it a
+    # worker still starting (a slow forkserver) could take none of the items.
+    @staticmethod
+    def producer_init(device, cfg):
+        pass
+
     @staticmethod
     def producer_work(device, cfg, data):
         time.sleep(SLOW)
@@ -114,6 +120,10 @@ def test_one_slow_device_is_a_straggler(no_leaks):
     # Both workers busy (a pool hands work to the first worker ready, so a
     # worker with nothing to do would never show as slow), one 10x slower per item.
     with Pool(2, worker_contexts=[0.01, 0.1], insights=True) as pool:
+        # The constructor waits for the first worker only: a broadcast waits
+        # for both, so the slow one cannot miss the map by starting late.
+        pool.broadcast(abs, 0)
+        pool.insights(reset=True)
         pool.map(device_dependent, range(40), chunksize=1, pass_context=True)
         ins = pool.insights()
     verdict = ins.verdict()
