@@ -13,6 +13,9 @@ failure is made.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from ctrl_c import needs_python_sigint_handler
 from thread_starts import cannot_start, ctrl_c_once_it_runs, on_start_of
@@ -62,10 +65,25 @@ def test_a_job_queues_staging_thread(monkeypatch, no_leaks, fail, error):
 
 
 @needs_python_sigint_handler
+def _ends_late_after_a_ctrl_c(thread, start):
+    """``ctrl_c_once_it_runs``, for a thread that takes a while to end once told:
+    only a pool that knows of it, and joins it, waits for it."""
+    run = thread.run
+
+    def run_then_linger():
+        run()
+        time.sleep(0.3)  # not a synchronisation: the late end a join must wait for
+
+    thread.run = run_then_linger
+    ctrl_c_once_it_runs(thread, start)
+
+
 def test_a_ctrl_c_inside_a_thread_workers_start(monkeypatch, no_leaks):
     with monkeypatch.context() as patch:
-        on_start_of(patch, "easycore-worker-1", ctrl_c_once_it_runs)
+        on_start_of(patch, "easycore-worker-1", _ends_late_after_a_ctrl_c)
         with pytest.raises(KeyboardInterrupt):
             Pool(2, backend="thread")
+    # Joined before the error reached us: the pool knew of the thread.
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("easycore-worker")]
     with Pool(2, backend="thread") as pool:
         assert pool.map(_one, range(4)) == [0, 1, 2, 3]
