@@ -64,7 +64,6 @@ def test_a_job_queues_staging_thread(monkeypatch, no_leaks, fail, error):
         assert jobs.put(_one, 3).result(timeout=60) == 4
 
 
-@needs_python_sigint_handler
 def _ends_late_after_a_ctrl_c(thread, start):
     """``ctrl_c_once_it_runs``, for a thread that takes a while to end once told:
     only a pool that knows of it, and joins it, waits for it."""
@@ -78,6 +77,7 @@ def _ends_late_after_a_ctrl_c(thread, start):
     ctrl_c_once_it_runs(thread, start)
 
 
+@needs_python_sigint_handler
 def test_a_ctrl_c_inside_a_thread_workers_start(monkeypatch, no_leaks):
     with monkeypatch.context() as patch:
         on_start_of(patch, "easycore-worker-1", _ends_late_after_a_ctrl_c)
