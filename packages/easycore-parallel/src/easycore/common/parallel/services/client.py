@@ -141,8 +141,10 @@ class ProcessChannel:
         self._closed = False
         #: True once an interrupted send left this connection unusable
         self.reset = False
+        self._reader = threading.Thread(
+            target=self._read_loop, name="easycore-service-client", daemon=True
+        )
         fds: List[int] = []
-        reading = False
         try:
             # A Ctrl-C in here is held until the reader runs: then (as after any
             # failure here) this connection closes again, and nothing is left open.
@@ -151,13 +153,9 @@ class ProcessChannel:
                 for fd in fds:
                     os.set_blocking(fd, False)
                 self._wake_r, self._wake_w = fds
-                self._reader = threading.Thread(
-                    target=self._read_loop, name="easycore-service-client", daemon=True
-                )
                 self._reader.start()
-                reading = True
         except BaseException:
-            if reading:
+            if self._reader.ident is not None:  # it runs: close ends it
                 self.close()
             else:
                 _release(self._link, fds, reply)
