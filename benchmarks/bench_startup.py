@@ -26,13 +26,14 @@ Run: ``scripts/bench startup`` or ``python benchmarks/bench_startup.py
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import resource
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from _harness import flush, machine_line, parse_args
 from bench_parallel import Square, square
@@ -89,16 +90,8 @@ def _timed(fn: Callable[[], object]) -> Tuple[object, Phase]:
     return out, (time.perf_counter() - t0, _faults() - f0)
 
 
-def _stdlib_pool() -> List[Phase]:
-    pool, ctor = _timed(lambda: multiprocessing.Pool(2))
-    got, first = _timed(lambda: pool.apply(square, (3,)))
-    assert got == 9
-    _, end = _timed(lambda: (pool.close(), pool.join()))
-    return [ctor, first, end]
-
-
-def _easycore_pool() -> List[Phase]:
-    pool, ctor = _timed(lambda: ecp.Pool(2))
+def _pool(make: Callable[[int], Any]) -> List[Phase]:
+    pool, ctor = _timed(lambda: make(2))
     got, first = _timed(lambda: pool.apply(square, (3,)))
     assert got == 9
     _, end = _timed(lambda: (pool.close(), pool.join()))
@@ -114,8 +107,8 @@ def _runner() -> List[Phase]:
 
 
 CONTENDERS: Dict[str, Callable[[], List[Phase]]] = {
-    "multiprocessing.Pool(2)": _stdlib_pool,
-    "easycore Pool(2)": _easycore_pool,
+    "multiprocessing.Pool(2)": functools.partial(_pool, multiprocessing.Pool),
+    "easycore Pool(2)": functools.partial(_pool, ecp.Pool),
     "Runner(2)": _runner,
 }
 PHASES = ("constructor", "first call", "close + join")
