@@ -76,9 +76,9 @@ def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks)
 @pytest.mark.forks_with_threads  # with the zygote gone, the caller forks the replacement itself
 def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
     with Pool(2, start_method="fork") as pool:
-        zygote = pool._backend._zygote.process
+        zygote = pool._backend._zygote
         os.kill(zygote.pid, signal.SIGKILL)
-        zygote.join(WAIT)
+        zygote.process.join(WAIT)
         victim = pool.worker_pids[0]
         os.kill(victim, signal.SIGKILL)
         assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
