@@ -19,6 +19,7 @@ from _engine_funcs import pid, square
 
 from easycore.common.parallel import Pool, TaskTimeoutError
 from easycore.common.parallel._os import lifeline
+from easycore.common.parallel._os import zygote as zygote_module
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,3 +96,16 @@ def test_a_zygote_whose_worker_died_before_forking_it_is_forked_by_the_caller(no
         replacement = pool.apply(pid)
         zygote = pool._backend._zygote.pid
         assert psutil.Process(replacement).ppid() == zygote != os.getpid()
+
+
+def test_a_worker_stopped_before_forking_the_zygote_does_not_hold_the_pool(no_leaks,
+                                                                           monkeypatch):
+    monkeypatch.setattr(zygote_module, "_GREETING", 0.2)
+    with Pool(2, start_method="fork") as pool:
+        last = pool.worker_pids[-1]
+        os.kill(last, signal.SIGSTOP)  # maybe before its first line ran
+        try:
+            assert pool.apply(square, (3,)) == 9  # its coordinator starts: the zygote is there
+            assert pool._backend._zygote.pid is not None
+        finally:
+            os.kill(last, signal.SIGCONT)

@@ -67,6 +67,8 @@ _LEN = struct.Struct("!Q")
 _CODE = struct.Struct("!i")
 #: a worker whose exit code never came (the zygote died first): reported as killed
 _LOST = -int(getattr(signal, "SIGKILL", 9))
+#: seconds the caller waits for the pid of a zygote that a worker forks
+_GREETING = 10.0
 
 
 #: OS threads of this process that are not Python's: a library's own (a native
@@ -270,7 +272,9 @@ class Zygote:
         """Wait until a worker forked this zygote (it sends the pid first thing); if
         that worker died before it did, fork it here now, as the worker would have.
         Called before any thread of the back-end's runs: the zygote is there
-        before a replacement can be needed."""
+        before a replacement can be needed. (A worker that has not forked it
+        within ``_GREETING`` seconds counts as dead: the zygote it forks later
+        sees its socket closed and exits.)"""
         if not self._from_worker or self._sock is None or self.pid is not None:
             return  # (forked by the caller, shut down, or running)
         self.close()
@@ -321,11 +325,14 @@ class Zygote:
     def _greet(self, wait: bool = True) -> None:
         """Read the pid of a zygote a worker forked, once (holding the lock): the
         worker sends it as soon as it forked it (``wait`` False: only if it is
-        there already)."""
+        there already; True: for ``_GREETING`` seconds at most, a worker stopped
+        before its first line included)."""
         if not self._greeting or self._sock is None:
             return
         try:
             if wait:
+                if not connection.wait([self._sock], _GREETING):
+                    return
                 data = _recv_exactly(self._sock, _LEN.size)
             else:
                 data = self._sock.recv(_LEN.size, socket.MSG_DONTWAIT)
@@ -368,6 +375,8 @@ class Zygote:
                 if self._sock is None:
                     raise ZygoteGone("the zygote is closed")
                 self._greet()
+                if self._greeting:  # (its answers would be read as the pid)
+                    raise ZygoteGone(f"the zygote for {name} has not started")
                 try:
                     socket.send_fds(self._sock, [_LEN.pack(len(data))], [status_w, *fds])
                     self._sock.sendall(data)
