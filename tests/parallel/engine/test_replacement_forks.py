@@ -18,7 +18,7 @@ import threading
 import psutil
 import pytest
 from _engine_funcs import pid, square
-from _parallel_support import kill_quietly, run_script, wait_gone
+from _parallel_support import kill_quietly, run_script, wait_gone, wait_replaced
 
 from easycore.common.parallel import Pool, TaskTimeoutError, UnorderedRunner, WorkerDiedError
 
@@ -125,12 +125,6 @@ def test_a_replacement_started_while_other_threads_work_serves_its_items(no_leak
 
 def kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def wait_replaced(pool, slot: int, old: int) -> None:
-    """Wait until ``slot`` has a new worker (a broadcast reaches every slot's worker)."""
-    pool.broadcast(pid)
-    assert pool.worker_pids[slot] != old
 
 
 @pytest.mark.parametrize("how", ["forgotten", "closed"])

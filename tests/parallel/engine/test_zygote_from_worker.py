@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 from _engine_funcs import pid, square
+from _parallel_support import wait_replaced
 
 from easycore.common.parallel import Pool, TaskTimeoutError
 from easycore.common.parallel._os import lifeline
@@ -37,11 +38,6 @@ def forked_by_a_worker(pool) -> None:
         # An OpenBLAS a forked worker cannot shrink at rest (NumPy 2.5's): the
         # zygote forks the first workers too, so the caller forks it first.
         pytest.skip("the caller forks the zygote here: the first workers come from it")
-
-
-def wait_replaced(pool, slot: int, old: int) -> None:
-    pool.broadcast(pid)  # reaches every slot's worker: the replacement too
-    assert pool.worker_pids[slot] != old
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")

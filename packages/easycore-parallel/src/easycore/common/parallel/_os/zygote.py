@@ -197,7 +197,8 @@ class Zygote:
 
     def __init__(self, context: BaseContext, start: Callable[[Any], None],
                  budget: Optional[int] = None) -> None:
-        """Fork the zygote now (call it while the caller runs no other thread).
+        """Fork the zygote now (call it while the caller runs no other thread, its
+        ended threads settled: see ``for_workers``).
 
         Args:
             context (BaseContext): a ``fork`` multiprocessing context.
@@ -208,7 +209,6 @@ class Zygote:
                 forks any, and its workers inherit them at that size (None: leave
                 them alone).
         """
-        settle_ended_threads()
         ours, theirs = socket.socketpair()
         self._begin(ours)
         self.process = context.Process(  # type: ignore[attr-defined]
@@ -231,7 +231,9 @@ class Zygote:
         self._from_worker = False  # forked by a worker (see ``from_worker``)
         self._greeting = False  # its pid, the first thing that worker sends
         self._birth: Optional[Callable[[], None]] = None
-        self._handed: list = []  # the zygote's ends, closed here once a worker holds them
+        #: the zygote's ends (its socket's, its status pipe's), closed here once the
+        #: process that forks it holds them (see ``handed_over``)
+        self._handed: Optional[Tuple[socket.socket, int]] = None
 
     @classmethod
     def from_worker(cls, budget: Optional[int] = None,
@@ -255,7 +257,7 @@ class Zygote:
         self._keep, self._budget = keep, budget
         ours, theirs, status_w = self._expect()
         self._birth = functools.partial(_fork_from_worker, theirs, ours, status_w, keep, budget)
-        self._handed = [theirs.close, functools.partial(_close_quietly, status_w)]
+        self._handed = (theirs, status_w)
         return self
 
     def _expect(self) -> Tuple[socket.socket, socket.socket, int]:
@@ -279,12 +281,11 @@ class Zygote:
             return  # (forked by the caller, shut down, or running)
         self.close()
         _, theirs, status_w = self._expect()
+        self._handed = (theirs, status_w)
         try:
-            with contextlib.suppress(OSError):  # no zygote: replacements fork from here
-                _fork_zygote(theirs, status_w, self._keep or {}, self._budget)
+            _fork_zygote(theirs, status_w, self._keep or {}, self._budget)
         finally:
-            theirs.close()
-            _close_quietly(status_w)
+            self.handed_over()
 
     def birth(self) -> Optional[Callable[[], None]]:
         """What the worker that forks the zygote runs first, once (None after, and
@@ -297,9 +298,11 @@ class Zygote:
         """The worker that runs ``birth`` started: it holds the zygote's ends, and
         this process no longer does (else the socket's end, when that worker dies
         before forking the zygote, would never come)."""
-        handed, self._handed = self._handed, []
-        for close in handed:
-            _quietly(close)
+        handed, self._handed = self._handed, None
+        if handed is not None:
+            theirs, status_w = handed
+            theirs.close()
+            _close_quietly(status_w)
 
     @property
     def pid(self) -> Optional[int]:
@@ -439,11 +442,6 @@ def _reap_if_adopted(pid: Optional[int]) -> None:
             os.waitpid(pid, 0)
 
 
-def _quietly(fn: Callable[[], Any]) -> None:
-    with contextlib.suppress(OSError):
-        fn()
-
-
 def _open_fds() -> Optional[Dict[int, Tuple[int, int]]]:
     """This process's open descriptors, each with what it refers to (device, inode),
     so that a number closed and reused since is told apart; None: no list here."""
@@ -575,8 +573,6 @@ def _fork_from_worker(theirs: socket.socket, ours: socket.socket, status_w: int,
     zygote dies."""
     try:
         _fork_zygote(theirs, status_w, keep, budget)
-    except OSError:
-        pass
     finally:
         theirs.close()
         ours.close()
@@ -585,10 +581,17 @@ def _fork_from_worker(theirs: socket.socket, ours: socket.socket, status_w: int,
 
 def _fork_zygote(theirs: socket.socket, status_w: int, keep: Dict[int, Tuple[int, int]],
                  budget: Optional[int]) -> None:
-    pid = os.fork()
+    """Fork a zygote here and say its pid on ``theirs``. No zygote (a fork that
+    failed): nothing said, and the caller sees the socket's end once this
+    process closes it."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return
     if pid == 0:
         _serve_from_worker(theirs, status_w, keep, budget)
-    theirs.sendall(_LEN.pack(pid))
+    with contextlib.suppress(OSError):  # (the caller gone: the zygote sees it too)
+        theirs.sendall(_LEN.pack(pid))
 
 
 def _serve_from_worker(sock: socket.socket, status_w: int, keep: Dict[int, Tuple[int, int]],
@@ -629,25 +632,19 @@ def for_workers(context: BaseContext, start: Callable[[Any], None],
     Returns:
         tuple: ``(zygote, first_workers_from_it)``.
     """
-    settle_ended_threads()  # (the workers' forks here wait for it too)
-    if budget is None or not threads.restarts_openblas_in_children(budget):
-        by_worker = Zygote.from_worker(budget)
-        if by_worker is not None:
-            if budget is not None:
-                # The first worker's start imports the fork Popen: imported now and
-                # the scan refreshed (see below), so every worker finds it current.
-                from multiprocessing import popen_fork  # noqa: F401
-
-                threads.prepare_fork()
-            return by_worker, False
-    forked = Zygote(context, start, budget)
-    if budget is None:
-        return forked, False
-    # Starting the zygote imported a module or two (pure Python): the scan is
-    # refreshed here, once, so that each worker's check of it is a length
-    # comparison, not a walk of sys.modules (which, just after a fork, costs
-    # every worker its copy-on-write faults).
-    threads.prepare_fork()
+    settle_ended_threads()  # (before the zygote's fork, or the workers')
     # A worker limiting an OpenBLAS it cannot shrink at rest would start (and
-    # spin) every core's thread: the zygote limited it once instead.
-    return forked, threads.restarts_openblas_in_children(budget)
+    # spin) every core's thread: the zygote limits it once, and forks them.
+    first = budget is not None and threads.restarts_openblas_in_children(budget)
+    zygote = None if first else Zygote.from_worker(budget)
+    if zygote is None:
+        zygote = Zygote(context, start, budget)
+    if budget is not None:
+        # A worker's start (or the zygote's) imports the fork Popen: imported
+        # now and the scan refreshed once, so that each worker's check of it is
+        # a length comparison, not a walk of sys.modules (which, just after a
+        # fork, costs every worker its copy-on-write faults).
+        from multiprocessing import popen_fork  # noqa: F401
+
+        threads.prepare_fork()
+    return zygote, first
