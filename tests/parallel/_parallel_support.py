@@ -25,15 +25,6 @@ METHODS = [
 ]
 
 
-def wait_replaced(pool, slot: int, old: int) -> None:
-    """Wait until ``slot`` of ``pool`` has a new worker (a broadcast reaches every
-    slot's worker, a replacement's too)."""
-    from _engine_funcs import pid
-
-    pool.broadcast(pid)
-    assert pool.worker_pids[slot] != old
-
-
 def shm_segments(pid: Optional[int] = None) -> list:
     """Shared-memory segments of runners created by process ``pid`` (default: this one).
 

@@ -18,7 +18,7 @@ import threading
 import psutil
 import pytest
 from _engine_funcs import pid, square
-from _parallel_support import kill_quietly, run_script, wait_gone, wait_replaced
+from _parallel_support import kill_quietly, run_script, wait_gone
 
 from easycore.common.parallel import Pool, TaskTimeoutError, UnorderedRunner, WorkerDiedError
 
@@ -76,9 +76,9 @@ def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks)
 @pytest.mark.forks_with_threads  # with the zygote gone, the caller forks the replacement itself
 def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
     with Pool(2, start_method="fork") as pool:
-        zygote = pool._backend._zygote
+        zygote = pool._backend._zygote.process
         os.kill(zygote.pid, signal.SIGKILL)
-        zygote.process.join(WAIT)
+        zygote.join(WAIT)
         victim = pool.worker_pids[0]
         os.kill(victim, signal.SIGKILL)
         assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
@@ -127,6 +127,12 @@ def kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def wait_replaced(pool, slot: int, old: int) -> None:
+    """Wait until ``slot`` has a new worker (a broadcast reaches every slot's worker)."""
+    pool.broadcast(pid)
+    assert pool.worker_pids[slot] != old
+
+
 @pytest.mark.parametrize("how", ["forgotten", "closed"])
 def test_what_a_replacement_started_ends_with_the_pool(how):
     proc = run_script("replaced_worker_children.py", how, timeout=60)
@@ -149,6 +155,64 @@ def test_planned_replacements_of_maxtasksperchild_come_from_the_zygote_too(no_le
         assert len(set(pids)) == 3  # a new worker for every task
         assert got[0][0] == os.getpid()  # the first worker: the caller's child
         assert all(parent not in (os.getpid(), got[0][1]) for parent, _ in got[1:])
+
+
+class _RenewedInChildren:
+    """A pipe a library renews in every forked child by its numbers, as libuv's
+    signal pipe does (torch and Ray load one): ``os.close`` of the numbers it
+    holds, then a new pipe. A zygote that closed descriptors it did not make
+    would let those numbers go to a worker's pipes, which the next fork's
+    renewal would then close (CI, stop 59). ``intact``: whether the pipe this
+    process's parent had was there, whole, at its fork."""
+
+    fds: tuple = ()
+    inode = 0
+    intact = True
+
+    @classmethod
+    def renew(cls) -> None:
+        if not cls.fds:
+            return
+        for fd in cls.fds:
+            try:
+                cls.intact = cls.intact and os.fstat(fd).st_ino == cls.inode
+                os.close(fd)
+            except OSError:
+                cls.intact = False
+        cls.open()
+
+    @classmethod
+    def open(cls) -> None:
+        cls.fds = os.pipe()
+        cls.inode = os.fstat(cls.fds[0]).st_ino
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_RenewedInChildren.renew)
+
+
+def renewed_intact() -> tuple:
+    return os.getppid(), os.getpid(), _RenewedInChildren.intact
+
+
+@pytest.fixture
+def renewed_in_children():
+    _RenewedInChildren.open()
+    try:
+        yield
+    finally:
+        fds, _RenewedInChildren.fds = _RenewedInChildren.fds, ()
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_library_renewing_a_descriptor_by_number_at_fork_leaves_replacements_whole(
+        renewed_in_children, no_leaks):
+    with Pool(2, start_method="fork", maxtasksperchild=1) as pool:
+        got = [pool.apply(renewed_intact) for _ in range(6)]
+    assert len({p for _, p, _ in got}) == 6  # a new worker for every task
+    assert sum(parent != os.getpid() for parent, _, _ in got) >= 4  # the zygote's children
+    assert all(intact for _, _, intact in got)  # the zygote kept the library's pipe
 
 
 def parent_and_pid() -> tuple:

@@ -41,7 +41,7 @@ from . import interrupts
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # concurrent.futures (and logging) only when a launcher thread is needed
     from concurrent.futures import Future
-    from typing import Any, Callable, Container, Dict, Iterable, List, Optional
+    from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = [
     "arm_parent_death_signal",
@@ -322,8 +322,7 @@ def descendants(pid: int) -> List[Any]:
     return descendants_of([pid])[pid]
 
 
-def descendants_of(roots: Iterable[int], spare: Iterable[Optional[int]] = ()
-                   ) -> Dict[int, List[Any]]:
+def descendants_of(roots: Iterable[int]) -> Dict[int, List[Any]]:
     """[`descendants`][easycore.common.parallel._os.lifeline.descendants] of several
     processes: on Linux from each one's ``/proc`` children files, elsewhere from
     one reading of the process table (each reading visits every process:
@@ -331,19 +330,16 @@ def descendants_of(roots: Iterable[int], spare: Iterable[Optional[int]] = ()
 
     Args:
         roots (Iterable[int]): process ids.
-        spare (Iterable[int or None]): processes left out, with all below them (a
-            back-end's zygote, which a worker forked but does not own).
 
     Returns:
         dict: each root -> its descendants as ``psutil.Process`` objects.
     """
     roots = list(roots)
-    spared = set(spare)
     if _proc_children_readable():
         # Linux: each process's children straight from /proc (tens of
         # microseconds per worker), instead of reading every process on the
         # machine (milliseconds; over 100 ms on a loaded node).
-        pids = {root: _below(root, _proc_children, int, spared) for root in roots}
+        pids = {root: _below(root, _proc_children, int) for root in roots}
         if not any(pids.values()):
             return {root: [] for root in roots}  # the usual case: psutil is not imported
         import psutil
@@ -356,21 +352,19 @@ def descendants_of(roots: Iterable[int], spare: Iterable[Optional[int]] = ()
         ppid = proc.info.get("ppid")
         if ppid is not None:
             children.setdefault(ppid, []).append(proc)
-    return {root: _below(root, lambda pid: children.get(pid, ()), lambda proc: proc.pid,
-                         spared) for root in roots}
+    return {root: _below(root, lambda pid: children.get(pid, ()), lambda proc: proc.pid)
+            for root in roots}
 
 
 def _below(root: int, children_of: Callable[[int], Iterable[Any]],
-           pid_of: Callable[[Any], int], spared: Container[Optional[int]] = ()) -> List[Any]:
-    """Everything below ``root``: ``children_of(pid)``, then theirs, and so on
-    (not ``spared`` processes, nor what is below them)."""
+           pid_of: Callable[[Any], int]) -> List[Any]:
+    """Everything below ``root``: ``children_of(pid)``, then theirs, and so on."""
     out: List[Any] = []
     todo = [root]
     while todo:
         for child in children_of(todo.pop()):
-            if pid_of(child) not in spared:
-                out.append(child)
-                todo.append(pid_of(child))
+            out.append(child)
+            todo.append(pid_of(child))
     return out
 
 

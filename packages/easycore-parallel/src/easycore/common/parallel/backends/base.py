@@ -200,12 +200,6 @@ class Backend(abc.ABC):
     def wakeup(self) -> None:
         """Make a concurrent or the next [`poll`][easycore.common.parallel.Backend.poll] return."""
 
-    def before_threads(self) -> None:
-        """Called before the client starts a thread of its own (a pool's coordinator):
-        what must happen while the caller runs no thread of easycore's happens now
-        (this default: nothing; the process back-end's zygote is forked by then)."""
-        return None
-
     def kill(self, worker: int) -> None:
         """End ``worker`` now; ``poll`` reports its exit (expected)."""
         raise NotImplementedError(f"{type(self).__name__} cannot kill one worker")

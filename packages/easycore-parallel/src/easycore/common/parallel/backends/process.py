@@ -268,13 +268,23 @@ class ProcessBackend(Backend):
                 self._inherit_item_slots()
             if self._spec.threads is not None:
                 threads.prepare_fork()  # the zygote, and the replacements it forks, inherit it
-            # Before any pipe of ours and any thread (see ``zygote.for_workers``).
+            # Before any pipe of ours exists (the zygote holds none) and any
+            # thread runs: replacements come from this single-threaded copy.
             try:
-                self._zygote, self._first_from_zygote = zygote.for_workers(
-                    self._ctx, startup.start_worker, self._spec.threads)
+                self._zygote = zygote.Zygote(self._ctx, startup.start_worker, self._spec.threads)
             except BaseException:
                 self._release_inherited()
                 raise
+            if self._spec.threads is not None:
+                # Starting the zygote imported a module or two (pure Python): the
+                # scan is refreshed here, once, so that each worker's check of it
+                # is a length comparison, not a walk of sys.modules (which, just
+                # after a fork, costs every worker its copy-on-write faults).
+                threads.prepare_fork()
+                # A worker limiting an OpenBLAS it cannot shrink at rest would start
+                # (and spin) every core's thread: the zygote limited it once instead.
+                self._first_from_zygote = threads.restarts_openblas_in_children(
+                    self._spec.threads)
         self._mux = Multiplexer(spin_seconds)
         self._finalizer = util.Finalize(
             self, _kill_all,
@@ -341,9 +351,6 @@ class ProcessBackend(Backend):
         # (non-blocking, flushed by poll), every worker boots at once.
         inherited = self._method == "fork"
         forker = self._zygote if replacement or self._first_from_zygote else None  # (or None: here)
-        # The last one of the first workers forks the zygote (the others boot first).
-        birth = (self._zygote.birth() if self._zygote and forker is None
-                 and slot == len(self.devices) - 1 else None)
         dump = stacks.DumpFile(inherited and forker is None) if stacks.AVAILABLE else None
         stack_file = dump.path if dump is not None else None
         name = f"easycore-parallel-{slot}[{self.devices[slot]}]"
@@ -352,7 +359,8 @@ class ProcessBackend(Backend):
         self._by_slot[slot] = h
         try:
             if forker is not None:
-                # A replacement: this process runs threads by now (3.12+ warns, rightly).
+                # A replacement: this process runs threads by now (CPython 3.12+
+                # warns about a fork here, rightly). Either way the zygote forks it.
                 with contextlib.suppress(zygote.ZygoteGone):  # else from here, as before
                     h.process = forker.fork(
                         _zygote_worker, (spec_bytes, spec.threads, stack_file),
@@ -361,13 +369,11 @@ class ProcessBackend(Backend):
                 h.process = process = self._ctx.Process(  # type: ignore[attr-defined]
                     target=process_main,
                     args=(spec_bytes if inherited else None, spec.threads, os.getpid(),
-                          self._method, task_r, res_w, stack_file, birth),
+                          self._method, task_r, res_w, stack_file),
                     name=name, daemon=False,
                 )
                 startup.start_worker(process, self._method, h.device, slot)
         finally:
-            if birth is not None:
-                self._zygote.handed_over()  # type: ignore[union-attr]
             # The worker's ends must live only in the worker: then its death
             # shows as EOF / EPIPE, and later forks do not inherit them.
             task_r.close()
@@ -563,7 +569,7 @@ class ProcessBackend(Backend):
         # What the workers started (a producer's subprocesses) and producer_end
         # leaves running goes with them, as after a failure.
         trees = lifeline.descendants_of(
-            (h.pid for h in self._by_slot.values() if h.pid and not h.gone), self._spared())
+            h.pid for h in self._by_slot.values() if h.pid and not h.gone)
         below = [p for procs in trees.values() for p in procs]
         # Under fork a worker's start takes milliseconds and may be inside code of
         # the user's (a transport's hook, holding a lock another process shares):
@@ -650,13 +656,6 @@ class ProcessBackend(Backend):
                 isinstance(h.process, zygote.ZygoteChild) for h in self._by_slot.values()):
             self._zygote.shutdown()
 
-    def before_threads(self) -> None:
-        if self._zygote is not None:
-            self._zygote.born()  # (a worker forks it: there before it can be needed)
-
-    def _spared(self) -> Tuple[Optional[int], ...]:  # never in a worker's tree: the zygote
-        return () if self._zygote is None else (self._zygote.known_pid(),)
-
     def _discard_pending(self, h: WorkerHandle) -> None:
         if h.closed:
             return
@@ -676,7 +675,7 @@ class ProcessBackend(Backend):
         for the workers and every process below them."""
         if not handles:
             return
-        trees = lifeline.descendants_of((h.pid for h in handles if h.pid), self._spared())
+        trees = lifeline.descendants_of(h.pid for h in handles if h.pid)
         below = {h.slot: trees[h.pid] for h in handles if h.pid}
         if graceful and hasattr(signal, "SIGTERM"):
             for h in handles:

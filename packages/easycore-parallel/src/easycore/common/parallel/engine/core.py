@@ -283,8 +283,7 @@ class Engine:
             self.turns.unpark()
         return job
 
-    def lead(self, job: Job, ready: Callable[[], bool],
-             meanwhile: Optional[Callable[[], None]] = None) -> None:
+    def lead(self, job: Job, ready: Callable[[], bool]) -> None:
         """Pump for ``job`` until ``ready()``: the blocking call ``submit_job`` let lead.
 
         Stops early (the coordinator then pumps, and the caller waits as any
@@ -295,8 +294,6 @@ class Engine:
         Args:
             job (Job): the job, ``state.led``.
             ready (callable): whether the caller's result is there.
-            meanwhile (callable or None): called once, when all of the job's
-                items are on their way and what is left is to wait for them.
         """
         state, turns = self.state, self.turns
         recorder = state.recorder
@@ -306,10 +303,6 @@ class Engine:
                 with state.lock:  # (only end_lead, on the way out, clears state.led)
                     if turns.foreign(job) or state.closing or state.broken is not None:
                         return
-                if meanwhile is not None and job.exhausted and job.outstanding:
-                    call = meanwhile
-                    meanwhile = None
-                    call()
                 with interrupts.deferred():
                     self.pump(interrupts.SLICE, waiting=True)
         finally:

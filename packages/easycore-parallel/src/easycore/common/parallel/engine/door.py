@@ -251,9 +251,7 @@ def blocking_call(engine: Engine, coordinator: Coordinator, submitted: threading
         sink = submitted.sink
         led = engine.state.led
         if sink is not None and led is not None and sink.job is led:
-            # The coordinator starts while the job's items run (its start waits
-            # for a CPU), not after the result, where the caller would wait.
-            engine.lead(led, result.ready, coordinator.start)
+            engine.lead(led, result.ready)
         return result.get()
     except BaseException:
         sink = submitted.sink
@@ -296,7 +294,6 @@ class Coordinator:
         self._thread = threading.Thread(target=engine.pump_until, args=(self.stop,),
                                         name=name, daemon=True)
         self._wakeup = engine.state.backend.wakeup
-        self._before = engine.state.backend.before_threads
         self._unpark = engine.turns.unpark
         self._lock = threading.Lock()
         self._started = False
@@ -317,7 +314,6 @@ class Coordinator:
                 # (Deferred: a Ctrl-C inside Thread.start, once the thread runs,
                 # would leave it started but not marked, to be started again.)
                 if not self._started:
-                    self._before()
                     self._thread.start()
                     self._started = True
 

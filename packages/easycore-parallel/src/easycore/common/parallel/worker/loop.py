@@ -73,7 +73,6 @@ def process_main(
     tasks: Any,
     results: Any,
     stack_file: Optional[str] = None,
-    first: Optional[Callable[[], None]] = None,
 ) -> None:
     """Entry point of a worker process.
 
@@ -89,12 +88,7 @@ def process_main(
         results (Connection): write end of this worker's result pipe.
         stack_file (str or None): the caller's dump file: this worker's stacks
             go there when it is asked (see ``_os.stacks``).
-        first (callable or None): run before anything else, while this forked
-            process is a copy of the caller that runs nothing of its own: the
-            first worker forks the back-end's zygote so (see ``_os.zygote``).
     """
-    if first is not None:
-        first()
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     interrupts.unblock_in_worker()  # blocked by the caller across the start
