@@ -29,7 +29,7 @@ from _engine_funcs import (
     runs,
     square,
 )
-from _inherit_targets import die_unless_first, gate
+from _inherit_targets import break_task_pipe_unless_first, die_unless_first, gate
 
 from easycore.common.parallel import BackgroundTask, JobQueue, Pool, WorkerDiedError
 
@@ -233,6 +233,21 @@ def test_a_worker_that_dies_in_every_start_still_ends_the_pool(tmp_path, no_leak
                                               start_method="fork") as pool:
         for _ in range(200):
             pool.broadcast(pid)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_worker_that_dies_after_it_is_ready_in_every_start_ends_the_pool(
+        method, tmp_path, no_leaks):
+    # Each replacement says it is ready, then dies before any chunk reaches it
+    # (its task pipe is gone): nothing it received is at fault, so no job's
+    # max_deaths counts it, and the pool replaced it for ever while the call
+    # waited. Deaths before a slot's first chunk came back are failed starts.
+    with Pool(2, initializer=break_task_pipe_unless_first, initargs=(str(tmp_path),),
+              start_method=method) as pool:
+        with pytest.raises(WorkerDiedError) as info:
+            for _ in range(200):  # waits for the broken slot's replacement each time
+                pool.broadcast(pid)
+    assert "exit code 75" in str(info.value)
 
 
 # ------------------------------------------------- who sent the SIGKILL?

@@ -84,7 +84,7 @@ class WorkerState:
         self.kill_stack: Any = None  # where it was when the engine killed it
         self.memory_at = 0.0  # when insights last read its memory
         self.alive = True
-        self.start_deaths = 0  # deaths in a row before the init hooks returned
+        self.start_deaths = 0  # deaths in a row before a chunk came back (failed starts)
 
 
 def pop_chunk(w: WorkerState, job: int, seq: int) -> Optional[Chunk]:

@@ -11,8 +11,10 @@ that ends jobs only through the core's
 1. **The exit is taken in** (``on_exit``, engine lock held): the worker's
    queue is taken back (its chunks, its credits, the functions it had) and
    the kill reason, if the engine killed it, is read. A slot whose worker
-   dies before its init hooks returned ``start_deaths_limit`` times in a row
-   ends the engine: every replacement would die the same way. (Not
+   dies before it finished its first chunk, with nothing it received at
+   fault (before its init hooks returned, or after it said it was ready),
+   ``start_deaths_limit`` times in a row ends the engine: every replacement
+   would die the same way, and a pool would replace them for ever. (Not
    ``max_deaths``: that is what one *job* may cost, and no job ran in a
    worker that never started; one such death may be a kill from outside.)
 2. **What it ran is settled by a policy.** Which item was running is read
@@ -120,8 +122,9 @@ class Policy:
 class Supervisor:
     """Worker exits, hook failures, restarts and task deadlines of one engine."""
 
-    #: deaths in a row of one slot's worker before its init hooks returned that
-    #: end the engine (its start is what kills it); fewer are replaced
+    #: deaths in a row of one slot's worker before it finished a chunk (none
+    #: an item's fault) that end the engine (its start is what kills it);
+    #: fewer are replaced
     start_deaths_limit = 3
     #: seconds to wait for the stacks of workers about to be killed
     stack_timeout = 1.0
@@ -151,19 +154,21 @@ class Supervisor:
         w = state.workers[slot]
         lost = taken_away(msg)
         with state.lock:
-            if not (w.ready or w.retiring or msg.expected or state.closing or w.fifo
-                    or lost):
-                # Died before its init hooks returned. Once may be bad luck (a
-                # kill); again and again, every replacement would die the same
-                # way, forever: as an init hook's error does, that ends the
-                # engine (what a start that waited for it raised).
+            if (w.items_done == 0 and not (w.retiring or msg.expected or state.closing or lost)
+                    and not self._blames_an_item(w)):
+                # Died before it finished anything, and nothing it received
+                # is at fault: before its init hooks returned, or after it
+                # said it was ready but before its first chunk came back (a
+                # start that broke what the worker needs, its task pipe say).
+                # Once may be bad luck (a kill); again and again, every
+                # replacement would die the same way, forever: as an init
+                # hook's error does, that ends the engine (what a start that
+                # waited for it raised). A chunk done clears the count.
                 w.start_deaths += 1
                 if w.start_deaths >= self.start_deaths_limit:
                     w.alive = False
                     self.outcomes.break_engine(self.death_error(w, msg))
                     return
-            elif w.ready:
-                w.start_deaths = 0
             chunks, reason = self._take_back(w)
             if state.closing:
                 return
@@ -182,6 +187,15 @@ class Supervisor:
             if replaced:
                 self._plan_restart(w)
             _log_loss(state.devices[slot], slot, msg, what, replaced)
+
+    def _blames_an_item(self, w: WorkerState) -> bool:
+        """Whether ``w``'s death may be the fault of a chunk it holds: the engine
+        killed it (a timeout), or it received the chunk at the head of its queue
+        (or its back-end cannot tell). Lock held."""
+        head = next((c for c in w.fifo if isinstance(c, Chunk)), None)
+        if head is None:
+            return False
+        return w.kill_reason is not None or self.received(w, head)[0] is not False
 
     def _take_back(self, w: WorkerState) -> Tuple[List[Chunk], Optional[Tuple[str, Any]]]:
         """Empty a gone worker's queue: its chunks (in the order it ran them) and
