@@ -250,6 +250,29 @@ def test_a_worker_that_dies_after_it_is_ready_in_every_start_ends_the_pool(
     assert "exit code 75" in str(info.value)
 
 
+@pytest.mark.parametrize("client", ["BackgroundTask", "JobQueue"])
+def test_a_stream_whose_worker_dies_after_it_is_ready_in_every_start_ends(
+        client, tmp_path, no_leaks):
+    # The streams share the pool's engine: the whole worker keeps answering,
+    # the broken slot's deaths end the stream instead of replacing it for ever.
+    init = {"initializer": break_task_pipe_unless_first, "initargs": (str(tmp_path),)}
+    if client == "BackgroundTask":
+        stream = BackgroundTask(pid, workers=2, **init)
+
+        def answer():
+            return stream.get(timeout=WAIT)
+    else:
+        stream = JobQueue(workers=2, **init)
+
+        def answer():
+            stream.put(pid)
+            return stream.get(timeout=WAIT)
+    with stream, pytest.raises(WorkerDiedError) as info:
+        for _ in range(100_000):  # each replacement dies within milliseconds of its start
+            answer()
+    assert "exit code 75" in str(info.value)
+
+
 # ------------------------------------------------- who sent the SIGKILL?
 @pytest.mark.parametrize("oom_kills", [0, 1])
 def test_a_sigkill_names_the_out_of_memory_killer_only_if_it_killed_meanwhile(
