@@ -242,11 +242,10 @@ def test_a_worker_that_dies_after_it_is_ready_in_every_start_ends_the_pool(
     # (its task pipe is gone): nothing it received is at fault, so no job's
     # max_deaths counts it, and the pool replaced it for ever while the call
     # waited. Deaths before a slot's first chunk came back are failed starts.
-    with Pool(2, initializer=break_task_pipe_unless_first, initargs=(str(tmp_path),),
-              start_method=method) as pool:
-        with pytest.raises(WorkerDiedError) as info:
-            for _ in range(200):  # waits for the broken slot's replacement each time
-                pool.broadcast(pid)
+    init = {"initializer": break_task_pipe_unless_first, "initargs": (str(tmp_path),)}
+    with Pool(2, start_method=method, **init) as pool, pytest.raises(WorkerDiedError) as info:
+        for _ in range(200):  # waits for the broken slot's replacement each time
+            pool.broadcast(pid)
     assert "exit code 75" in str(info.value)
 
 
