@@ -485,7 +485,6 @@ class Engine:
             chunk = pop_chunk(w, msg.job, msg.seq)
             w.last_at = time.monotonic()
             w.items_done += msg.n_items
-            w.start_deaths = 0  # its start is proven: deaths from now on are no failed start
             state.busy[slot] += msg.seconds
             recorder = state.recorder
             if recorder is not None:  # insights: one test per chunk when off

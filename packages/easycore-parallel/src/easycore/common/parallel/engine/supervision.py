@@ -154,7 +154,9 @@ class Supervisor:
         w = state.workers[slot]
         lost = taken_away(msg)
         with state.lock:
-            if (w.items_done == 0 and not (w.retiring or msg.expected or state.closing or lost)
+            if w.items_done:
+                w.start_deaths = 0  # it finished a chunk: its start was no failed one
+            elif (not (w.retiring or msg.expected or state.closing or lost)
                     and not self._blames_an_item(w)):
                 # Died before it finished anything, and nothing it received
                 # is at fault: before its init hooks returned, or after it
@@ -163,7 +165,7 @@ class Supervisor:
                 # Once may be bad luck (a kill); again and again, every
                 # replacement would die the same way, forever: as an init
                 # hook's error does, that ends the engine (what a start that
-                # waited for it raised). A chunk done clears the count.
+                # waited for it raised).
                 w.start_deaths += 1
                 if w.start_deaths >= self.start_deaths_limit:
                     w.alive = False
