@@ -71,11 +71,18 @@ def gate(first_dir: str, lock_path: str) -> None:
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def die_unless_first(first_dir: str) -> None:
-    """An initializer: the first worker to run it goes on; every other one dies (exit 3)."""
+def _first_here(first_dir: str) -> bool:
+    """Whether this process is the first of its pool to ask (a directory made once)."""
     try:
         os.mkdir(os.path.join(first_dir, "first"))
     except FileExistsError:
+        return False
+    return True
+
+
+def die_unless_first(first_dir: str) -> None:
+    """An initializer: the first worker to run it goes on; every other one dies (exit 3)."""
+    if not _first_here(first_dir):
         os._exit(3)
 
 
@@ -84,11 +91,8 @@ def break_task_pipe_unless_first(first_dir: str) -> None:
     its own task pipe, so it says it is ready and dies (exit 75) at its first
     read, before any chunk reaches it: what a library that renews descriptors
     by number at fork once did to a replacement (stop 59)."""
-    try:
-        os.mkdir(os.path.join(first_dir, "first"))
+    if _first_here(first_dir):
         return
-    except FileExistsError:
-        pass
     import sys
 
     frame = sys._getframe()
