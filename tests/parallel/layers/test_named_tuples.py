@@ -5,7 +5,10 @@ named tuples cost about 2.5 ms of every import)."""
 from __future__ import annotations
 
 import ast
+import collections
+import copy
 import importlib
+import inspect
 import pickle
 import typing
 from pathlib import Path
@@ -153,3 +156,75 @@ def test_each_named_tuple_of_the_package_is_one(module, name):
     assert cls._fields == tuple(cls.__annotations__)
     assert (cls.__module__, cls.__qualname__) == (module, name)
     assert set(cls._field_defaults) <= set(cls._fields)
+
+
+def _pair(n_fields: int, n_defaults: int):
+    """A class of ``n_fields`` fields made both ways: easycore's, and ``collections``'."""
+    fields = [f"f{i}" for i in range(n_fields)]
+    defaults = {f: i * 10 for i, f in enumerate(fields) if i >= n_fields - n_defaults}
+    ours = type(NamedTuple)("Wide", (NamedTuple,), {
+        "__module__": __name__, "__qualname__": "Wide",
+        "__annotations__": dict.fromkeys(fields, "int"), **defaults})
+    theirs = collections.namedtuple("Wide", fields, defaults=tuple(defaults.values()))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("n_fields, n_defaults", [(0, 0), (1, 0), (1, 1), (3, 1), (7, 4),
+                                                  (12, 0), (16, 2), (17, 3), (24, 0)])
+def test_a_named_tuple_behaves_as_collections_namedtuple_makes_it(n_fields, n_defaults):
+    # 16 fields: the last __new__ compiled with the module; 17 and more: collections'.
+    ours, theirs = _pair(n_fields, n_defaults)
+    assert ours._fields == theirs._fields and ours.__match_args__ == theirs.__match_args__
+    assert ours._field_defaults == theirs._field_defaults
+    assert str(inspect.signature(ours)) == str(inspect.signature(theirs))
+    assert ours.__new__.__doc__ == theirs.__new__.__doc__
+    assert ours.__new__.__qualname__ == theirs.__new__.__qualname__
+    assert ours.__doc__ == theirs.__doc__ and ours.__slots__ == ()
+    required = n_fields - n_defaults
+    args = list(range(100, 100 + required))
+    a, b = ours(*args), theirs(*args)
+    assert tuple(a) == tuple(b) and repr(a) == repr(b) and a._asdict() == b._asdict()
+    assert not hasattr(a, "__dict__")
+    for i, field in enumerate(ours._fields):
+        assert getattr(a, field) == a[i]
+        assert vars(ours)[field].__doc__ == vars(theirs)[field].__doc__
+    kwargs = {f: -i for i, f in enumerate(ours._fields)}
+    assert ours(**kwargs) == theirs(**kwargs)
+    assert type(ours._make(kwargs.values())) is ours
+    assert copy.copy(a) == a and copy.deepcopy(a) == a  # (pickling: a class at top level)
+    assert a.__getnewargs__() == b.__getnewargs__() == tuple(a)
+    if n_fields:
+        assert a._replace(f0=7).f0 == 7 and type(a._replace(f0=7)) is ours
+    def failures(make):
+        got = []
+        for call in (lambda: make(*args, *range(n_fields + 1)),
+                     lambda: make(*args[:-1]) if required else make(nope=1),
+                     lambda: make._make(range(n_fields + 1)),
+                     lambda: make(*args)._replace(nope=1)):
+            with pytest.raises((TypeError, ValueError)) as info:
+                call()
+            got.append((type(info.value), str(info.value)))
+        return got
+
+    errors = [failures(ours), failures(theirs)]
+    assert errors[0] == errors[1]
+
+
+def test_a_named_tuple_is_made_without_the_c_getter_where_there_is_none(monkeypatch):
+    import easycore.common.parallel._named_tuples as named
+
+    monkeypatch.setattr(named, "_tuplegetter", None)  # (an interpreter without _collections)
+    Plain = _point_class(NamedTuple)
+    p = Plain(1, 2)
+    assert (p.x, p.y, p.label) == (1, 2, "p") and Plain.x.__doc__ == "Alias for field number 0"
+    with pytest.raises(AttributeError):
+        p.x = 3
+
+
+@pytest.mark.parametrize("fields, error", [
+    (["class"], "keyword"), (["_hidden"], "underscore"), (["not a name"], "identifiers"),
+    ([1], "strings")])
+def test_field_names_are_checked_as_collections_checks_them(fields, error):
+    with pytest.raises((TypeError, ValueError), match=error):
+        type(NamedTuple)("Bad", (NamedTuple,), {
+            "__module__": __name__, "__annotations__": dict.fromkeys(fields, "int")})
