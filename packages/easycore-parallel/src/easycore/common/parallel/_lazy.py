@@ -16,7 +16,6 @@ allocation, and moves them on.
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 
 TYPE_CHECKING = False
@@ -24,30 +23,57 @@ if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from types import ModuleType
     from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ["bind", "exports", "load"]
+__all__ = ["absolute", "bind", "exports", "load"]
 
 
 def load(module: str, package: str) -> ModuleType:
-    """``importlib.import_module(module, package)``, the garbage collector paused.
+    """Import ``module`` (absolute, or relative to ``package``), the garbage collector paused.
 
     The collector is re-enabled after (also when the import raised) only if
     this call disabled it: one that you (or an outer `load`) turned off stays off.
+    The import statement's own machinery does the work (``__import__``, with its
+    module locks): ``importlib``, a module of its own, is not needed for it.
 
     Args:
-        module (str): the module, absolute or relative to ``package`` (``".pool"``).
+        module (str): the module, absolute or relative to ``package`` (``".pool"``,
+            ``"..engine.core"``).
         package (str): the package a relative ``module`` is resolved in.
 
     Returns:
         module: the imported module.
     """
+    name = absolute(module, package)
     pause = gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return importlib.import_module(module, package)
+        __import__(name)
+        return sys.modules[name]
     finally:
         if pause:
             gc.enable()
+
+
+def absolute(module: str, package: str) -> str:
+    """``module``'s absolute name: as it is, or resolved in ``package`` if relative.
+
+    Args:
+        module (str): ``"a.b"``, or relative: ``".pool"`` (in ``package``),
+            ``"..engine"`` (in its parent), ...
+        package (str): the package a relative name is resolved in.
+
+    Returns:
+        str: the absolute name.
+    """
+    if not module.startswith("."):
+        return module
+    rest = module.lstrip(".")
+    level = len(module) - len(rest)
+    parts = package.split(".")
+    if level > len(parts):
+        raise ImportError(f"{module!r} goes beyond the top-level package of {package!r}")
+    base = ".".join(parts[:len(parts) - level + 1])
+    return f"{base}.{rest}" if rest else base
 
 
 def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
@@ -73,9 +99,7 @@ def exports(package: str, names: Dict[str, str]) -> Tuple[Callable[[str], Any],
             # Raised from here as it is, ``from package import name`` would say
             # only "cannot import name": the module's own failure (a dependency
             # of the wrong version, say) is what needs fixing.
-            from importlib.util import resolve_name  # (the error's path only)
-
-            where = resolve_name(module, package)  # relative (".futures") or absolute
+            where = absolute(module, package)  # relative (".futures") or absolute
             raise ImportError(f"cannot import {name!r} from {package!r}: importing "
                               f"{where} failed: {exc!r}", name=package) from exc
         value = getattr(defining, name)

@@ -23,7 +23,6 @@ Other packages may register their own upgrade with
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 TYPE_CHECKING = False
@@ -120,7 +119,8 @@ def import_object(path: str) -> Any:
         AttributeError: the module has no such name.
     """
     module, _, qualname = path.partition(":")
-    obj: Any = importlib.import_module(module)
+    __import__(module)  # (as importlib.import_module, without importing importlib)
+    obj: Any = sys.modules[module]
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj

@@ -33,7 +33,6 @@ of at most ``SLICE`` seconds there.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import signal
 import threading
 import time
@@ -59,7 +58,7 @@ _SIGMASK = hasattr(signal, "pthread_sigmask")
 # runs three of them around every job a runner or pool submits.
 _raw: Any
 try:
-    _raw = importlib.import_module("_signal")
+    _raw = __import__("_signal")
 except ImportError:  # another interpreter: the public functions do the same
     _raw = signal
 _SIGINT = int(signal.SIGINT)

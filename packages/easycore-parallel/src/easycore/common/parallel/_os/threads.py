@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from importlib.machinery import EXTENSION_SUFFIXES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -59,7 +58,6 @@ _ENV = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-_NATIVE = tuple(EXTENSION_SUFFIXES)
 
 
 def available_cpus() -> int:
@@ -138,9 +136,12 @@ def _still_valid(scanned: Optional[Tuple[FrozenSet[str], Any]]) -> bool:
     names = scanned[0]
     if len(sys.modules) == len(names):
         return True
+    from importlib.machinery import EXTENSION_SUFFIXES  # (with NumPy or torch only)
+
+    native = tuple(EXTENSION_SUFFIXES)
     for name in sys.modules.keys() - names:
         path = getattr(sys.modules.get(name), "__file__", None) or ""
-        if path.endswith(_NATIVE):
+        if path.endswith(native):
             return False
     return True
 

@@ -41,7 +41,6 @@ process. Two kinds of names mean more, and are checked:
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import sys
 from multiprocessing.context import BaseContext
@@ -221,6 +220,8 @@ class DevicePolicy:
         Returns:
             DevicePolicy: a shallow copy; this one is unchanged.
         """
+        import copy  # (a client with a transport of its own only)
+
         policy = copy.copy(self)
         policy.transport_class = transport_class
         return policy
