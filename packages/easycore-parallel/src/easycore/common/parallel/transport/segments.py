@@ -257,24 +257,28 @@ class CallerSegments:
 
     # -- the feedback channel
     def feedback(self, worker: int) -> CallerFeedback | None:
-        self._collect_returns()
-        unmap = self.unmap.pop(worker, None)
-        grants = None
-        granted = self.granted.setdefault(worker, [])
-        # Only to a worker whose results use segments: grants given to one
-        # that returns small results sit unused while its inputs need segments.
-        free = self.free.get(worker) if worker in self.big_results else None
-        while free and len(granted) < self.t.grants_per_worker:
-            seg = max(free, key=lambda s: s.size)
-            free.remove(seg)
-            seg.state = "granted"
-            granted.append(seg)
-            if grants is None:
-                grants = []
-            grants.append((seg.name, seg.size))
-        revoke = worker in self.revoke
-        if revoke:
-            self.revoke.discard(worker)
+        unmap = grants = None
+        revoke = False
+        # Until a segment exists (every payload so far went in-band, as a
+        # kept-alive call's do) there is nothing to grant, unmap or revoke.
+        if self.segs or self.unmap or self.revoke:
+            self._collect_returns()
+            unmap = self.unmap.pop(worker, None)
+            granted = self.granted.setdefault(worker, [])
+            # Only to a worker whose results use segments: grants given to one
+            # that returns small results sit unused while its inputs need segments.
+            free = self.free.get(worker) if worker in self.big_results else None
+            while free and len(granted) < self.t.grants_per_worker:
+                seg = max(free, key=lambda s: s.size)
+                free.remove(seg)
+                seg.state = "granted"
+                granted.append(seg)
+                if grants is None:
+                    grants = []
+                grants.append((seg.name, seg.size))
+            revoke = worker in self.revoke
+            if revoke:
+                self.revoke.discard(worker)
         reserved = self._reserve(worker) if self.t.reserve_names else None
         if unmap is None and grants is None and not revoke and reserved is None:
             return None
@@ -335,6 +339,8 @@ class CallerSegments:
 
     # -- the end of a call, of a worker, of everything
     def idle(self) -> None:
+        if not self.segs:  # none made yet: nothing granted, free or handed out
+            return
         self._collect_returns()
         # Grants are idle too: the worker writes into one only while it runs a
         # chunk, and it reads this revocation (with the next chunk) first.
