@@ -148,11 +148,11 @@ def _check_fields(name: str, fields: List[str]) -> None:
 def _build(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...],
            body: Dict[str, Any]) -> Any:
     """The named tuple class ``name``: its fields, their defaults (the last ones'), the body."""
-    arg_list = ", ".join(fields) + ("," if len(fields) == 1 else "")
     if len(fields) >= len(_NEW_BY_FIELDS):  # rare: collections.namedtuple compiles one
         made = _namedtuple(name, fields, defaults=defaults, module=body["__module__"])
-        namespace = {k: v for k, v in vars(made).items() if k not in ("__dict__", "__weakref__")}
+        namespace = dict(vars(made))
     else:
+        arg_list = ", ".join(fields) + ("," if len(fields) == 1 else "")
         template = _NEW_BY_FIELDS[len(fields)].__code__
         code = template.replace(co_name="__new__", co_varnames=("_cls", *fields))
         scope = {"_tuple_new": _tuple_new, "__builtins__": {}, "__name__": f"namedtuple_{name}"}

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import sys
 
+from ._lazy import load
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, List, Optional, Tuple, Union
@@ -119,8 +121,7 @@ def import_object(path: str) -> Any:
         AttributeError: the module has no such name.
     """
     module, _, qualname = path.partition(":")
-    __import__(module)  # (as importlib.import_module, without importing importlib)
-    obj: Any = sys.modules[module]
+    obj: Any = load(module, "")  # (absolute: a relative name is no module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
