@@ -288,6 +288,18 @@ def test_sigterm_that_lands_where_python_ignores_exceptions_still_ends_the_worke
     assert "Exception ignored" not in proc.stderr, proc.stderr
 
 
+def test_a_resent_sigterm_that_lands_in_the_hook_that_resent_it_still_ends_the_worker():
+    # The thread the worker's unraisable hook starts may send the SIGTERM again
+    # before the hook returns (the main thread descheduled on a busy machine):
+    # raised in the hook, it was lost too, and the worker ran on to the SIGKILL
+    # (CI, once, in the test above). The script makes it land there every time.
+    proc = run_script("sigterm_in_unraisable_hook.py", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"outcome": "terminated", "starts": 2}, proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
+
+
 # --- 13: close() from another thread ends a running call ------------------------
 class Marks(UnorderedRunner):
     """Each item (folder, seconds) leaves a file in ``folder`` and sleeps."""

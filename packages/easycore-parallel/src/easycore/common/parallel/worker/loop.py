@@ -155,8 +155,17 @@ def _unraisable_hook(previous: Callable[[Any], Any]) -> Callable[[Any], None]:
             # __del__): the worker would run on until the caller's SIGKILL.
             # Sent again from another thread, it is raised where the main
             # thread runs next (sent from here, it would be raised in here).
-            _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM))
-            return
+            # The thread may send it before this hook returns (the main thread
+            # descheduled on a busy machine): raised in here, an exception is
+            # lost again ("Exception ignored in sys.unraisablehook"), so the
+            # whole of what is left of the hook is in the ``try``, and a
+            # signal that lands in it is sent once more.
+            while True:
+                try:
+                    _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM))
+                    return
+                except Terminated:
+                    pass
         previous(unraisable)
 
     return hook
