@@ -89,12 +89,18 @@ def test_a_first_name_loads_no_heavy_module(name):
     assert heavy_in(loaded) == []
 
 
+FORK_ONLY = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                               reason="fork is not available here")
+
+
+@FORK_ONLY
 def test_a_pools_first_map_and_close_load_no_heavy_module():
-    # abs is found by reference (no cloudpickle); fork: the default here on
-    # Linux before 3.14 (the start methods' own cold paths: bench_coldstart).
+    # abs is found by reference (no cloudpickle); fork named, not left to the
+    # default, which CI also makes forkserver (whose start loads the resource
+    # tracker: the start methods' own cold paths are bench_coldstart's).
     loaded = loaded_by("""
         from easycore.common.parallel import Pool
-        with Pool(2) as pool:
+        with Pool(2, start_method="fork") as pool:
             assert pool.map(abs, range(-50, 50)) == [abs(x) for x in range(-50, 50)]
     """)
     assert heavy_in(loaded) == []
@@ -106,13 +112,16 @@ def test_a_pools_first_map_and_close_load_no_heavy_module():
     assert [m for m in banned if m in loaded] == []
 
 
+@FORK_ONLY
 def test_a_runners_first_call_loads_neither_the_pool_nor_the_stdlibs():
     # The errors that are multiprocessing.pool's own classes (pool_errors) come
     # with a Pool only; nothing of dataclasses/inspect on the way (named tuples);
     # traceback (with linecache, tokenize, textwrap: ~2 ms) once a hook fails.
+    # fork named: the probe's runner class is made at run time, which a
+    # forkserver or spawn worker could not import by name.
     loaded = probe("""
         from _import_probe import runner_class
-        with runner_class()(2) as runner:
+        with runner_class()(2, start_method="fork") as runner:
             assert runner([1, 2, 3]) is None
     """, cwd=str(Path(__file__).parents[1]))[-1]
     assert "easycore.common.parallel.runner" in loaded
