@@ -9,6 +9,7 @@ instead: they still inherit the program without a copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -71,6 +72,44 @@ def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks)
             pool.apply(kill_self)
         assert info.value.pid == replacement and info.value.exitcode == -signal.SIGKILL
         assert pool.apply(pid) not in (first, replacement)
+
+
+def _pipe_targets(pid_: int, fds) -> set:
+    return {os.readlink(f"/proc/{pid_}/fd/{fd}") for fd in fds}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descriptors(
+        workers, no_leaks):
+    before = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own)
+            before.add(os.readlink(f"/proc/self/fd/{fd}"))
+    with Pool(workers, start_method="fork") as pool:
+        backend = pool._backend
+        zygote = backend._zygote
+        # Forked after them (they boot while it starts): its pid is the highest.
+        assert all(w < zygote.pid for w in pool.worker_pids)
+        # A worker's death shows at once, and its replacement comes from the zygote
+        # (which, serving, has closed what it was told to).
+        victim = pool.worker_pids[0]
+        os.kill(victim, signal.SIGKILL)
+        assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
+        wait_replaced(pool, 0, victim)
+        assert psutil.Process(pool.worker_pids[0]).ppid() == zygote.pid
+        # (A replacement's sentinel is the status pipe the zygote writes its exit code to.)
+        theirs = _pipe_targets(os.getpid(), [
+            fd for h in backend._by_slot.values() for fd in (h.task_fd, h.results.fileno())])
+        theirs |= _pipe_targets(os.getpid(), [
+            h.process.sentinel for h in backend._by_slot.values() if h.slot != 0])
+        theirs |= _pipe_targets(os.getpid(), [backend._mux._wake_r, backend._mux._wake_w])
+        held = _pipe_targets(zygote.pid, os.listdir(f"/proc/{zygote.pid}/fd"))
+        assert not held & theirs, held & theirs
+        # Besides what the caller held before the pool: its socket, its own process's
+        # two pipes, and the replacement's three (the status pipe, the process's two).
+        assert {t.split(":")[0] for t in held - before} <= {"socket", "pipe"}, held - before
+        assert len(held - before) <= 6, held - before
 
 
 @pytest.mark.forks_with_threads  # with the zygote gone, the caller forks the replacement itself

@@ -4,7 +4,7 @@ CPython 3.12+ warns, rightly, when a process that runs several threads forks:
 a lock another thread held at that moment stays held in the child forever.
 A ``fork`` back-end starts its first workers before any of its threads runs;
 a replacement (after a worker died, or was killed for ``task_timeout``),
-though, is needed while those threads run. So right before the first
+though, is needed while those threads run. So as it starts the first
 workers, the back-end forks one more child: the zygote, a copy of the caller
 as it was then, single-threaded, holding the same program and inherited
 objects (see [`inherit`][easycore.common.parallel._os.inherit]). A
@@ -14,6 +14,16 @@ with threads. The first workers come from the zygote too where a worker would
 start a library's threads to limit its pool (an OpenBLAS it cannot shrink at
 rest): the zygote limits the pools once, and its workers inherit them so
 ([`restarts_openblas_in_children`][easycore.common.parallel._os.threads.restarts_openblas_in_children]).
+
+The zygote is forked right after the first workers, not before them: they
+boot while it is forked and starts (a third fork, and its copy-on-write
+faults, cost a fresh pool's first result a millisecond or two on a 2-core
+machine). What the caller made for those workers (their pipes, the
+multiplexer's) the zygote closes first, before anything else: it keeps the
+descriptors it would have kept forked before them, and its replacements
+inherit none of another worker's pipes. Where this process's descriptors
+cannot be listed ([`CAN_LIST_FDS`][easycore.common.parallel._os.zygote.CAN_LIST_FDS]
+false), and where it forks the first workers too, it is forked before them.
 
 The zygote serves one request at a time over a socket pair: the worker's
 pipe ends travel as file descriptors (``socket.send_fds``), the target and
@@ -46,12 +56,51 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "settle_ended_threads"]
+__all__ = ["CAN_LIST_FDS", "Zygote", "ZygoteChild", "ZygoteGone", "open_fds",
+           "settle_ended_threads"]
 
 _LEN = struct.Struct("!Q")
 _CODE = struct.Struct("!i")
 #: a worker whose exit code never came (the zygote died first): reported as killed
 _LOST = -int(getattr(signal, "SIGKILL", 9))
+
+
+#: where this process's open descriptors are listed (Linux, then macOS and the BSDs)
+_FD_DIRS = ("/proc/self/fd", "/dev/fd")
+_FD_DIR = next((d for d in _FD_DIRS if os.path.isdir(d)), None)
+#: whether [`open_fds`][easycore.common.parallel._os.zygote.open_fds] can list them here
+CAN_LIST_FDS = _FD_DIR is not None
+
+
+def open_fds(since: Optional[set] = None) -> set:
+    """This process's open file descriptors (empty where ``CAN_LIST_FDS`` is false).
+
+    The listing's own descriptor, closed once it returns, is left out (a later
+    descriptor may take its number).
+
+    Args:
+        since (set or None): descriptors to leave out (an earlier answer): then
+            only those opened since are checked, however many the process holds.
+
+    Returns:
+        set[int]:
+    """
+    if _FD_DIR is None:
+        return set()
+    try:
+        listed = {int(name) for name in os.listdir(_FD_DIR) if name.isdigit()}
+    except OSError:
+        return set()
+    if since is not None:
+        listed -= since
+    fds = set()
+    for fd in listed:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        fds.add(fd)
+    return fds
 
 
 #: OS threads of this process that are not Python's: a library's own (a native
@@ -174,7 +223,7 @@ class Zygote:
     """A single-threaded copy of the caller that forks workers on request."""
 
     def __init__(self, context: BaseContext, start: Callable[[Any], None],
-                 budget: Optional[int] = None) -> None:
+                 budget: Optional[int] = None, close: Sequence[int] = ()) -> None:
         """Fork the zygote now (call it while the caller runs no other thread).
 
         Args:
@@ -185,13 +234,16 @@ class Zygote:
                 the thread pools of its loaded libraries to it once, before it
                 forks any, and its workers inherit them at that size (None: leave
                 them alone).
+            close (Sequence[int]): descriptors of the caller's that the zygote closes
+                first (its copies): what was made for the workers forked before it.
         """
         settle_ended_threads()
         ours, theirs = socket.socketpair()
         self._sock: Optional[socket.socket] = ours
         self._lock = threading.Lock()  # one request at a time
         self.process: Any = context.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(theirs, ours, os.getpid(), budget), name="easycore-zygote",
+            target=_serve, args=(theirs, ours, os.getpid(), budget, tuple(close)),
+            name="easycore-zygote",
             daemon=False,
         )
         try:
@@ -296,8 +348,10 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 # ------------------------------------------------------------ in the zygote
 def _serve(sock: socket.socket, callers_end: socket.socket, owner_pid: int,
-           budget: Optional[int] = None) -> None:
+           budget: Optional[int] = None, close: Tuple[int, ...] = ()) -> None:
     """The zygote's loop: start a worker per request; report each one's exit."""
+    for fd in close:
+        _close_quietly(fd)  # the first workers' pipes: theirs and the caller's only
     callers_end.close()  # (the copy fork gave us)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     lifeline.arm_parent_death_signal()

@@ -48,11 +48,11 @@ from ..worker.protocol import StopWorker, WorkerEnded, WorkerFailed, WorkerReady
 from ..worker.slots import ItemSlot, ItemSlots
 from .base import Backend, BackendSpec, ChannelBroken, WorkerExited, startup_error, wait_ended
 from .multiplexer import Multiplexer
-from .process_handle import WorkerHandle
+from .process_handle import WorkerHandle, kill_all, quietly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, Dict, Iterable, List, Optional, Tuple
+    from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["ProcessBackend"]
 
@@ -89,47 +89,6 @@ def _zygote_worker(owner_pid: int, fds: List[int], spec_bytes: bytes, n_threads:
     task_r, res_w = fds
     process_main(spec_bytes, n_threads, owner_pid, "fork", Connection(task_r, writable=False),
                  Connection(res_w, readable=False), stack_file)
-
-
-def _quietly(fn: Any, *args: Any) -> None:
-    """``fn(*args)``, whatever it raises: one step of a cleanup that must never raise
-    (at interpreter exit, in ``abort``), where a step that fails must not stop the next."""
-    try:  # noqa: SIM105
-        fn(*args)
-    except Exception:  # noqa: BLE001 -- see the docstring
-        pass
-
-
-def _kill_all(handles: List[WorkerHandle], transport: Transport, item_slots: Optional[str],
-              inherited: Tuple[inherit.Inherited, ...] = (),
-              forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
-    """Kill and reap every worker, then release their leftovers; never raises."""
-    for ref in inherited:
-        inherit.release(ref)  # no later fork needs it: let the program go
-    below: List[tuple] = []
-    for h in handles:
-        # Expected: an engine still pumping (a pool's coordinator at
-        # interpreter exit) must not start replacements for them.
-        h.expected_exit = True
-        if h.started() and not h.gone:
-            try:
-                below += lifeline.descendants(h.process.pid)  # what it started goes too
-                h.process.kill()
-            except Exception:  # noqa: BLE001 -- never raises (see _quietly): the others go on
-                pass
-    _quietly(lifeline.kill_pids, below)
-    deadline = time.monotonic() + grace
-    for h in handles:
-        if h.started() and not h.gone:
-            _quietly(h.process.join, max(0.0, deadline - time.monotonic()))
-    if forker is not None:
-        # Last: closing it kills what it forked, before their own children
-        # could be found (expected_exit above: no replacement comes meanwhile).
-        _quietly(forker.close)
-    _quietly(lifeline.retire_launcher)  # its last children gone: no thread stays behind
-    _quietly(transport.cleanup)
-    if item_slots is not None:
-        _quietly(shm.release, item_slots)
 
 
 class ProcessBackend(Backend):
@@ -262,58 +221,78 @@ class ProcessBackend(Backend):
             shm.ensure_tracker()
         self.transport.prepare()
         self.main_code = inherit.main_code(forked=self._method == "fork")
+        zygote_last: Optional[Set[int]] = None  # the caller's descriptors its zygote keeps
         if self._method == "fork":
+            zygote.settle_ended_threads()  # a thread just joined: its end, before any fork
             self._program_ref = inherit.keep(self._spec.program)
             if self._spec.item_slots:
                 self._inherit_item_slots()
+            first_from_zygote = False
             if self._spec.threads is not None:
+                from multiprocessing import popen_fork  # noqa: F401 (a fork's, before the scan)
+
                 threads.prepare_fork()  # the zygote, and the replacements it forks, inherit it
-            # Before any pipe of ours exists (the zygote holds none) and any
-            # thread runs: replacements come from this single-threaded copy.
-            try:
-                self._zygote = zygote.Zygote(self._ctx, startup.start_worker, self._spec.threads)
-            except BaseException:
-                self._release_inherited()
-                raise
-            if self._spec.threads is not None:
-                # Starting the zygote imported a module or two (pure Python): the
-                # scan is refreshed here, once, so that each worker's check of it
-                # is a length comparison, not a walk of sys.modules (which, just
-                # after a fork, costs every worker its copy-on-write faults).
-                threads.prepare_fork()
                 # A worker limiting an OpenBLAS it cannot shrink at rest would start
-                # (and spin) every core's thread: the zygote limited it once instead.
-                self._first_from_zygote = threads.restarts_openblas_in_children(
-                    self._spec.threads)
-        self._mux = Multiplexer(spin_seconds)
-        self._finalizer = util.Finalize(
-            self, _kill_all,
-            args=(self._handles, self.transport, None, self._inherited(), self._zygote),
-            exitpriority=10
-        )
+                # (and spin) every core's thread: the zygote limits it once instead,
+                # and forks the first workers too.
+                first_from_zygote = threads.restarts_openblas_in_children(self._spec.threads)
+            if first_from_zygote or not zygote.CAN_LIST_FDS:
+                self._start_zygote(())
+                self._first_from_zygote = first_from_zygote
+        self._arm_finalizer()
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
-            mm = None
             if self._spec.item_slots and self._item_slots is None and shm.AVAILABLE:
                 name = f"/{shm.make_prefix('ecs')}p"
-                # A full /dev/shm: task timeouts then count per chunk.
-                with contextlib.suppress(shm.SharedMemoryFull):
-                    mm = shm.create(name, ItemSlots.nbytes(len(self.devices)))
-            if mm is not None:
-                self._item_slots_name, self._item_slots = name, ItemSlots(mm)
-                self._item_slots.clear(len(self.devices))
-                self._finalizer.cancel()
-                self._finalizer = util.Finalize(
-                    self, _kill_all, args=(self._handles, self.transport, name,
-                                           self._inherited(), self._zygote), exitpriority=10
-                )
+                with contextlib.suppress(shm.SharedMemoryFull):  # full: timeouts count per chunk
+                    self._item_slots = ItemSlots(shm.create(name, ItemSlots.nbytes(
+                        len(self.devices))))
+                    self._item_slots_name = name
+                    self._item_slots.clear(len(self.devices))
+                    self._arm_finalizer()
+            if self._method == "fork" and self._zygote is None:
+                # The zygote is forked right after the first workers, which boot
+                # meanwhile, not before them. It closes what was made for them
+                # (their pipes, the multiplexer's): what it keeps of the caller
+                # is what it would have kept forked here.
+                zygote_last = zygote.open_fds()
+                if self._spec.threads is not None:
+                    threads.prepare_fork()  # (a length comparison, unless cfg imported)
+            self._mux = Multiplexer(spin_seconds)
             oom_base = oom.kills()  # (once: a read of /proc/vmstat per worker added up)
             for slot in range(len(self.devices)):
                 self._start_one(slot, oom_base)
+            if zygote_last is not None:
+                self._start_zygote(sorted(zygote.open_fds(since=zygote_last)))
+                self._arm_finalizer()
         except BaseException:
             self.abort()
             raise
         self._launched = True
+
+    def _start_zygote(self, close: Sequence[int]) -> None:
+        """Fork the zygote, which closes ``close`` (its copies) first."""
+        try:
+            self._zygote = zygote.Zygote(self._ctx, startup.start_worker, self._spec.threads,
+                                         close)
+        except BaseException:
+            self._release_inherited()
+            raise
+        if self._spec.threads is not None:
+            # Starting the zygote imported a module or two (pure Python): the
+            # scan is refreshed here, once, so that each worker's check of it
+            # is a length comparison, not a walk of sys.modules (which, just
+            # after a fork, costs every worker its copy-on-write faults).
+            threads.prepare_fork()
+
+    def _arm_finalizer(self) -> None:
+        """(Re)make the finalizer that kills and reaps what this back-end started."""
+        if self._finalizer is not None:
+            self._finalizer.cancel()
+        self._finalizer = util.Finalize(
+            self, kill_all, args=(self._handles, self.transport, self._item_slots_name,
+                                   self._inherited(), self._zygote), exitpriority=10
+        )
 
     def _inherit_item_slots(self) -> None:
         """Item slots for forked workers: an anonymous shared mapping made before the
@@ -583,7 +562,7 @@ class ProcessBackend(Backend):
                     # of the user's to run at its start or end: ended now, not
                     # waited for (it would finish importing only to exit).
                     h.ended = True
-                    _quietly(h.process.terminate)
+                    quietly(h.process.terminate)
                     continue
                 with contextlib.suppress(ChannelBroken):  # already gone: poll reports it
                     self.send(h.slot, StopWorker(self.transport.feedback(h.slot)))
@@ -631,10 +610,10 @@ class ProcessBackend(Backend):
             for h in handles:
                 h.expected_exit = True
             self._shutdown_idle_zygote()
-            _quietly(self._terminate, handles, True)
+            quietly(self._terminate, handles, True)
             for h in self._handles:
                 if h.started() and not h.gone:
-                    _quietly(h.process.join, 1.0)
+                    quietly(h.process.join, 1.0)
                     h.gone = True
                 self._discard_pending(h)
                 h.close()
@@ -646,7 +625,7 @@ class ProcessBackend(Backend):
             self._release_inherited()  # the finalizer did, unless it was never made
             slots, self._item_slots = self._item_slots, None
             if slots is not None:
-                _quietly(slots.close)  # its descriptor now, not when this is collected
+                quietly(slots.close)  # its descriptor now, not when this is collected
 
     def _shutdown_idle_zygote(self) -> None:
         """Tell the zygote to exit now if no worker is its child (it would kill them
@@ -679,13 +658,13 @@ class ProcessBackend(Backend):
         below = {h.slot: trees[h.pid] for h in handles if h.pid}
         if graceful and hasattr(signal, "SIGTERM"):
             for h in handles:
-                _quietly(h.process.terminate)
+                quietly(h.process.terminate)
             deadline = time.monotonic() + self.term_grace
             for h in handles:
                 h.process.join(max(0.0, deadline - time.monotonic()))
         for h in handles:
             if h.process.exitcode is None:
-                _quietly(h.process.kill)
+                quietly(h.process.kill)
             lifeline.kill_pids(below.get(h.slot, []))
 
     @property

@@ -1,5 +1,6 @@
 """The caller's side of one worker process of the process back-end: its pipes,
-what the pipe could not take yet, and what is known of its state.
+what the pipe could not take yet, and what is known of its state; and the
+cleanup that kills and reaps every worker (``kill_all``, the back-end's finalizer).
 
 Separate from [`process`][easycore.common.parallel.backends.process], which
 starts, supervises and ends the workers these describe.
@@ -10,14 +11,18 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
+import time
 
-from .._os import stacks
+from .._os import inherit, lifeline, stacks, zygote
+from ..transport import shm
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
-    from typing import Any, Optional
+    from typing import Any, List, Optional, Tuple
 
-__all__ = ["WorkerHandle"]
+    from ..transport.interface import Transport
+
+__all__ = ["WorkerHandle", "kill_all", "quietly"]
 
 
 class WorkerHandle:
@@ -90,3 +95,44 @@ class WorkerHandle:
     def exitcode(self) -> Optional[int]:
         """int or None: the worker's exit code (negative: the signal), None while it runs."""
         return self._exitcode if self.process is None else self.process.exitcode
+
+
+def quietly(fn: Any, *args: Any) -> None:
+    """``fn(*args)``, whatever it raises: one step of a cleanup that must never raise
+    (at interpreter exit, in ``abort``), where a step that fails must not stop the next."""
+    try:  # noqa: SIM105
+        fn(*args)
+    except Exception:  # noqa: BLE001 -- see the docstring
+        pass
+
+
+def kill_all(handles: List[WorkerHandle], transport: Transport, item_slots: Optional[str],
+              inherited: Tuple[inherit.Inherited, ...] = (),
+              forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
+    """Kill and reap every worker, then release their leftovers; never raises."""
+    for ref in inherited:
+        inherit.release(ref)  # no later fork needs it: let the program go
+    below: List[tuple] = []
+    for h in handles:
+        # Expected: an engine still pumping (a pool's coordinator at
+        # interpreter exit) must not start replacements for them.
+        h.expected_exit = True
+        if h.started() and not h.gone:
+            try:
+                below += lifeline.descendants(h.process.pid)  # what it started goes too
+                h.process.kill()
+            except Exception:  # noqa: BLE001 -- never raises (see quietly): the others go on
+                pass
+    quietly(lifeline.kill_pids, below)
+    deadline = time.monotonic() + grace
+    for h in handles:
+        if h.started() and not h.gone:
+            quietly(h.process.join, max(0.0, deadline - time.monotonic()))
+    if forker is not None:
+        # Last: closing it kills what it forked, before their own children
+        # could be found (expected_exit above: no replacement comes meanwhile).
+        quietly(forker.close)
+    quietly(lifeline.retire_launcher)  # its last children gone: no thread stays behind
+    quietly(transport.cleanup)
+    if item_slots is not None:
+        quietly(shm.release, item_slots)
