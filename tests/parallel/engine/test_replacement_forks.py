@@ -112,6 +112,21 @@ def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descripto
         assert len(held - before) <= 6, held - before
 
 
+def test_where_descriptors_cannot_be_listed_the_zygote_is_forked_first(monkeypatch, no_leaks):
+    from easycore.common.parallel._os import zygote as zygote_module
+
+    monkeypatch.setattr(zygote_module, "_FD_DIRS", ("/nonexistent/fd",))
+    assert zygote_module.open_fds() is None
+    with Pool(2, start_method="fork") as pool:
+        zygote = pool._backend._zygote
+        assert all(w > zygote.pid for w in pool.worker_pids)  # before them, as it was
+        victim = pool.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
+        wait_replaced(pool, 1, victim)
+        assert psutil.Process(pool.worker_pids[1]).ppid() == zygote.pid
+
+
 @pytest.mark.forks_with_threads  # with the zygote gone, the caller forks the replacement itself
 def test_a_killed_zygote_leaves_the_pool_able_to_replace_its_workers(no_leaks):
     with Pool(2, start_method="fork") as pool:

@@ -22,8 +22,9 @@ machine). What the caller made for those workers (their pipes, the
 multiplexer's) the zygote closes first, before anything else: it keeps the
 descriptors it would have kept forked before them, and its replacements
 inherit none of another worker's pipes. Where this process's descriptors
-cannot be listed ([`CAN_LIST_FDS`][easycore.common.parallel._os.zygote.CAN_LIST_FDS]
-false), and where it forks the first workers too, it is forked before them.
+cannot be listed ([`open_fds`][easycore.common.parallel._os.zygote.open_fds]
+answers None), and where it forks the first workers too, it is forked before
+them.
 
 The zygote serves one request at a time over a socket pair: the worker's
 pipe ends travel as file descriptors (``socket.send_fds``), the target and
@@ -56,7 +57,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
     from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["CAN_LIST_FDS", "Zygote", "ZygoteChild", "ZygoteGone", "open_fds",
+__all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "open_fds",
            "settle_ended_threads"]
 
 _LEN = struct.Struct("!Q")
@@ -67,13 +68,10 @@ _LOST = -int(getattr(signal, "SIGKILL", 9))
 
 #: where this process's open descriptors are listed (Linux, then macOS and the BSDs)
 _FD_DIRS = ("/proc/self/fd", "/dev/fd")
-_FD_DIR = next((d for d in _FD_DIRS if os.path.isdir(d)), None)
-#: whether [`open_fds`][easycore.common.parallel._os.zygote.open_fds] can list them here
-CAN_LIST_FDS = _FD_DIR is not None
 
 
-def open_fds(since: Optional[set] = None) -> set:
-    """This process's open file descriptors (empty where ``CAN_LIST_FDS`` is false).
+def open_fds(since: Optional[set] = None) -> Optional[set]:
+    """This process's open file descriptors; None where they cannot be listed.
 
     The listing's own descriptor, closed once it returns, is left out (a later
     descriptor may take its number).
@@ -83,14 +81,16 @@ def open_fds(since: Optional[set] = None) -> set:
             only those opened since are checked, however many the process holds.
 
     Returns:
-        set[int]:
+        set[int] or None:
     """
-    if _FD_DIR is None:
-        return set()
-    try:
-        listed = {int(name) for name in os.listdir(_FD_DIR) if name.isdigit()}
-    except OSError:
-        return set()
+    for where in _FD_DIRS:
+        try:
+            listed = {int(name) for name in os.listdir(where) if name.isdigit()}
+        except OSError:
+            continue
+        break
+    else:
+        return None
     if since is not None:
         listed -= since
     fds = set()

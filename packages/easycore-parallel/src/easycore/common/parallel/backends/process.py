@@ -236,7 +236,7 @@ class ProcessBackend(Backend):
                 # (and spin) every core's thread: the zygote limits it once instead,
                 # and forks the first workers too.
                 first_from_zygote = threads.restarts_openblas_in_children(self._spec.threads)
-            if first_from_zygote or not zygote.CAN_LIST_FDS:
+            if first_from_zygote:
                 self._start_zygote(())
                 self._first_from_zygote = first_from_zygote
         self._arm_finalizer()
@@ -256,15 +256,16 @@ class ProcessBackend(Backend):
                 # (their pipes, the multiplexer's): what it keeps of the caller
                 # is what it would have kept forked here.
                 zygote_last = zygote.open_fds()
-                if self._spec.threads is not None:
+                if zygote_last is None:  # (no listing of them here) first, as before
+                    self._start_zygote(())
+                elif self._spec.threads is not None:
                     threads.prepare_fork()  # (a length comparison, unless cfg imported)
             self._mux = Multiplexer(spin_seconds)
             oom_base = oom.kills()  # (once: a read of /proc/vmstat per worker added up)
             for slot in range(len(self.devices)):
                 self._start_one(slot, oom_base)
             if zygote_last is not None:
-                self._start_zygote(sorted(zygote.open_fds(since=zygote_last)))
-                self._arm_finalizer()
+                self._start_zygote(sorted(zygote.open_fds(since=zygote_last) or ()))
         except BaseException:
             self.abort()
             raise
@@ -278,6 +279,8 @@ class ProcessBackend(Backend):
         except BaseException:
             self._release_inherited()
             raise
+        if self._finalizer is not None:
+            self._arm_finalizer()  # which closes the zygote too
         if self._spec.threads is not None:
             # Starting the zygote imported a module or two (pure Python): the
             # scan is refreshed here, once, so that each worker's check of it
