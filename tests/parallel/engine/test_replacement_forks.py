@@ -106,10 +106,11 @@ def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descripto
         theirs |= _pipe_targets(os.getpid(), [backend._mux._wake_r, backend._mux._wake_w])
         held = _pipe_targets(zygote.pid, os.listdir(f"/proc/{zygote.pid}/fd"))
         assert not held & theirs, held & theirs
-        # Besides what the caller held before the pool: its socket, its own process's
-        # two pipes, and the replacement's three (the status pipe, the process's two).
-        assert {t.split(":")[0] for t in held - before} <= {"socket", "pipe"}, held - before
-        assert len(held - before) <= 6, held - before
+        # Nor the multiplexer's epoll descriptor, nor the first workers' stack files.
+        # (Not a count of what else is new: in a process with other threads, say a
+        # Ray session's, a descriptor they open meanwhile is inherited too.)
+        made_for_them = ("anon_inode:[eventpoll]", "/memfd:easycore-stack")
+        assert not [t for t in held - before if t.startswith(made_for_them)], held - before
 
 
 def test_where_descriptors_cannot_be_listed_the_zygote_is_forked_first(monkeypatch, no_leaks):
