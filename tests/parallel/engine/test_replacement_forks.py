@@ -22,6 +22,7 @@ from _engine_funcs import pid, square
 from _parallel_support import kill_quietly, run_script, wait_gone
 
 from easycore.common.parallel import Pool, TaskTimeoutError, UnorderedRunner, WorkerDiedError
+from easycore.common.parallel._os.zygote import ZygoteChild
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -99,11 +100,13 @@ def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descripto
         assert pool.map(square, range(6), 1) == [x * x for x in range(6)]
         wait_replaced(pool, 0, victim)
         assert psutil.Process(pool.worker_pids[0]).ppid() == zygote.pid
-        # (A replacement's sentinel is the status pipe the zygote writes its exit code to.)
+        # (The sentinel of a worker the zygote forked is the status pipe it writes the
+        # exit code to.)
         theirs = _pipe_targets(os.getpid(), [
             fd for h in backend._by_slot.values() for fd in (h.task_fd, h.results.fileno())])
         theirs |= _pipe_targets(os.getpid(), [
-            h.process.sentinel for h in backend._by_slot.values() if h.slot != 0])
+            h.process.sentinel for h in backend._by_slot.values()
+            if not isinstance(h.process, ZygoteChild)])
         theirs |= _pipe_targets(os.getpid(), [backend._mux._wake_r, backend._mux._wake_w])
         held = _pipe_targets(zygote.pid, os.listdir(f"/proc/{zygote.pid}/fd"))
         assert not held & theirs, held & theirs
