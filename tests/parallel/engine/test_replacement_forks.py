@@ -9,7 +9,6 @@ instead: they still inherit the program without a copy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ import psutil
 import pytest
 from _engine_funcs import pid, square
 from _parallel_support import kill_quietly, run_script, wait_gone
+from leaks import open_fds
 
 from easycore.common.parallel import Pool, TaskTimeoutError, UnorderedRunner, WorkerDiedError
 from easycore.common.parallel._os.zygote import ZygoteChild
@@ -75,7 +75,7 @@ def test_a_replacements_death_by_signal_is_reported_and_replaced_again(no_leaks)
         assert pool.apply(pid) not in (first, replacement)
 
 
-def _pipe_targets(pid_: int, fds) -> set:
+def _fd_targets(pid_: int, fds) -> set:
     return {os.readlink(f"/proc/{pid_}/fd/{fd}") for fd in fds}
 
 
@@ -83,10 +83,7 @@ def _pipe_targets(pid_: int, fds) -> set:
 @pytest.mark.parametrize("workers", [2, 3])
 def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descriptors(
         workers, no_leaks):
-    before = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # (the listing's own)
-            before.add(os.readlink(f"/proc/self/fd/{fd}"))
+    before = _fd_targets(os.getpid(), open_fds())
     with Pool(workers, start_method="fork") as pool:
         backend = pool._backend
         zygote = backend._zygote
@@ -102,13 +99,13 @@ def test_the_zygote_forked_after_the_first_workers_holds_none_of_their_descripto
         assert psutil.Process(pool.worker_pids[0]).ppid() == zygote.pid
         # (The sentinel of a worker the zygote forked is the status pipe it writes the
         # exit code to.)
-        theirs = _pipe_targets(os.getpid(), [
+        theirs = _fd_targets(os.getpid(), [
             fd for h in backend._by_slot.values() for fd in (h.task_fd, h.results.fileno())])
-        theirs |= _pipe_targets(os.getpid(), [
+        theirs |= _fd_targets(os.getpid(), [
             h.process.sentinel for h in backend._by_slot.values()
             if not isinstance(h.process, ZygoteChild)])
-        theirs |= _pipe_targets(os.getpid(), [backend._mux._wake_r, backend._mux._wake_w])
-        held = _pipe_targets(zygote.pid, os.listdir(f"/proc/{zygote.pid}/fd"))
+        theirs |= _fd_targets(os.getpid(), [backend._mux._wake_r, backend._mux._wake_w])
+        held = _fd_targets(zygote.pid, os.listdir(f"/proc/{zygote.pid}/fd"))
         assert not held & theirs, held & theirs
         # Nor the multiplexer's epoll descriptor, nor the first workers' stack files.
         # (Not a count of what else is new: in a process with other threads, say a

@@ -227,7 +227,6 @@ class ProcessBackend(Backend):
             self._program_ref = inherit.keep(self._spec.program)
             if self._spec.item_slots:
                 self._inherit_item_slots()
-            first_from_zygote = False
             if self._spec.threads is not None:
                 from multiprocessing import popen_fork  # noqa: F401 (a fork's, before the scan)
 
@@ -235,10 +234,10 @@ class ProcessBackend(Backend):
                 # A worker limiting an OpenBLAS it cannot shrink at rest would start
                 # (and spin) every core's thread: the zygote limits it once instead,
                 # and forks the first workers too.
-                first_from_zygote = threads.restarts_openblas_in_children(self._spec.threads)
-            if first_from_zygote:
+                self._first_from_zygote = threads.restarts_openblas_in_children(
+                    self._spec.threads)
+            if self._first_from_zygote:
                 self._start_zygote(())
-                self._first_from_zygote = first_from_zygote
         self._arm_finalizer()
         try:
             self._cfg_payload = self.transport.encode_cfg(self._spec.cfg)
@@ -281,11 +280,12 @@ class ProcessBackend(Backend):
             raise
         if self._finalizer is not None:
             self._arm_finalizer()  # which closes the zygote too
-        if self._spec.threads is not None:
+        if self._spec.threads is not None and not self._handles:
             # Starting the zygote imported a module or two (pure Python): the
-            # scan is refreshed here, once, so that each worker's check of it
-            # is a length comparison, not a walk of sys.modules (which, just
-            # after a fork, costs every worker its copy-on-write faults).
+            # scan is refreshed here, once, so that each first worker's check
+            # of it is a length comparison, not a walk of sys.modules (which,
+            # just after a fork, costs every worker its copy-on-write faults).
+            # (Forked after them, the zygote has no first workers to come.)
             threads.prepare_fork()
 
     def _arm_finalizer(self) -> None:

@@ -107,8 +107,8 @@ def quietly(fn: Any, *args: Any) -> None:
 
 
 def kill_all(handles: List[WorkerHandle], transport: Transport, item_slots: Optional[str],
-              inherited: Tuple[inherit.Inherited, ...] = (),
-              forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
+             inherited: Tuple[inherit.Inherited, ...] = (),
+             forker: Optional[zygote.Zygote] = None, grace: float = 2.0) -> None:
     """Kill and reap every worker, then release their leftovers; never raises."""
     for ref in inherited:
         inherit.release(ref)  # no later fork needs it: let the program go
