@@ -171,3 +171,13 @@ class ReportsExit(_Collect, OrderedRunner):
         from _pool_funcs import report_exit_to
 
         report_exit_to(cfg.exit_dir)
+
+
+class HeapSeen(_Collect, OrderedRunner):
+    """Each item answers ``heap_seen_by_worker()``: what the worker's collector visits."""
+
+    @staticmethod
+    def producer_work(device, cfg, data):
+        from _pool_funcs import heap_seen_by_worker
+
+        return heap_seen_by_worker()

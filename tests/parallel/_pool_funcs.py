@@ -206,6 +206,25 @@ def boxed(x):
     return Box(x)
 
 
+#: made when this module is imported: before the pool, in the caller (and, under
+#: ``spawn``, again in the worker before it runs anything)
+INHERITED = Box("made before the workers")
+
+
+def heap_seen_by_worker(_=None):
+    """A task: whether this worker's collector still visits ``INHERITED`` (made before
+    the pool: inherited under ``fork``, made again by the task's import otherwise) and a
+    class of easycore's worker loop (which every worker has before it runs anything),
+    and how many objects it keeps frozen."""
+    import gc
+
+    from easycore.common.parallel.worker.loop import WorkerSpec
+
+    visited = gc.get_objects()
+    return (any(o is INHERITED for o in visited), any(o is WorkerSpec for o in visited),
+            gc.get_freeze_count())
+
+
 def report_exit_to(directory):
     """A pool initializer (or a runner's ``producer_init``): at this worker's exit, an
     ``atexit`` handler writes ``<pid>.json`` into ``directory`` with how many objects the

@@ -35,7 +35,7 @@ import time
 from multiprocessing import util
 from multiprocessing.context import BaseContext
 
-from .._os import inherit, lifeline, memory, oom, spin, stacks, startup, threads, zygote
+from .._os import heap, inherit, lifeline, memory, oom, spin, stacks, startup, threads, zygote
 from .._os.memory import Reading
 from .._os.stacks import Stack
 from ..errors import WorkerDiedError, WorkerError
@@ -224,6 +224,7 @@ class ProcessBackend(Backend):
         zygote_last: Optional[Set[int]] = None  # the caller's descriptors its zygote keeps
         if self._method == "fork":
             zygote.settle_ended_threads()  # a thread just joined: its end, before any fork
+            heap.before_fork()  # what was made so far is old at the fork (see _os.heap)
             self._program_ref = inherit.keep(self._spec.program)
             if self._spec.item_slots:
                 self._inherit_item_slots()

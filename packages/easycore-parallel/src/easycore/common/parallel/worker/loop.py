@@ -34,7 +34,7 @@ import sys
 import time
 
 from .._named_tuples import NamedTuple
-from .._os import interrupts, lifeline, spin, stacks, threads
+from .._os import heap, interrupts, lifeline, spin, stacks, threads
 from ..errors import ErrorReport
 from .executor import HookFailed, Terminated, WorkerContext, WorkerHandler, WorkerProgram, reported
 from .protocol import RunChunk, WorkerFailed
@@ -89,6 +89,7 @@ def process_main(
         stack_file (str or None): the caller's dump file: this worker's stacks
             go there when it is asked (see ``_os.stacks``).
     """
+    heap.freeze_inherited()  # its collections leave what it started with alone
     # Ctrl-C reaches the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     interrupts.unblock_in_worker()  # blocked by the caller across the start
