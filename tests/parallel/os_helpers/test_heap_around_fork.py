@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import signal
 import sys
 
 import pytest
 from _parallel_helpers import HeapSeen
 from _parallel_support import METHODS
-from _pool_funcs import heap_seen_by_worker
+from _pool_funcs import heap_seen_by_worker, square, worker_pid
 
 from easycore.common.parallel import Pool
 
@@ -49,6 +51,17 @@ def test_a_worker_leaves_what_it_started_with_out_of_its_collections(kind, metho
     # A fork worker inherited the caller's objects too; elsewhere the task's import made
     # this one after the start, in the worker, and its collector visits it as usual.
     assert made_before_pool is (method != "fork")
+
+
+def test_a_replacement_worker_leaves_what_it_started_with_out_of_its_collections():
+    with Pool(1, start_method="fork") as pool:
+        first = pool.worker_pids[0]
+        os.kill(first, signal.SIGKILL)
+        assert pool.map(square, range(4), 1) == [0, 1, 4, 9]
+        pool.broadcast(worker_pid)  # reaches every slot's worker: the replacement runs
+        assert pool.worker_pids[0] != first
+        # Forked by the zygote (where it runs) or by the caller: frozen all the same.
+        assert pool.apply(heap_seen_by_worker)[:2] == (False, False)
 
 
 @pytest.mark.parametrize("kind", ["pool", "runner"])

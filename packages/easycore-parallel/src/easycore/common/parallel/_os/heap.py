@@ -23,7 +23,7 @@ collection to whatever runs next.)
   anyway, at the next allocations; only its place changes. A collector that
   you turned off (``gc.disable()``) stays off and collects nothing.
 * [`freeze_inherited`][easycore.common.parallel._os.heap.freeze_inherited]:
-  a worker, first thing, moves every object it started with into the
+  a worker (and the zygote), first thing, moves every object it started with into the
   collector's permanent generation (``gc.freeze``, as the Python docs advise
   for a process that forks without exec). Its full collections then visit
   only what it made itself: what a ``fork`` worker inherited from the caller
@@ -32,7 +32,9 @@ collection to whatever runs next.)
   collected in the worker; the caller's copy of it still is.
 
 With both: the first call took 2-3 ms in that script; the caller took about
-250 faults, the worker about 55.
+250 faults, the worker about 55. And a ``gc.collect()`` in a ``fork`` worker
+whose caller holds 300,000 small dicts copied 57 MB of the worker's pages and
+took 106-150 ms; now it copies none and takes under 0.1 ms.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ import weakref
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
 
-from . import lifeline, threads
+from . import heap, lifeline, threads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs import time; only the type checker needs it
@@ -350,6 +350,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 def _serve(sock: socket.socket, callers_end: socket.socket, owner_pid: int,
            budget: Optional[int] = None, close: Tuple[int, ...] = ()) -> None:
     """The zygote's loop: start a worker per request; report each one's exit."""
+    heap.freeze_inherited()  # what it forks inherits its pages unvisited (see _os.heap)
     for fd in close:
         _close_quietly(fd)  # the first workers' pipes: theirs and the caller's only
     callers_end.close()  # (the copy fork gave us)
