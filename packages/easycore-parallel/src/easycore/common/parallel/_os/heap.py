@@ -33,8 +33,9 @@ collection to whatever runs next.)
 
 With both: the first call took 2-3 ms in that script; the caller took about
 250 faults, the worker about 55. And a ``gc.collect()`` in a ``fork`` worker
-whose caller holds 300,000 small dicts copied 57 MB of the worker's pages and
-took 106-150 ms; now it copies none and takes under 0.1 ms.
+whose caller holds 300,000 small dicts copied 61 MB of the worker's pages and
+took 131 ms; now it copies none and takes under 0.1 ms (``scripts/bench memory
+--only objects``).
 """
 
 from __future__ import annotations
