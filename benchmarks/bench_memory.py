@@ -25,7 +25,7 @@ Sections (``--only NAME,...``; default: both):
 * ``objects``: the caller makes fresh Python objects every round (300,000
   small dicts, 100,000 with ``--quick``: ``{"id": i, "tags": [i, str(i)]}``),
   then a ``fork`` pool of 2 workers; each worker runs one task that times a
-  ``gc.collect()`` and reads its ``Private_Dirty`` (``/proc/self/smaps_rollup``,
+  ``gc.collect()`` and reads its private memory (USS, ``_os.memory``: ``/proc``,
   Linux only) before and after it. A collection that visits the inherited
   objects writes their headers, and so copies their pages. Contenders, taking
   turns: ``multiprocessing.get_context("fork").Pool(2)`` (the peer) and
@@ -56,12 +56,12 @@ from _harness import flush, goal, machine_line, parse_args
 
 from easycore.common.parallel import BackgroundTask, Pool
 from easycore.common.parallel import background as _background
+from easycore.common.parallel._os import memory as _memory
 
 WORKERS = 2
 ROW = 1 << 16  # bytes per row: a batch is 16 random rows (1 MiB)
 ROWS_PER_BATCH = 16
 CALLS = 16
-SMAPS = "/proc/self/smaps_rollup"
 NAP = 0.2  # seconds a task waits before it measures: each worker takes one task
 
 
@@ -156,23 +156,22 @@ def section_target(args: argparse.Namespace) -> None:
 
 
 
-def private_dirty_kb() -> int:
-    """This process's ``Private_Dirty`` (kB), from ``/proc/self/smaps_rollup``."""
-    with open(SMAPS) as f:
-        for line in f:
-            if line.startswith("Private_Dirty:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no Private_Dirty in {SMAPS}")
+def private_kb() -> int:
+    """This process's private memory (USS, kB): the package's own reading of it."""
+    reading = _memory.read(os.getpid(), unique=True)
+    if reading is None or reading.uss is None:
+        raise RuntimeError("this platform does not tell a process's private memory")
+    return reading.uss // 1024
 
 
 def collect_in_worker(_: int) -> Tuple[int, int, int, float]:
-    """In a worker: (pid, Private_Dirty before and after a ``gc.collect()`` in kB, its ms)."""
+    """In a worker: (pid, private memory before and after a ``gc.collect()`` in kB, its ms)."""
     time.sleep(NAP)  # the other worker takes the other task meanwhile
-    before = private_dirty_kb()
+    before = private_kb()
     start = time.perf_counter()
     gc.collect()
     elapsed = time.perf_counter() - start
-    return os.getpid(), before, private_dirty_kb(), elapsed * 1e3
+    return os.getpid(), before, private_kb(), elapsed * 1e3
 
 
 def collect_round(make_pool: Callable[[], Any], n: int) -> List[Tuple[int, int, int, float]]:
@@ -192,8 +191,9 @@ def collect_round(make_pool: Callable[[], Any], n: int) -> List[Tuple[int, int, 
 
 
 def section_objects(args: argparse.Namespace) -> None:
-    if not os.path.exists(SMAPS):
-        print(f"\nobjects: skipped ({SMAPS} does not exist: Linux only)")
+    reading = _memory.read(os.getpid(), unique=True)
+    if reading is None or reading.uss is None:
+        print("\nobjects: skipped (no /proc/<pid>/smaps_rollup here: Linux only)")
         return
     rounds = args.rounds or (2 if args.quick else 3)
     n = 100_000 if args.quick else 300_000
@@ -213,7 +213,7 @@ def section_objects(args: argparse.Namespace) -> None:
             growth[name].append(statistics.mean((a - b) / 1024 for _, b, a, _ in per_worker))
             times[name].extend(ms for *_, ms in per_worker)
             flush()
-    print(f"\nprivate memory (Private_Dirty) a gc.collect() adds per fork worker, {WORKERS} "
+    print(f"\nprivate memory (USS) a gc.collect() adds per fork worker, {WORKERS} "
           f"workers, the caller holding {n:,} fresh small dicts; median of {rounds} rounds")
     print(f"  {'contender':<40} {'MB/worker':>10} {'collect ms':>11} {'peer/this':>10}")
     peer_mb = statistics.median(growth[peer])
