@@ -225,6 +225,63 @@ def test_a_stream_worker_killed_while_it_starts_is_replaced_even_with_max_deaths
         held.release()
 
 
+def _pool_of(client):
+    return client if isinstance(client, Pool) else client._open_pool()
+
+
+def _ready_for(pool, slot, seconds):
+    """Wait until ``slot``'s worker said it was ready ``seconds`` ago or more (the
+    engine's own record of it); return its pid."""
+    state = pool._engine.state
+    w = state.workers[slot]
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with state.lock:
+            since = time.monotonic() - w.ready_at if w.ready else -1.0
+        assert state.broken is None, f"the pool broke: {state.broken}"
+        if since >= seconds:
+            return pool.worker_pids[slot]
+        time.sleep(0.01)  # (no event says a replacement is ready)
+    raise AssertionError(f"worker {slot} was not ready within {WAIT} s")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("client", ["Pool", "JobQueue"])
+def test_an_idle_worker_killed_again_and_again_after_its_start_is_replaced_each_time(
+        client, method, monkeypatch, no_leaks):
+    # Killed from outside (a user's kill, a scheduler's) long after it said it
+    # was ready, before any chunk reached it: no failed start. More kills in a
+    # row than start_deaths_limit broke the whole pool; the stdlib's replaces
+    # its workers however often they are killed, and so does this.
+    from easycore.common.parallel.engine.supervision import Supervisor
+
+    monkeypatch.setattr(Supervisor, "start_grace", 0.2)  # (1 s by default)
+    if client == "Pool":
+        stream = Pool(2, start_method=method)
+        stream.apply(pid)  # (an idle pool's deaths are noticed once it ran a job)
+    else:
+        stream = JobQueue(workers=2, start_method=method)
+        stream.put(pid)
+        stream.get(timeout=WAIT)
+    with stream:
+        pool = _pool_of(stream)
+        victims = []
+        for _ in range(Supervisor.start_deaths_limit + 1):
+            victim = _ready_for(pool, 1, Supervisor.start_grace)
+            os.kill(victim, signal.SIGKILL)
+            victims.append(victim)
+            deadline = time.monotonic() + WAIT
+            while (pool.worker_pids[1] == victim and pool._engine.state.broken is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)  # (its replacement's start is not announced either)
+        _ready_for(pool, 1, 0.0)
+        assert pool._engine.state.workers[1].items_done == 0  # each died idle
+        assert pool._engine.state.broken is None
+        assert pool.map(square, range(8), chunksize=1) == [x * x for x in range(8)]
+        everyone = pool.broadcast(pid)
+    assert len(set(everyone)) == 2 and not set(everyone) & set(victims)
+
+
 def test_a_worker_that_dies_in_every_start_still_ends_the_pool(tmp_path, no_leaks):
     # Not replaced forever: the limit on deaths before a start completes holds
     # with max_deaths=1 too.

@@ -149,6 +149,31 @@ def test_dead_worker_is_reported_with_device_and_exit_code(no_leaks, how, code):
     runner.close()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_worker_killed_while_idle_fails_the_next_call_naming_no_item(method, no_leaks):
+    # Dead before the call: the call's items never reached it (its item slot
+    # says so). The error said it died "while running item k" all the same.
+    import multiprocessing.connection
+    import os
+    import signal
+
+    runner = SumSquares(["cpu:0", "cpu:1"], start_method=method)
+    try:
+        assert runner(range(10)) == sum(x * x for x in range(10))
+        victim = runner._engine.state.backend._by_slot[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        assert multiprocessing.connection.wait([victim.process.sentinel], DEADLINE)
+        with pytest.raises(WorkerDiedError) as info:
+            runner(range(10))
+        assert info.value.exitcode == -9 and info.value.device == "cpu:1"
+        assert not info.value.items and "while running" not in str(info.value)
+        assert not runner.is_activate
+        runner.activate()  # and it can start again
+        assert runner(range(10)) == sum(x * x for x in range(10))
+    finally:
+        runner.close()
+
+
 def test_worker_dying_in_producer_init_is_raised_by_the_constructor(no_leaks):
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:

@@ -199,8 +199,9 @@ class Engine:
         if state.recorder is not None:
             state.recorder.started_all(time.perf_counter() - t0)
         state.first_starts = {w.slot for w, ready in zip(state.workers, readiness) if not ready}
+        now = time.monotonic()
         for w, ready in zip(state.workers, readiness):
-            w.ready = ready
+            w.ready, w.ready_at = ready, now
             if not ready and state.recorder is not None:
                 state.recorder.restarting(w.slot)  # its start goes on until WorkerReady
 
@@ -461,7 +462,7 @@ class Engine:
                 self.break_engine(message.error)
         elif kind is WorkerReady:
             w = state.workers[slot]
-            w.ready, w.alive = True, True
+            w.ready, w.alive, w.ready_at = True, True, time.monotonic()
             state.first_starts.discard(slot)
             if state.recorder is not None:
                 state.recorder.ready(slot)

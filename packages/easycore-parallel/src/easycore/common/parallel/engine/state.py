@@ -63,6 +63,7 @@ class WorkerState:
         "last_at",
         "memory_at",
         "ready",
+        "ready_at",
         "retired_for",
         "retiring",
         "slot",
@@ -72,6 +73,7 @@ class WorkerState:
     def __init__(self, slot: int) -> None:
         self.slot = slot
         self.ready = False
+        self.ready_at = 0.0  # when the engine learnt it was ready (time.monotonic())
         # chunks sent (and places reserved), in the order it runs them
         self.fifo: Deque[Union[Chunk, Reserved]] = deque()
         self.jobs: set = set()  # jobs whose function it has

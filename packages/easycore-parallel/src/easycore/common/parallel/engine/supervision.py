@@ -12,9 +12,11 @@ that ends jobs only through the core's
    queue is taken back (its chunks, its credits, the functions it had) and
    the kill reason, if the engine killed it, is read. A slot whose worker
    dies before it finished its first chunk, with nothing it received at
-   fault (before its init hooks returned, or after it said it was ready),
-   ``start_deaths_limit`` times in a row ends the engine: every replacement
-   would die the same way, and a pool would replace them for ever. (Not
+   fault (before its init hooks returned, or within ``start_grace`` seconds
+   after it said it was ready), ``start_deaths_limit`` times in a row ends
+   the engine: every replacement would die the same way, and a pool would
+   replace them for ever. A worker that lived idle longer than that is
+   replaced whatever ended it, without counting. (Not
    ``max_deaths``: that is what one *job* may cost, and no job ran in a
    worker that never started; one such death may be a kill from outside.)
 2. **What it ran is settled by a policy.** Which item was running is read
@@ -126,6 +128,10 @@ class Supervisor:
     #: an item's fault) that end the engine (its start is what kills it);
     #: fewer are replaced
     start_deaths_limit = 3
+    #: seconds after its ``WorkerReady`` within which a worker's death (nothing
+    #: it received at fault) is still a failed start; later, it is replaced
+    #: without counting (a crash loop past it replaces once per this at most)
+    start_grace = 1.0
     #: seconds to wait for the stacks of workers about to be killed
     stack_timeout = 1.0
     #: seconds between two readings of a worker's memory for insights (its USS
@@ -157,15 +163,17 @@ class Supervisor:
             if w.items_done:
                 w.start_deaths = 0  # it finished a chunk: its start was no failed one
             elif (not (w.retiring or msg.expected or state.closing or lost)
-                    and not self._blames_an_item(w)):
+                    and not self._blames_an_item(w) and not self._outlived_start(w)):
                 # Died before it finished anything, and nothing it received
-                # is at fault: before its init hooks returned, or after it
-                # said it was ready but before its first chunk came back (a
-                # start that broke what the worker needs, its task pipe say).
-                # Once may be bad luck (a kill); again and again, every
-                # replacement would die the same way, forever: as an init
-                # hook's error does, that ends the engine (what a start that
-                # waited for it raised).
+                # is at fault: before its init hooks returned, or right after
+                # it said it was ready (a start that broke what the worker
+                # needs, its task pipe say). Once may be bad luck (a kill);
+                # again and again, every replacement would die the same way,
+                # forever: as an init hook's error does, that ends the engine
+                # (what a start that waited for it raised). A worker that
+                # lived idle past its start and was then killed (from outside:
+                # a user's kill, a scheduler) is no failed start: it is
+                # replaced, however often, as a stdlib pool's would be.
                 w.start_deaths += 1
                 if w.start_deaths >= self.start_deaths_limit:
                     w.alive = False
@@ -189,6 +197,10 @@ class Supervisor:
             if replaced:
                 self._plan_restart(w)
             _log_loss(state.devices[slot], slot, msg, what, replaced)
+
+    def _outlived_start(self, w: WorkerState) -> bool:
+        """Whether ``w`` said it was ready ``start_grace`` seconds or more ago (lock held)."""
+        return w.ready and time.monotonic() - w.ready_at >= self.start_grace
 
     def _blames_an_item(self, w: WorkerState) -> bool:
         """Whether ``w``'s death may be the fault of a chunk it holds: the engine
@@ -483,14 +495,20 @@ class FailFast(Policy):
             return
         running, queued = chunks[0], chunks[1:]
         job = running.job
+        got: Optional[bool] = True
         if at is None:
-            at = sup.received(w, running)[1]
+            got, at = sup.received(w, running)
         if what == "timeout":
             err: BaseException = sup.timeout_error(w, msg, running.first + (at or 0), job)
             outcomes.fail(job, err)
             for c in queued:
                 if c.job is not job:
                     outcomes.fail(c.job, err)
+            return
+        if got is False:
+            # Dead before it received them (idle, killed from outside meanwhile):
+            # none of the call's items ran there, and the error names none.
+            outcomes.break_engine(sup.death_error(w, msg))
             return
         job.deaths += 1
         items = ([running.first + at] if at is not None
