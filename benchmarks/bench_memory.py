@@ -191,8 +191,9 @@ def collect_round(make_pool: Callable[[], Any], n: int) -> List[Tuple[int, int, 
 
 
 def section_objects(args: argparse.Namespace) -> None:
-    reading = _memory.read(os.getpid(), unique=True)
-    if reading is None or reading.uss is None:
+    try:
+        private_kb()
+    except RuntimeError:
         print("\nobjects: skipped (no /proc/<pid>/smaps_rollup here: Linux only)")
         return
     rounds = args.rounds or (2 if args.quick else 3)
